@@ -1,0 +1,111 @@
+// The one binding layer between Python and the native core.
+//
+// Native functions return kvcore::Status; `check()` turns a failed Status into
+// the matching Python exception from kvcore.errors. The GIL is released around
+// all native work. Buffers cross as Python buffer objects (no libtorch here).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "common/status.h"
+#include "cpu/cpu_features.h"
+#include "parallel/thread_pool.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using kvcore::Code;
+using kvcore::Status;
+
+// Raised by check(), translated to kvcore.errors.<class> by the translator below.
+struct NativeError {
+    Code code;
+    std::string message;
+};
+
+const char* error_class_name(Code code) {
+    switch (code) {
+        case Code::kInvalidArgument: return "InvalidArgumentError";
+        case Code::kCorruptFrame: return "CorruptFrameError";
+        case Code::kBufferTooSmall: return "BufferTooSmallError";
+        case Code::kUnsupported: return "UnsupportedError";
+        case Code::kOutOfMemory: return "OutOfMemoryError";
+        case Code::kPoolExhausted: return "PoolExhausted";
+        case Code::kTimeout: return "TimeoutError";
+        case Code::kIoError: return "IOError";
+        case Code::kBackendError: return "BackendError";
+        case Code::kOk: break;
+    }
+    return "KVCoreError";
+}
+
+void check(const Status& st) {
+    if (!st.is_ok()) throw NativeError{st.code, st.message};
+}
+
+// A contiguous byte view of any buffer-protocol object.
+struct ByteView {
+    const uint8_t* data;
+    size_t size;
+};
+
+ByteView read_view(const py::buffer& b, py::buffer_info& keep) {
+    keep = b.request(false);
+    if (keep.ndim > 1 && keep.strides.back() != keep.itemsize)
+        throw NativeError{Code::kInvalidArgument, "buffer must be C-contiguous"};
+    return {static_cast<const uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
+}
+
+struct MutableView {
+    uint8_t* data;
+    size_t size;
+};
+
+MutableView write_view(const py::buffer& b, py::buffer_info& keep) {
+    keep = b.request(true);
+    if (keep.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
+    return {static_cast<uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
+}
+
+unsigned thread_count(const py::object& threads) {
+    if (threads.is_none()) return 0;  // all cores
+    const long n = threads.cast<long>();
+    if (n < 1) throw NativeError{Code::kInvalidArgument, "threads must be >= 1"};
+    return static_cast<unsigned>(n);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "kvcore native core";
+
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const NativeError& e) {
+            py::object errors = py::module_::import("kvcore.errors");
+            py::object cls = errors.attr(error_class_name(e.code));
+            PyErr_SetString(cls.ptr(), e.message.c_str());
+        }
+    });
+
+    // ---- section: cpu features and threads ----
+    m.def("detected_isa", &kvcore::cpu::detected_isa);
+    m.def("active_isa", &kvcore::cpu::active_isa);
+    m.def("isa_variant", [] { return std::string(kvcore::cpu::variant_name(kvcore::cpu::active_isa())); });
+    m.def("set_disabled_isa", [](const std::string& list) {
+        uint32_t mask = 0;
+        if (!kvcore::cpu::parse_isa_list(list, &mask))
+            throw NativeError{Code::kInvalidArgument, "unknown ISA name in '" + list + "' (known: avx2, avx512)"};
+        kvcore::cpu::set_disabled_isa(mask);
+    });
+    m.def("hardware_threads", &kvcore::hardware_threads);
+
+    // ---- section: codec ----
+
+    // ---- section: data mover ----
+
+    // ---- section: qat ----
+}

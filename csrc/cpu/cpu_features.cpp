@@ -1,0 +1,72 @@
+#include "cpu/cpu_features.h"
+
+#include <atomic>
+#include <cpuid.h>
+#include <sstream>
+
+namespace kvcore::cpu {
+namespace {
+
+uint64_t xgetbv0() {
+    uint32_t eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return (uint64_t(edx) << 32) | eax;
+}
+
+uint32_t detect() {
+    uint32_t eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return kIsaNone;
+    const bool osxsave = ecx & (1u << 27);
+    const bool avx = ecx & (1u << 28);
+    if (!osxsave || !avx) return kIsaNone;
+    const uint64_t xcr0 = xgetbv0();
+    const bool ymm_state = (xcr0 & 0x6) == 0x6;
+    const bool zmm_state = (xcr0 & 0xe6) == 0xe6;
+    if (__get_cpuid_max(0, nullptr) < 7) return kIsaNone;
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    uint32_t isa = kIsaNone;
+    const bool avx2 = ebx & (1u << 5), bmi1 = ebx & (1u << 3), bmi2 = ebx & (1u << 8);
+    if (ymm_state && avx2 && bmi1 && bmi2) isa |= kIsaAvx2;
+    const bool f = ebx & (1u << 16), bw = ebx & (1u << 30), vl = ebx & (1u << 31), vbmi = ecx & (1u << 1);
+    if ((isa & kIsaAvx2) && zmm_state && f && bw && vl && vbmi) isa |= kIsaAvx512;
+    return isa;
+}
+
+std::atomic<uint32_t> g_disabled{0};
+
+}  // namespace
+
+uint32_t detected_isa() {
+    static const uint32_t isa = detect();
+    return isa;
+}
+
+uint32_t active_isa() { return detected_isa() & ~g_disabled.load(std::memory_order_relaxed); }
+
+void set_disabled_isa(uint32_t mask) { g_disabled.store(mask, std::memory_order_relaxed); }
+
+uint32_t disabled_isa() { return g_disabled.load(std::memory_order_relaxed); }
+
+const char* variant_name(uint32_t isa) {
+    if (isa & kIsaAvx512) return "avx512";
+    if (isa & kIsaAvx2) return "avx2";
+    return "scalar";
+}
+
+bool parse_isa_list(const std::string& list, uint32_t* mask) {
+    uint32_t m = 0;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const auto b = item.find_first_not_of(" \t");
+        if (b == std::string::npos) continue;
+        item = item.substr(b, item.find_last_not_of(" \t") - b + 1);
+        if (item == "avx2") m |= kIsaAvx2 | kIsaAvx512;  // masking AVX2 masks everything above it
+        else if (item == "avx512") m |= kIsaAvx512;
+        else return false;
+    }
+    *mask = m;
+    return true;
+}
+
+}  // namespace kvcore::cpu

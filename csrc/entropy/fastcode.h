@@ -1,0 +1,24 @@
+// "fast" mode coder for one byte plane: decompression speed first.
+//
+// Each symbol gets a fixed-width code (the most frequent 2^w - 1 values map to
+// codes 0..2^w-2, the all-ones code escapes to an exception list of literal
+// bytes), so decoding is branch-free SIMD unpacking plus a table lookup, with
+// the exceptions patched afterwards. The encoder chooses w to minimize size.
+// Same contract as huffman.h: self-describing, bounds-checked, decoded with n.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace kvcore::entropy {
+
+size_t fastcode_bound(size_t n);
+
+Status fastcode_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,
+                       size_t* written);
+
+Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
+
+}  // namespace kvcore::entropy

@@ -1,0 +1,32 @@
+// Order-0 canonical Huffman coder for one byte plane ("dense" mode).
+//
+// The encoded stream is self-describing (code lengths, stream sizes) and is
+// decoded with the number of symbols, which the frame stores. Decoding checks
+// every bound: any byte string decodes to an error or to exactly n bytes, never
+// reads outside [src, src + src_size) or writes outside [dst, dst + n).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace kvcore::entropy {
+
+// Largest stream huffman_encode can produce for n symbols (it fails rather than
+// exceed the capacity it is given; the frame then stores the plane raw).
+size_t huffman_bound(size_t n);
+
+// Encodes src[0, n). `hist` may be null or hold the 256 symbol counts of src.
+// On success *written is the stream size. Returns kBufferTooSmall when the stream
+// would not fit in cap bytes (the caller then stores the plane raw).
+Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,
+                      size_t* written);
+
+// Decodes exactly n symbols. kCorruptFrame on any inconsistency.
+Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
+
+// Counts symbols: hist[256] is overwritten.
+void histogram(const uint8_t* src, size_t n, uint32_t* hist);
+
+}  // namespace kvcore::entropy

@@ -1,0 +1,96 @@
+#include "parallel/thread_pool.h"
+
+#include <atomic>
+#include <memory>
+
+namespace kvcore {
+
+ThreadPool::ThreadPool(unsigned n_workers) {
+    threads_.reserve(n_workers);
+    for (unsigned i = 0; i < n_workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::worker_loop() {
+    for (;;) {
+        std::function<void()> task;
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+            if (queue_.empty()) return;  // stopping, and nothing left to run
+            task = std::move(queue_.front());
+            queue_.pop_front();
+        }
+        task();
+    }
+}
+
+void ThreadPool::submit(std::function<void()> task) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+}
+
+namespace {
+
+// Work shared by the caller and the helpers of one parallel_for.
+struct ForState {
+    explicit ForState(size_t n_, const std::function<void(size_t)>& fn_) : n(n_), fn(fn_) {}
+    const size_t n;
+    const std::function<void(size_t)>& fn;  // owned by the caller, who outlives every use
+    std::atomic<size_t> next{0};
+    std::mutex mutex;
+    std::condition_variable cv;
+    size_t finished = 0;
+
+    // Runs items until none are left; returns how many this thread ran.
+    void drain() {
+        size_t ran = 0;
+        for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n; ++ran) fn(i);
+        if (ran == 0) return;
+        std::lock_guard<std::mutex> lock(mutex);
+        finished += ran;
+        if (finished == n) cv.notify_all();
+    }
+};
+
+}  // namespace
+
+void ThreadPool::parallel_for(size_t n, unsigned max_threads, const std::function<void(size_t)>& fn) {
+    if (n == 0) return;
+    unsigned helpers = max_threads == 0 ? workers() : max_threads - 1;
+    if (helpers > workers()) helpers = workers();
+    if (helpers > n - 1) helpers = static_cast<unsigned>(n - 1);
+    if (helpers == 0) {
+        for (size_t i = 0; i < n; ++i) fn(i);
+        return;
+    }
+    auto state = std::make_shared<ForState>(n, fn);
+    for (unsigned h = 0; h < helpers; ++h) submit([state] { state->drain(); });
+    state->drain();
+    std::unique_lock<std::mutex> lock(state->mutex);
+    state->cv.wait(lock, [&] { return state->finished == n; });
+    // Helpers that start after this point find no items left and never touch fn.
+}
+
+unsigned hardware_threads() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : n;
+}
+
+ThreadPool& default_pool() {
+    static ThreadPool pool(hardware_threads() > 1 ? hardware_threads() - 1 : 1);
+    return pool;
+}
+
+}  // namespace kvcore

@@ -1,0 +1,40 @@
+// Byte-plane shuffle: the filter in front of every entropy coder.
+//
+// An element of `elem_size` bytes (1, 2, 4) is split into `elem_size` planes;
+// plane p holds byte p (little endian) of every element, so the top plane holds
+// the exponent-carrying bytes of all elements together.
+//
+// Options (struct PlaneTransform), applied in this order on split and undone in
+// reverse on merge:
+//  * rotate: rotate each element's bits left by one before splitting. For bf16
+//    and fp32 the top byte then holds the whole 8-bit exponent and the sign moves
+//    to bit 0 of the lowest byte; for fp16 the top byte holds the 5-bit exponent
+//    and the top 3 mantissa bits.
+//  * residual: a per-channel byte is subtracted (mod 256) from the top plane:
+//    top[i] -= residual[(phase + i) % period]. A channel is one (head, dim)
+//    position; subtracting each channel's most common exponent byte concentrates
+//    the top plane's distribution (a cheap form of channel conditioning).
+//
+// Every function has a scalar, an AVX2 and an AVX-512 variant; the widest one in
+// cpu::active_isa() runs. Results are identical across variants.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvcore::shuffle {
+
+struct PlaneTransform {
+    bool rotate = false;
+    const uint8_t* residual = nullptr;  // nullptr: no residual
+    uint32_t period = 1;                // channels; residual has `period` bytes
+    uint32_t phase = 0;                 // channel of element 0, < period
+};
+
+// planes[p] receives n bytes for p in [0, elem_size). src may be unaligned.
+void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes);
+
+// Inverse of split: dst receives n * elem_size bytes.
+void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
+
+}  // namespace kvcore::shuffle

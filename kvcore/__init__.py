@@ -1,0 +1,21 @@
+"""kvcore: lossless KV-cache compression, data movement and tiered storage.
+
+>>> import torch, kvcore
+>>> kv = torch.randn(16, 8, 128, dtype=torch.bfloat16)
+>>> frame = kvcore.compress(kv)
+>>> back = kvcore.decompress(frame)
+>>> torch.equal(back.view(torch.int16), kv.view(torch.int16))
+True
+"""
+
+from . import _isa
+from ._isa import isa_variant, set_disabled_isa
+from .errors import *  # noqa: F401,F403
+from .errors import __all__ as _error_names
+from .features import features
+
+_isa._apply_environment()
+
+__version__ = "0.1.0"
+
+__all__ = ["features", "isa_variant", "set_disabled_isa", *_error_names]

@@ -1,0 +1,34 @@
+"""SIMD variant selection.
+
+The native core picks the widest SIMD variant the CPU supports. Features can be
+masked, so that tests run every variant on one machine: call
+``kvcore.set_disabled_isa("avx512,avx2")``, or set ``KVCORE_DISABLE_ISA`` before
+``import kvcore`` (read once, at import).
+"""
+
+import os
+
+from . import _native
+
+
+def set_disabled_isa(names: str) -> None:
+    """Disable SIMD variants by name ("", "avx512", "avx2" or "avx512,avx2").
+
+    Masking avx2 also masks avx512. Call it while no kvcore work is running.
+
+    >>> import kvcore
+    >>> kvcore.set_disabled_isa("avx2")   # portable C++ kernels from now on
+    >>> kvcore.set_disabled_isa("")       # back to the widest variant
+    """
+    _native.set_disabled_isa(names)
+
+
+def isa_variant() -> str:
+    """The SIMD variant in use: "avx512", "avx2" or "scalar"."""
+    return _native.isa_variant()
+
+
+def _apply_environment() -> None:
+    names = os.environ.get("KVCORE_DISABLE_ISA")
+    if names:
+        set_disabled_isa(names)
