@@ -103,9 +103,17 @@ PYBIND11_MODULE(_native, m) {
     });
     m.def("hardware_threads", &kvcore::hardware_threads);
 
+    // ---- section: shuffle ----
+
+    // ---- section: entropy: huffman ----
+
+    // ---- section: entropy: fastcode ----
+
     // ---- section: codec ----
 
     // ---- section: data mover ----
 
     // ---- section: qat ----
+
+    // ---- section: tiers ----
 }
