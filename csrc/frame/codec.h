@@ -1,0 +1,83 @@
+// Whole-tensor compression into a kvcore frame (docs/FORMAT.md) and back.
+//
+// A tensor is cut into blocks that are coded independently (in parallel on the
+// thread pool); each block is split into byte planes (shuffle/) and each plane
+// is coded by the method that measures smallest (plane_methods.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvcore::frame {
+
+// Element types; the values are stored in frames and never change.
+enum class DType : uint8_t {
+    kUInt8 = 1,
+    kInt8 = 2,
+    kFloat8E4M3 = 3,
+    kFloat8E5M2 = 4,
+    kFloat16 = 5,
+    kBFloat16 = 6,
+    kFloat32 = 7,
+};
+bool dtype_valid(uint8_t code);
+unsigned dtype_size(DType dtype);
+
+enum class Mode : uint8_t { kDense = 0, kFast = 1 };
+
+// Which engine codes DEFLATE planes (method deflate): software only, QAT
+// required, or QAT when present and the input is large enough.
+enum class Backend : uint8_t { kAuto = 0, kSoftware = 1, kQat = 2 };
+
+constexpr unsigned kMaxDims = 8;
+
+struct TensorDesc {
+    DType dtype = DType::kUInt8;
+    std::vector<uint64_t> shape;  // at most kMaxDims; product * dtype_size = byte size
+};
+
+struct EncodeOptions {
+    Mode mode = Mode::kDense;
+    Backend backend = Backend::kAuto;
+    bool deflate = false;         // code planes with DEFLATE (QAT-compatible) instead of Huffman
+    uint32_t block_bytes = 0;     // 0: default (256 KiB)
+    unsigned threads = 0;         // 0: all hardware threads
+};
+
+struct PlaneInfo {
+    uint8_t method;
+    uint32_t size;
+};
+
+struct FrameInfo {
+    uint8_t version = 0;
+    TensorDesc desc;
+    uint64_t original_bytes = 0;
+    uint64_t frame_bytes = 0;
+    uint32_t block_elems = 0;
+    uint32_t n_blocks = 0;
+    uint32_t flags = 0;
+    uint32_t period = 0;
+    // method_counts[m] = number of planes coded with method m, over all blocks.
+    std::vector<uint64_t> method_counts;
+    std::vector<uint64_t> method_bytes;
+};
+
+// Largest frame compress() can produce for this tensor (a function of size and rank).
+size_t max_frame_size(const TensorDesc& desc);
+
+// Compresses nbytes at src (must equal the size desc describes) into out.
+Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const EncodeOptions& options,
+                std::vector<uint8_t>* out);
+
+// Reads and validates the header and block table (no plane is decoded).
+Status read_info(const uint8_t* frame, size_t size, FrameInfo* info);
+
+// Decodes the whole frame into dst (dst_size must equal the original size);
+// every block's checksum is verified. threads: 0 = all.
+Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_size, unsigned threads);
+
+}  // namespace kvcore::frame

@@ -1,0 +1,5 @@
+"""`python -m kvcore ...` is the `kvcore` command."""
+
+from .cli import main
+
+raise SystemExit(main())

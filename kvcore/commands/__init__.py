@@ -1,0 +1,1 @@
+"""Subcommands of the `kvcore` command line (see kvcore.cli)."""
