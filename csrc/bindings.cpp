@@ -7,12 +7,14 @@
 #include <pybind11/stl.h>
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "cpu/cpu_features.h"
 #include "frame/codec.h"
 #include "frame/plane_methods.h"
 #include "parallel/thread_pool.h"
+#include "shuffle/shuffle.h"
 
 namespace py = pybind11;
 
@@ -78,6 +80,7 @@ unsigned thread_count(const py::object& threads) {
     return static_cast<unsigned>(n);
 }
 
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -106,6 +109,167 @@ PYBIND11_MODULE(_native, m) {
     m.def("hardware_threads", &kvcore::hardware_threads);
 
     // ---- section: shuffle ----
+    // Argument checks shared by the shuffle functions.
+    struct ShuffleArgs {
+        // A C-contiguous byte view of `obj` (any buffer-protocol object), held by `keep`.
+        static MutableView view(const py::object& obj, const std::string& what, bool writable,
+                                py::buffer_info& keep) {
+            if (!PyObject_CheckBuffer(obj.ptr()))
+                throw NativeError{Code::kInvalidArgument, what + " must be a bytes-like object"};
+            const auto b = py::reinterpret_borrow<py::buffer>(obj);
+            MutableView v{};
+            if (writable) {
+                if (b.request(false).readonly)  // a writable request on it would raise a bare BufferError
+                    throw NativeError{Code::kInvalidArgument, what + " is read-only"};
+                v = write_view(b, keep);
+            } else {
+                const ByteView r = read_view(b, keep);
+                v = {const_cast<uint8_t*>(r.data), r.size};
+            }
+            if (!PyBuffer_IsContiguous(keep.view(), 'C'))
+                throw NativeError{Code::kInvalidArgument, what + " must be C-contiguous"};
+            return v;
+        }
+
+        // The transform options of shuffle_split/merge, validated; `keep` holds the residual buffer.
+        static kvcore::shuffle::PlaneTransform transform(long elem_size, bool rotate, const py::object& residual,
+                                                          long phase, py::buffer_info& keep) {
+            if (elem_size != 1 && elem_size != 2 && elem_size != 4)
+                throw NativeError{Code::kInvalidArgument, "elem_size must be 1, 2 or 4, got " + std::to_string(elem_size)};
+            if (phase < 0) throw NativeError{Code::kInvalidArgument, "phase must be >= 0"};
+            kvcore::shuffle::PlaneTransform t;
+            t.rotate = rotate;
+            if (residual.is_none()) {
+                if (phase != 0) throw NativeError{Code::kInvalidArgument, "phase needs a residual"};
+                return t;
+            }
+            const MutableView r = view(residual, "residual", false, keep);
+            if (r.size == 0) throw NativeError{Code::kInvalidArgument, "residual must not be empty"};
+            if (r.size > 0xffffffffu) throw NativeError{Code::kInvalidArgument, "residual longer than 2^32-1 bytes"};
+            if (static_cast<size_t>(phase) >= r.size)
+                throw NativeError{Code::kInvalidArgument, "phase " + std::to_string(phase) + " must be < residual period " +
+                                                              std::to_string(r.size)};
+            t.residual = r.data;
+            t.period = static_cast<uint32_t>(r.size);
+            t.phase = static_cast<uint32_t>(phase);
+            return t;
+        }
+
+        static size_t elements(size_t bytes, long elem_size) {
+            if (bytes % static_cast<size_t>(elem_size) != 0)
+                throw NativeError{Code::kInvalidArgument, "buffer of " + std::to_string(bytes) +
+                                                              " bytes is not a whole number of " + std::to_string(elem_size) +
+                                                              "-byte elements"};
+            return bytes / static_cast<size_t>(elem_size);
+        }
+
+        // Read views of `planes` (elem_size of them, equal lengths); returns the plane length.
+        static size_t read_planes(const py::sequence& planes, long elem_size, std::vector<py::buffer_info>& keep,
+                                   const uint8_t* ptrs[4]) {
+            if (static_cast<long>(py::len(planes)) != elem_size)
+                throw NativeError{Code::kInvalidArgument, "expected " + std::to_string(elem_size) + " planes, got " +
+                                                              std::to_string(py::len(planes))};
+            keep.resize(static_cast<size_t>(elem_size));
+            size_t n = 0;
+            for (long p = 0; p < elem_size; ++p) {
+                const MutableView v = view(planes[p], "plane " + std::to_string(p), false, keep[p]);
+                if (p == 0) n = v.size;
+                else if (v.size != n)
+                    throw NativeError{Code::kInvalidArgument, "planes differ in length (" + std::to_string(n) + " and " +
+                                                                  std::to_string(v.size) + " bytes)"};
+                ptrs[p] = v.data;
+            }
+            return n;
+        }
+    };
+    m.def(
+        "shuffle_split",
+        [](py::object src, long elem_size, bool rotate, py::object residual, long phase) {
+            py::buffer_info src_keep, res_keep;
+            const auto t = ShuffleArgs::transform(elem_size, rotate, residual, phase, res_keep);
+            const MutableView s = ShuffleArgs::view(src, "src", false, src_keep);
+            const size_t n = ShuffleArgs::elements(s.size, elem_size);
+            py::list out;
+            uint8_t* ptrs[4] = {};
+            for (long p = 0; p < elem_size; ++p) {
+                PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
+                if (b == nullptr) throw py::error_already_set();
+                py::bytes obj = py::reinterpret_steal<py::bytes>(b);
+                ptrs[p] = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(b));
+                out.append(obj);
+            }
+            {
+                py::gil_scoped_release nogil;
+                kvcore::shuffle::split(s.data, n, static_cast<unsigned>(elem_size), t, ptrs);
+            }
+            return out;
+        },
+        py::arg("src"), py::arg("elem_size"), py::arg("rotate") = false, py::arg("residual") = py::none(),
+        py::arg("phase") = 0,
+        "Split elements of elem_size bytes (1, 2, 4) into elem_size byte planes; returns a list of bytes.");
+    m.def(
+        "shuffle_merge",
+        [](py::sequence planes, long elem_size, bool rotate, py::object residual, long phase) {
+            py::buffer_info res_keep;
+            const auto t = ShuffleArgs::transform(elem_size, rotate, residual, phase, res_keep);
+            std::vector<py::buffer_info> keep;
+            const uint8_t* ptrs[4] = {};
+            const size_t n = ShuffleArgs::read_planes(planes, elem_size, keep, ptrs);
+            PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n * elem_size));
+            if (b == nullptr) throw py::error_already_set();
+            py::bytes out = py::reinterpret_steal<py::bytes>(b);
+            uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(b));
+            {
+                py::gil_scoped_release nogil;
+                kvcore::shuffle::merge(ptrs, n, static_cast<unsigned>(elem_size), t, dst);
+            }
+            return out;
+        },
+        py::arg("planes"), py::arg("elem_size"), py::arg("rotate") = false, py::arg("residual") = py::none(),
+        py::arg("phase") = 0, "Inverse of shuffle_split: interleave elem_size planes into one bytes object.");
+    m.def(
+        "shuffle_split_into",
+        [](py::object src, long elem_size, bool rotate, py::object residual, long phase, py::sequence planes_out) {
+            py::buffer_info src_keep, res_keep;
+            const auto t = ShuffleArgs::transform(elem_size, rotate, residual, phase, res_keep);
+            const MutableView s = ShuffleArgs::view(src, "src", false, src_keep);
+            const size_t n = ShuffleArgs::elements(s.size, elem_size);
+            if (static_cast<long>(py::len(planes_out)) != elem_size)
+                throw NativeError{Code::kInvalidArgument, "expected " + std::to_string(elem_size) +
+                                                              " output planes, got " +
+                                                              std::to_string(py::len(planes_out))};
+            std::vector<py::buffer_info> keep(static_cast<size_t>(elem_size));
+            uint8_t* ptrs[4] = {};
+            for (long p = 0; p < elem_size; ++p) {
+                const MutableView v = ShuffleArgs::view(planes_out[p], "output plane " + std::to_string(p), true, keep[p]);
+                if (v.size != n)
+                    throw NativeError{Code::kInvalidArgument, "output plane " + std::to_string(p) + " has " +
+                                                                  std::to_string(v.size) + " bytes, needs " +
+                                                                  std::to_string(n)};
+                ptrs[p] = v.data;
+            }
+            py::gil_scoped_release nogil;
+            kvcore::shuffle::split(s.data, n, static_cast<unsigned>(elem_size), t, ptrs);
+        },
+        py::arg("src"), py::arg("elem_size"), py::arg("rotate"), py::arg("residual"), py::arg("phase"),
+        py::arg("planes_out"), "shuffle_split into given writable buffers (each exactly len(src)/elem_size bytes).");
+    m.def(
+        "shuffle_merge_into",
+        [](py::sequence planes, long elem_size, bool rotate, py::object residual, long phase, py::object dst) {
+            py::buffer_info res_keep, dst_keep;
+            const auto t = ShuffleArgs::transform(elem_size, rotate, residual, phase, res_keep);
+            std::vector<py::buffer_info> keep;
+            const uint8_t* ptrs[4] = {};
+            const size_t n = ShuffleArgs::read_planes(planes, elem_size, keep, ptrs);
+            const MutableView d = ShuffleArgs::view(dst, "dst", true, dst_keep);
+            if (d.size != n * static_cast<size_t>(elem_size))
+                throw NativeError{Code::kInvalidArgument, "dst has " + std::to_string(d.size) + " bytes, needs " +
+                                                              std::to_string(n * elem_size)};
+            py::gil_scoped_release nogil;
+            kvcore::shuffle::merge(ptrs, n, static_cast<unsigned>(elem_size), t, d.data);
+        },
+        py::arg("planes"), py::arg("elem_size"), py::arg("rotate"), py::arg("residual"), py::arg("phase"),
+        py::arg("dst"), "shuffle_merge into a given writable buffer of exactly len(plane)*elem_size bytes.");
 
     // ---- section: entropy: huffman ----
 
