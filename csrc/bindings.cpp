@@ -374,7 +374,7 @@ PYBIND11_MODULE(_native, m) {
         d["block_elems"] = info.block_elems;
         d["n_blocks"] = info.n_blocks;
         d["flags"] = info.flags;
-        d["period"] = info.period;
+        d["channels"] = info.channels;
         d["methods"] = methods;
         return d;
     });

@@ -139,7 +139,7 @@ def frame_info(frame: FrameLike) -> dict[str, Any]:
     flags = info.pop("flags")
     info["dtype"] = str(torch_dtype(info.pop("dtype_code"))).removeprefix("torch.")
     info["ratio"] = info["frame_bytes"] / info["original_bytes"] if info["original_bytes"] else 0.0
-    info["layout"] = {"rotate": bool(flags & 1), "residual": bool(flags & 2), "period": info.pop("period")}
+    info["layout"] = {"rotate": bool(flags & 1), "residual": bool(flags & 2), "channels": info.pop("channels")}
     info["mode"] = "fast" if flags & 4 else "dense"
     return info
 

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "frame/format.h"
 
 namespace kvcore::frame {
 namespace {
 
-constexpr uint64_t kSampleElems = 1u << 18;  // elements looked at, at most
+constexpr uint64_t kSampleElems = 1u << 16;  // elements looked at, at most
 constexpr uint64_t kMinRowsForResidual = 64;  // residual table must pay for itself
 
 bool is_float(DType d) {
@@ -18,9 +19,19 @@ bool is_float(DType d) {
 }
 
 uint32_t element(const uint8_t* src, uint64_t i, unsigned esize) {
-    uint32_t v = 0;
-    for (unsigned b = 0; b < esize; ++b) v |= uint32_t(src[i * esize + b]) << (8 * b);
-    return v;
+    switch (esize) {
+        case 1: return src[i];
+        case 2: {
+            uint16_t v;
+            std::memcpy(&v, src + 2 * i, 2);
+            return v;
+        }
+        default: {
+            uint32_t v;
+            std::memcpy(&v, src + 4 * i, 4);
+            return v;
+        }
+    }
 }
 
 uint32_t rotate_left1(uint32_t v, unsigned esize) {
@@ -50,15 +61,16 @@ double entropy_bits(const uint32_t* hist) {
     return h;
 }
 
-uint32_t channel_period(const std::vector<uint64_t>& shape) {
+uint32_t channel_count(const std::vector<uint64_t>& shape) {
     const size_t nd = shape.size();
-    if (nd >= 2 && shape[nd - 1] > 0 && shape[nd - 2] > 0 && shape[nd - 1] * shape[nd - 2] <= kMaxPeriod)
+    if (nd >= 2 && shape[nd - 1] > 0 && shape[nd - 2] > 0 && shape[nd - 1] * shape[nd - 2] <= kMaxChannels)
         return static_cast<uint32_t>(shape[nd - 1] * shape[nd - 2]);
-    if (nd >= 1 && shape[nd - 1] > 0 && shape[nd - 1] <= kMaxPeriod) return static_cast<uint32_t>(shape[nd - 1]);
+    if (nd >= 1 && shape[nd - 1] > 0 && shape[nd - 1] <= kMaxChannels) return static_cast<uint32_t>(shape[nd - 1]);
     return 1;
 }
 
-Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t period) {
+Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels) {
+    const uint32_t period = channels;
     const unsigned esize = dtype_size(dtype);
     Layout best;
     best.plane_entropy.assign(esize, 8.0);
@@ -112,7 +124,6 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
                 bits += std::min(8.0, top_res) - std::min(8.0, top_plain);
                 cand.plane_entropy[esize - 1] = top_res;
                 cand.residual = std::move(residual);
-                cand.period = period;
             }
         }
         if (bits < best_bits - 1e-9) {

@@ -17,16 +17,16 @@ namespace kvcore::frame {
 
 struct Layout {
     bool rotate = false;
-    uint32_t period = 1;
-    std::vector<uint8_t> residual;      // empty: no residual
+    std::vector<uint8_t> residual;      // one byte per channel; empty: no residual
     std::vector<double> plane_entropy;  // estimated bits per byte of each plane, chosen layout
 };
 
-// Channel period of a tensor: the product of its last two dimensions (one
-// (head, dim) position is a channel), or of its last one, when within kMaxPeriod.
-uint32_t channel_period(const std::vector<uint64_t>& shape);
+// Channels per row of a tensor: the product of its last two dimensions (one
+// (head, dim) position is a channel), else its last one, when within
+// kMaxChannels; else 1.
+uint32_t channel_count(const std::vector<uint64_t>& shape);
 
-Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t period);
+Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels);
 
 // Order-0 entropy in bits per symbol of a 256-bin histogram.
 double entropy_bits(const uint32_t* hist);

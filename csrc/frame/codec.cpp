@@ -60,8 +60,8 @@ shuffle::PlaneTransform transform_of(const Header& h, uint64_t first_elem) {
     t.rotate = (h.flags & kFlagRotate) != 0;
     if (h.flags & kFlagResidual) {
         t.residual = h.residual.data();
-        t.period = h.period;
-        t.phase = static_cast<uint32_t>(first_elem % h.period);
+        t.period = h.channels;
+        t.phase = static_cast<uint32_t>(first_elem % h.channels);
     }
     return t;
 }
@@ -79,9 +79,10 @@ Status validate_desc(const TensorDesc& desc, size_t nbytes) {
     return Status::ok();
 }
 
-uint32_t block_elems_for(const EncodeOptions& o, unsigned esize) {
-    const uint32_t bytes = o.block_bytes ? o.block_bytes : kDefaultBlockBytes;
-    return std::max<uint32_t>(1, bytes / esize);
+// Elements per block: the requested bytes, rounded down to whole rows (at least one).
+uint32_t block_elems_for(uint32_t block_bytes, unsigned esize, uint32_t channels) {
+    const uint32_t elems = std::max<uint32_t>(1, (block_bytes ? block_bytes : kDefaultBlockBytes) / esize);
+    return std::max(channels, elems / channels * channels);
 }
 
 // Keeps the first failure of a parallel loop.
@@ -133,7 +134,7 @@ private:
 };
 
 Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& h, const Layout& layout,
-                    uint32_t row_period, const EncodeOptions& o, Scratch& s, size_t* size) {
+                    const EncodeOptions& o, Scratch& s, size_t* size) {
     const unsigned esize = dtype_size(h.dtype);
     uint8_t* planes[4];
     for (unsigned p = 0; p < esize; ++p) planes[p] = s.plane(p, h.block_elems);
@@ -148,12 +149,12 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.deflate = o.deflate;
         policy.backend = o.backend;
         policy.try_entropy = layout.plane_entropy[p] < kIncompressibleBits;
-        policy.try_lz = has_repeated_rows(planes[p], n, row_period);
-        uint32_t hist[256];
-        if (policy.try_entropy) entropy::histogram(planes[p], n, hist);
+        policy.try_lz = has_repeated_rows(planes[p], n, h.channels);
+        // Channel context modelling for the exponent-carrying plane.
+        policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
         Method method;
         size_t written = 0;
-        KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy.try_entropy ? hist : nullptr, policy, out + pos + kPlanePrefixBytes,
+        KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
                                             s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
         out[pos] = static_cast<uint8_t>(method);
         put_u32(out + pos + 1, static_cast<uint32_t>(written));
@@ -176,7 +177,8 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         const size_t payload = get_u32(block + pos + 1);
         pos += kPlanePrefixBytes;
         if (payload > size - pos) return corrupt("plane payload runs past its block");
-        KVCORE_RETURN_IF_ERROR(decode_plane(method, block + pos, payload, n, scratch + p * n, &planes[p]));
+        KVCORE_RETURN_IF_ERROR(
+            decode_plane(method, block + pos, payload, n, h.channels, scratch + p * n, &planes[p]));
         pos += payload;
     }
     if (pos != size) return corrupt("block has trailing bytes");
@@ -193,11 +195,10 @@ size_t max_frame_size(const TensorDesc& desc, uint32_t block_bytes) {
     const unsigned esize = dtype_size(desc.dtype);
     uint64_t n = 1;
     for (uint64_t d : desc.shape) n *= d;
-    EncodeOptions o;
-    o.block_bytes = block_bytes;
-    const uint64_t be = block_elems_for(o, esize);
+    const uint32_t channels = channel_count(desc.shape);
+    const uint64_t be = block_elems_for(block_bytes, esize, channels);
     const uint64_t blocks = (n + be - 1) / be;
-    return header_size(desc.shape.size(), true, kMaxPeriod, static_cast<uint32_t>(blocks)) +
+    return header_size(desc.shape.size(), true, channels, static_cast<uint32_t>(blocks)) +
            blocks * (kBlockPrefixBytes + esize * kPlanePrefixBytes) + n * esize;
 }
 
@@ -216,14 +217,14 @@ Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const
     h.dtype = desc.dtype;
     h.shape = desc.shape;
     h.n_elems = n;
-    h.block_elems = block_elems_for(o, esize);
+    h.channels = channel_count(desc.shape);
+    // Blocks hold whole rows, so channel i of every block is channel i of the tensor.
+    h.block_elems = block_elems_for(o.block_bytes, esize, h.channels);
     h.n_blocks = static_cast<uint32_t>((n + h.block_elems - 1) / h.block_elems);
-    const uint32_t row_period = channel_period(desc.shape);
-    const Layout layout = choose_layout(src, n, desc.dtype, row_period);
+    const Layout layout = choose_layout(src, n, desc.dtype, h.channels);
     h.flags = (layout.rotate ? kFlagRotate : 0) | (o.mode == Mode::kFast ? kFlagFastMode : 0);
     if (!layout.residual.empty()) {
         h.flags |= kFlagResidual;
-        h.period = layout.period;
         h.residual = layout.residual;
     }
     h.block_sizes.assign(h.n_blocks, 0);
@@ -241,7 +242,7 @@ Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const
         Status st;
         if (!error.failed()) {
             Scratch& s = thread_scratch(planes_bytes, encoded_bytes);
-            st = encode_block(src, first, count, h, layout, row_period, o, s, &size);
+            st = encode_block(src, first, count, h, layout, o, s, &size);
             const uint64_t at = commit.wait_turn(b);
             if (st.is_ok()) {
                 std::memcpy(dst + at, s.encoded.data(), size);
@@ -281,7 +282,7 @@ Status read_info(const uint8_t* frame, size_t size, FrameInfo* info) {
     info->block_elems = h.block_elems;
     info->n_blocks = h.n_blocks;
     info->flags = h.flags;
-    info->period = h.period;
+    info->channels = h.channels;
     info->method_counts.assign(kMethodCount, 0);
     info->method_bytes.assign(kMethodCount, 0);
     for (uint32_t b = 0; b < h.n_blocks; ++b) {

@@ -60,7 +60,7 @@ struct FrameInfo {
     uint32_t block_elems = 0;
     uint32_t n_blocks = 0;
     uint32_t flags = 0;
-    uint32_t period = 0;
+    uint32_t channels = 0;
     // method_counts[m] = number of planes coded with method m, over all blocks.
     std::vector<uint64_t> method_counts;
     std::vector<uint64_t> method_bytes;

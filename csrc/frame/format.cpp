@@ -40,8 +40,8 @@ unsigned dtype_size(DType dtype) {
     return 0;
 }
 
-size_t header_size(size_t ndim, bool residual, uint32_t period, uint32_t n_blocks) {
-    return kFixedBytes + 8 * ndim + 4 + (residual ? period : 0) + 4 * size_t(n_blocks) + 4;
+size_t header_size(size_t ndim, bool residual, uint32_t channels, uint32_t n_blocks) {
+    return kFixedBytes + 8 * ndim + 4 + (residual ? channels : 0) + 4 * size_t(n_blocks) + 4;
 }
 
 namespace {
@@ -62,11 +62,11 @@ size_t write_description(const Header& h, uint8_t* dst) {
         put_u64(p, d);
         p += 8;
     }
-    put_u32(p, h.period);
+    put_u32(p, h.channels);
     p += 4;
     if (h.flags & kFlagResidual) {
-        std::memcpy(p, h.residual.data(), h.period);
-        p += h.period;
+        std::memcpy(p, h.residual.data(), h.channels);
+        p += h.channels;
     }
     return size_t(p - dst);
 }
@@ -122,15 +122,15 @@ Status parse_header(const uint8_t* frame, size_t size, Header* h, size_t* consum
 
     const uint8_t* pp;
     if (!r.take(4, &pp)) return corrupt("frame too short for its header");
-    h->period = get_u32(pp);
-    if (h->period == 0 || h->period > kMaxPeriod) return corrupt("channel period out of range");
+    h->channels = get_u32(pp);
+    if (h->channels == 0 || h->channels > kMaxChannels) return corrupt("channel count out of range");
+    if (h->n_elems % h->channels != 0 || h->block_elems % h->channels != 0)
+        return corrupt("rows are not whole (channel count does not divide the sizes)");
     h->residual.clear();
     if (h->flags & kFlagResidual) {
         const uint8_t* res;
-        if (!r.take(h->period, &res)) return corrupt("frame too short for its residual table");
-        h->residual.assign(res, res + h->period);
-    } else if (h->period != 1) {
-        return corrupt("channel period without a residual table");
+        if (!r.take(h->channels, &res)) return corrupt("frame too short for its residual table");
+        h->residual.assign(res, res + h->channels);
     }
 
     h->binding = checksum64(frame, size - r.left);

@@ -17,7 +17,7 @@ constexpr uint8_t kFlagRotate = 1u << 0;
 constexpr uint8_t kFlagResidual = 1u << 1;
 constexpr uint8_t kFlagFastMode = 1u << 2;  // informational: the encoder's mode
 constexpr uint8_t kKnownFlags = kFlagRotate | kFlagResidual | kFlagFastMode;
-constexpr uint32_t kMaxPeriod = 4096;          // channels a residual may cover
+constexpr uint32_t kMaxChannels = 4096;        // channels per row, at most
 constexpr uint32_t kMaxBlockBytes = 16u << 20;  // bound on one block's original size
 constexpr uint32_t kDefaultBlockBytes = 256u << 10;
 constexpr size_t kBlockPrefixBytes = 8;         // the block's checksum
@@ -30,8 +30,8 @@ struct Header {
     uint32_t block_elems = 0;
     uint32_t n_blocks = 0;
     uint64_t n_elems = 0;
-    uint32_t period = 1;
-    std::vector<uint8_t> residual;      // period bytes when kFlagResidual
+    uint32_t channels = 1;              // channels per row; n_elems and block_elems are multiples
+    std::vector<uint8_t> residual;      // channels bytes when kFlagResidual
     std::vector<uint32_t> block_sizes;  // encoded size of each block
     // XXH3-64 of the header bytes before the block table. Block checksums are
     // seeded with it, so a block only verifies under the header it was written with.
@@ -45,9 +45,9 @@ inline uint64_t block_seed(const Header& h, uint64_t b) { return h.binding ^ (b 
 void bind_header(Header* h);
 
 // Size of the serialized header (which depends on rank, period, block count).
-size_t header_size(size_t ndim, bool residual, uint32_t period, uint32_t n_blocks);
+size_t header_size(size_t ndim, bool residual, uint32_t channels, uint32_t n_blocks);
 inline size_t header_size(const Header& h) {
-    return header_size(h.shape.size(), (h.flags & kFlagResidual) != 0, h.period, h.n_blocks);
+    return header_size(h.shape.size(), (h.flags & kFlagResidual) != 0, h.channels, h.n_blocks);
 }
 
 // Writes the header (with its checksum) at dst, which has header_size(h) bytes.

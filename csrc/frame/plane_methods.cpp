@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "entropy/channel_groups.h"
 #include "entropy/fastcode.h"
 #include "entropy/huffman.h"
 #include "lz/zstd_plane.h"
@@ -20,8 +21,23 @@ uint8_t* thread_candidate_scratch(size_t n) {
     return scratch.data();
 }
 
-Status entropy_encode(const uint8_t* plane, size_t n, const uint32_t* hist, const PlanePolicy& policy,
-                      uint8_t* dst, size_t cap, Method* method, size_t* written) {
+// Codes the plane with the mode's entropy coder. *constant is set instead when
+// the plane holds one value (found from the histogram the coders need anyway).
+Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
+                      Method* method, size_t* written, bool* constant) {
+    uint32_t hist[256];
+    const bool grouped = policy.mode == Mode::kDense && policy.channels > 1 && n % policy.channels == 0;
+    Status st = make_status(Code::kBufferTooSmall, "not tried");
+    if (grouped) {
+        st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, hist, dst, cap, written);
+    } else {
+        entropy::histogram(plane, n, hist);
+    }
+    *constant = hist[plane[0]] == n;
+    if (*constant || st.code != Code::kBufferTooSmall) {
+        *method = Method::kGrouped;
+        return st;
+    }
     if (policy.mode == Mode::kFast) {
         *method = Method::kFastcode;
         return entropy::fastcode_encode(plane, n, hist, dst, cap, written);
@@ -43,25 +59,27 @@ const char* method_name(uint8_t method) {
         case Method::kZstd: return "zstd";
         case Method::kDeflate: return "deflate";
         case Method::kConstant: return "constant";
+        case Method::kGrouped: return "grouped";
     }
     return "unknown";
 }
 
-Status encode_plane(const uint8_t* plane, size_t n, const uint32_t* hist, const PlanePolicy& policy, uint8_t* dst,
-                    size_t cap, Method* method, size_t* written) {
+Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
+                    Method* method, size_t* written) {
     if (cap < n) return make_status(Code::kBufferTooSmall, "plane output capacity below the plane size");
-    if (n > 0 && hist != nullptr && hist[plane[0]] == n) {
-        dst[0] = plane[0];
-        *method = Method::kConstant;
-        *written = 1;
-        return Status::ok();
-    }
     Method best_method = Method::kRaw;
     size_t best = n;
     if (policy.try_entropy && n > 1) {
         Method m;
         size_t size = 0;
-        const Status st = entropy_encode(plane, n, hist, policy, dst, n - 1, &m, &size);
+        bool constant = false;
+        const Status st = entropy_encode(plane, n, policy, dst, n - 1, &m, &size, &constant);
+        if (constant) {
+            dst[0] = plane[0];
+            *method = Method::kConstant;
+            *written = 1;
+            return Status::ok();
+        }
         if (st.is_ok()) {
             best_method = m;
             best = size;
@@ -87,8 +105,8 @@ Status encode_plane(const uint8_t* plane, size_t n, const uint32_t* hist, const 
     return Status::ok();
 }
 
-Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t n, uint8_t* scratch,
-                    const uint8_t** out) {
+Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t n, uint32_t channels,
+                    uint8_t* scratch, const uint8_t** out) {
     *out = scratch;
     switch (static_cast<Method>(method)) {
         case Method::kRaw:
@@ -102,6 +120,9 @@ Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t 
         case Method::kHuffman: return entropy::huffman_decode(payload, size, scratch, n);
         case Method::kFastcode: return entropy::fastcode_decode(payload, size, scratch, n);
         case Method::kZstd: return lz::zstd_plane_decode(payload, size, scratch, n);
+        case Method::kGrouped:
+            if (channels < 2 || n % channels) return corrupt("grouped plane in a block without whole rows");
+            return entropy::grouped_decode(payload, size, n / channels, channels, scratch);
         case Method::kDeflate: break;
     }
     return corrupt("unknown plane method " + std::to_string(method));

@@ -17,8 +17,9 @@ enum class Method : uint8_t {
     kZstd = 3,      // lz/zstd_plane.h
     kDeflate = 4,   // raw DEFLATE pieces (QAT-compatible), deflate/
     kConstant = 5,  // one byte, repeated n times
+    kGrouped = 6,   // channel-grouped Huffman, entropy/channel_groups.h
 };
-constexpr unsigned kMethodCount = 6;
+constexpr unsigned kMethodCount = 7;
 const char* method_name(uint8_t method);
 
 // How the encoder chooses a plane's method.
@@ -28,20 +29,21 @@ struct PlanePolicy {
     bool try_lz = false;      // the plane has long repeats: also try zstd
     bool deflate = false;     // use the DEFLATE method instead of Huffman/fastcode
     Backend backend = Backend::kAuto;
+    uint32_t channels = 1;    // > 1: the plane is whole rows of this many channels (context modelling)
 };
 
 // Worst-case payload size for a plane of n bytes (raw is always possible).
 inline size_t plane_payload_bound(size_t n) { return n; }
 
 // Encodes plane[0, n) into dst (capacity >= n), picking the smallest method the
-// policy allows. hist: the plane's 256 symbol counts (required when the policy
-// tries entropy coding, else may be null).
-Status encode_plane(const uint8_t* plane, size_t n, const uint32_t* hist, const PlanePolicy& policy, uint8_t* dst,
-                    size_t cap, Method* method, size_t* written);
+// policy allows.
+Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
+                    Method* method, size_t* written);
 
 // Decodes a payload of n bytes. For kRaw *out points into the payload itself
 // (no copy); otherwise the plane is decoded into scratch and *out = scratch.
-Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t n, uint8_t* scratch,
-                    const uint8_t** out);
+// channels: the frame's channel count (for kGrouped).
+Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t n, uint32_t channels,
+                    uint8_t* scratch, const uint8_t** out);
 
 }  // namespace kvcore::frame
