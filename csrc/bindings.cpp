@@ -107,6 +107,8 @@ PYBIND11_MODULE(_native, m) {
     // ---- section: shuffle ----
 
     // ---- section: entropy: huffman ----
+    m.def("huffman_bound", &kvcore::entropy::huffman_bound, py::arg("n"),
+          "Largest stream huffman_encode produces for n symbols.");
     m.def(
         "huffman_encode",
         [](const py::buffer& src) {
@@ -147,6 +149,8 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& stream, const py::buffer& out) {
             py::buffer_info keep_in, keep_out;
             const ByteView in = read_view(stream, keep_in);
+            if (out.request(false).readonly)  // request(true) would raise a plain BufferError
+                throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
             const MutableView o = write_view(out, keep_out);
             Status st;
             {

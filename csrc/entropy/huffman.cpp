@@ -146,81 +146,81 @@ unsigned canonical_order(const uint8_t* lens, uint8_t* order) {
 
 // ---------------------------------------------------------------- encoder
 
-// enc[s] = code << 8 | length.
+// Codes for the encoder: hi[s] = code left-aligned in 64 bits, len[s] its length.
+struct EncTable {
+    uint64_t hi[256];
+    uint8_t len[256];
+};
+
+// MSB-first bit writer with the pending bits left-aligned in acc.
 template <int kVariant>
-KV_ALWAYS_INLINE bool encode_segment_impl(const uint8_t* src, size_t len, const uint32_t* enc, uint8_t* out,
+KV_ALWAYS_INLINE bool encode_segment_impl(const uint8_t* src, size_t len, const EncTable& t, uint8_t* out,
                                           const uint8_t* out_end, size_t* written, uint64_t* nbits) {
     uint8_t* o = out;
     uint64_t acc = 0;
     unsigned bits = 0;
     size_t i = 0;
-    if (out_end - out >= 8) {
-        const uint8_t* fast_end = out_end - 8;
+    const uint64_t* hi = t.hi;
+    const uint8_t* ln = t.len;
+#define KV_HUF_PUT(sym)           \
+    do {                          \
+        const unsigned s_ = (sym); \
+        acc |= hi[s_] >> bits;    \
+        bits += ln[s_];           \
+    } while (0)
+#define KV_HUF_FLUSH()                  \
+    do {                                \
+        store_be64(o, acc);             \
+        o += bits >> 3;                 \
+        acc <<= bits & ~7u;             \
+        bits &= 7;                      \
+    } while (0)
+    if (out_end - out >= 16) {
+        // Each iteration writes at most 2 * 8 bytes from o and advances o by <= 11 bytes.
+        const uint8_t* fast_end = out_end - 16;
         while (i + 8 <= len && o <= fast_end) {
-            // Two groups of four codes per 8 input bytes; each group is <= 44 bits.
             uint64_t in;
             std::memcpy(&in, src + i, 8);
-            const uint32_t e0 = enc[in & 0xff], e1 = enc[(in >> 8) & 0xff], e2 = enc[(in >> 16) & 0xff],
-                           e3 = enc[(in >> 24) & 0xff];
-            const uint32_t e4 = enc[(in >> 32) & 0xff], e5 = enc[(in >> 40) & 0xff], e6 = enc[(in >> 48) & 0xff],
-                           e7 = enc[in >> 56];
-            uint64_t g0 = e0 >> 8;
-            g0 = (g0 << (e1 & 0xff)) | (e1 >> 8);
-            uint64_t g1 = e2 >> 8;
-            g1 = (g1 << (e3 & 0xff)) | (e3 >> 8);
-            const unsigned la = (e0 & 0xff) + (e1 & 0xff);
-            const unsigned lb = (e2 & 0xff) + (e3 & 0xff);
-            const uint64_t ga = (g0 << lb) | g1;
-            uint64_t g2 = e4 >> 8;
-            g2 = (g2 << (e5 & 0xff)) | (e5 >> 8);
-            uint64_t g3 = e6 >> 8;
-            g3 = (g3 << (e7 & 0xff)) | (e7 >> 8);
-            const unsigned lc = (e4 & 0xff) + (e5 & 0xff);
-            const unsigned ld = (e6 & 0xff) + (e7 & 0xff);
-            const uint64_t gb = (g2 << ld) | g3;
-            acc = (acc << (la + lb)) | ga;
-            bits += la + lb;
-            store_be64(o, acc << (64 - bits));  // bits >= 4 here
-            o += bits >> 3;
-            bits &= 7;
-            if (o > fast_end) {  // no room for the second flush: emit its codes one by one below
-                i += 4;
-                break;
-            }
-            acc = (acc << (lc + ld)) | gb;
-            bits += lc + ld;
-            store_be64(o, acc << (64 - bits));
-            o += bits >> 3;
-            bits &= 7;
+            KV_HUF_PUT(in & 0xff);
+            KV_HUF_PUT((in >> 8) & 0xff);
+            KV_HUF_PUT((in >> 16) & 0xff);
+            KV_HUF_PUT((in >> 24) & 0xff);
+            KV_HUF_FLUSH();  // bits <= 7 + 4 * 11 before
+            KV_HUF_PUT((in >> 32) & 0xff);
+            KV_HUF_PUT((in >> 40) & 0xff);
+            KV_HUF_PUT((in >> 48) & 0xff);
+            KV_HUF_PUT(in >> 56);
+            KV_HUF_FLUSH();
             i += 8;
         }
     }
+#undef KV_HUF_FLUSH
     for (; i < len; ++i) {
-        const uint32_t e = enc[src[i]];
-        acc = (acc << (e & 0xff)) | (e >> 8);
-        bits += e & 0xff;
+        KV_HUF_PUT(src[i]);
         while (bits >= 8) {
             if (o >= out_end) return false;
-            *o++ = uint8_t(acc >> (bits - 8));
+            *o++ = uint8_t(acc >> 56);
+            acc <<= 8;
             bits -= 8;
         }
     }
+#undef KV_HUF_PUT
     *nbits = uint64_t(o - out) * 8 + bits;
     if (bits) {
         if (o >= out_end) return false;
-        *o++ = uint8_t(acc << (8 - bits));
+        *o++ = uint8_t(acc >> 56);  // the bits below the pending ones are zero
     }
     *written = size_t(o - out);
     return true;
 }
 
-bool encode_segment_scalar(const uint8_t* src, size_t len, const uint32_t* enc, uint8_t* out, const uint8_t* out_end,
+bool encode_segment_scalar(const uint8_t* src, size_t len, const EncTable& enc, uint8_t* out, const uint8_t* out_end,
                            size_t* written, uint64_t* nbits) {
     return encode_segment_impl<0>(src, len, enc, out, out_end, written, nbits);
 }
 
 __attribute__((target("avx2,bmi,bmi2"))) bool encode_segment_bmi2(const uint8_t* src, size_t len,
-                                                                   const uint32_t* enc, uint8_t* out,
+                                                                   const EncTable& enc, uint8_t* out,
                                                                    const uint8_t* out_end, size_t* written,
                                                                    uint64_t* nbits) {
     return encode_segment_impl<1>(src, len, enc, out, out_end, written, nbits);
@@ -235,33 +235,52 @@ struct Tables {
     alignas(64) uint16_t single[kTableSize];
 };
 
+// Multi-symbol table fill by walking the code tree: the index bits after the
+// `bits` already decoded form a w-bit suffix; each symbol whose code fits in w
+// bits owns a contiguous range of suffixes, which is filled recursively; the
+// suffixes left over (codes longer than w bits) end the entry.
+struct MultiFill {
+    const uint8_t* lens;
+    const uint8_t* order;
+    const uint32_t* start;  // canonical start of order[i] in kTableBits space
+    unsigned m;
+    uint64_t* multi;
+
+    void fill(uint32_t base, unsigned w, uint64_t syms, unsigned count, unsigned bits) const {
+        const uint64_t entry_meta = uint64_t(count) << 48 | uint64_t(bits) << 56;
+        uint32_t covered = 0;
+        if (count < kMaxSyms) {
+            for (unsigned i = 0; i < m; ++i) {
+                const unsigned s = order[i], len = lens[s];
+                if (len > w) break;
+                const uint32_t lo = start[i] >> (kTableBits - w);
+                fill(base + lo, w - len, syms | uint64_t(s) << (8 * count), count + 1, bits + len);
+                covered = lo + (1u << (w - len));
+            }
+        }
+        const uint64_t e = syms | entry_meta;
+        for (uint32_t j = base + covered, end = base + (1u << w); j < end; ++j) multi[j] = e;
+    }
+};
+
 // Builds the tables from canonical order and lengths; false when the code is not complete.
 bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, Tables* t) {
+    uint32_t start[256];
     uint32_t pos = 0;
     for (unsigned i = 0; i < m; ++i) {
         const unsigned s = order[i], len = lens[s];
         const uint32_t span = 1u << (kTableBits - len);
         if (pos + span > kTableSize) return false;
+        start[i] = pos;
         const uint16_t e = uint16_t(s | len << 8);
         for (uint32_t j = 0; j < span; ++j) t->single[pos + j] = e;
         pos += span;
     }
     if (pos != kTableSize) return false;
-    constexpr uint32_t mask = kTableSize - 1;
-    for (uint32_t i = 0; i < kTableSize; ++i) {
-        uint16_t e = t->single[i];
-        uint64_t syms = e & 0xff;
-        unsigned bits = e >> 8, count = 1;
-        while (count < kMaxSyms) {
-            e = t->single[(i << bits) & mask];
-            const unsigned nb = bits + (e >> 8);
-            if (nb > kTableBits) break;
-            syms |= uint64_t(e & 0xff) << (8 * count);
-            bits = nb;
-            ++count;
-        }
-        t->multi[i] = syms | uint64_t(count) << 48 | uint64_t(bits) << 56;
-    }
+    // Every suffix of w >= 1 bits starts a code that fits or is longer than w, so the
+    // top level covers the whole table.
+    MultiFill f{lens, order, start, m, t->multi};
+    f.fill(0, kTableBits, 0, 0, 0);
     return true;
 }
 
@@ -472,11 +491,13 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
 
     // Canonical codes.
-    uint32_t enc[256] = {};
+    EncTable enc;
+    std::memset(&enc, 0, sizeof(enc));
     uint32_t pos = 0;  // in kTableBits space
     for (unsigned i = 0; i < m; ++i) {
         const unsigned s = order[i], len = lens[s];
-        enc[s] = (pos >> (kTableBits - len)) << 8 | len;
+        enc.hi[s] = uint64_t(pos) << (64 - kTableBits);  // == code << (64 - len)
+        enc.len[s] = uint8_t(len);
         pos += 1u << (kTableBits - len);
     }
     if (pos != kTableSize) return make_status(Code::kBackendError, "huffman: incomplete code");
