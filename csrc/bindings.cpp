@@ -114,16 +114,23 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& src) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
-            std::string out(kvcore::entropy::huffman_bound(in.size), '\0');
+            // Encode straight into a bytes object of the bound size, then shrink it in place.
+            const size_t cap = kvcore::entropy::huffman_bound(in.size);
+            PyObject* raw = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(cap));
+            if (!raw) throw py::error_already_set();
+            uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(raw));
             size_t written = 0;
             Status st;
             {
                 py::gil_scoped_release release;
-                st = kvcore::entropy::huffman_encode(in.data, in.size, nullptr, reinterpret_cast<uint8_t*>(out.data()),
-                                                     out.size(), &written);
+                st = kvcore::entropy::huffman_encode(in.data, in.size, nullptr, dst, cap, &written);
             }
-            check(st);
-            return py::bytes(out.data(), written);
+            if (!st.is_ok()) {
+                Py_DECREF(raw);
+                check(st);
+            }
+            if (_PyBytes_Resize(&raw, Py_ssize_t(written)) != 0) throw py::error_already_set();
+            return py::reinterpret_steal<py::bytes>(raw);
         },
         py::arg("src"), "Huffman-codes a byte buffer (order-0, canonical, 4 streams); returns the stream.");
     m.def(

@@ -137,22 +137,27 @@ void limited_lengths(const uint64_t* counts, unsigned max_len, uint8_t* lens) {
 
 // Canonical order of the present symbols: by (length, symbol). Returns m.
 unsigned canonical_order(const uint8_t* lens, uint8_t* order) {
-    unsigned m = 0;
-    for (unsigned len = 1; len <= kMaxLen; ++len)
-        for (unsigned s = 0; s < 256; ++s)
-            if (lens[s] == len) order[m++] = uint8_t(s);
-    return m;
+    unsigned first[kMaxLen + 2] = {};  // counting sort by length (lens are 0..kMaxLen)
+    for (unsigned s = 0; s < 256; ++s) ++first[lens[s] + 1];
+    first[1] = 0;  // length 0: absent, not ordered
+    for (unsigned len = 2; len <= kMaxLen + 1; ++len) first[len] += first[len - 1];
+    for (unsigned s = 0; s < 256; ++s)
+        if (lens[s]) order[first[lens[s]]++] = uint8_t(s);
+    return first[kMaxLen];
 }
 
 // ---------------------------------------------------------------- encoder
 
-// Codes for the encoder: hi[s] = code left-aligned in 64 bits, len[s] its length.
+// Codes for the encoder: code[s] = the code left-aligned in 64 bits, with its
+// length in the low byte (codes have <= 11 bits, so the two never overlap).
 struct EncTable {
-    uint64_t hi[256];
-    uint8_t len[256];
+    uint64_t code[256];
 };
 
-// MSB-first bit writer with the pending bits left-aligned in acc.
+// MSB-first bit writer with the pending bits left-aligned in acc. OR-ing a table
+// entry also ORs its length byte, shifted right, into acc's low byte: that byte
+// is below any pending bit (<= 51 of them before a flush), is masked off before
+// acc shifts up, and the byte of a store it lands in is rewritten by the next store.
 template <int kVariant>
 KV_ALWAYS_INLINE bool encode_segment_impl(const uint8_t* src, size_t len, const EncTable& t, uint8_t* out,
                                           const uint8_t* out_end, size_t* written, uint64_t* nbits) {
@@ -160,43 +165,43 @@ KV_ALWAYS_INLINE bool encode_segment_impl(const uint8_t* src, size_t len, const 
     uint64_t acc = 0;
     unsigned bits = 0;
     size_t i = 0;
-    const uint64_t* hi = t.hi;
-    const uint8_t* ln = t.len;
-#define KV_HUF_PUT(sym)           \
-    do {                          \
-        const unsigned s_ = (sym); \
-        acc |= hi[s_] >> bits;    \
-        bits += ln[s_];           \
+    const uint64_t* code = t.code;
+#define KV_HUF_PUT(sym)                  \
+    do {                                 \
+        const uint64_t e_ = code[(sym)]; \
+        acc |= e_ >> bits;               \
+        bits += unsigned(e_ & 0xff);     \
     } while (0)
-#define KV_HUF_FLUSH()                  \
-    do {                                \
-        store_be64(o, acc);             \
-        o += bits >> 3;                 \
-        acc <<= bits & ~7u;             \
-        bits &= 7;                      \
+#define KV_HUF_FLUSH()                              \
+    do {                                            \
+        store_be64(o, acc);                         \
+        o += bits >> 3;                             \
+        acc = (acc & ~uint64_t(0xff)) << (bits & ~7u); \
+        bits &= 7;                                  \
     } while (0)
     if (out_end - out >= 16) {
         // Each iteration writes at most 2 * 8 bytes from o and advances o by <= 11 bytes.
         const uint8_t* fast_end = out_end - 16;
         while (i + 8 <= len && o <= fast_end) {
-            uint64_t in;
-            std::memcpy(&in, src + i, 8);
-            KV_HUF_PUT(in & 0xff);
-            KV_HUF_PUT((in >> 8) & 0xff);
-            KV_HUF_PUT((in >> 16) & 0xff);
-            KV_HUF_PUT((in >> 24) & 0xff);
+            const uint8_t* p = src + i;
+            KV_HUF_PUT(p[0]);
+            KV_HUF_PUT(p[1]);
+            KV_HUF_PUT(p[2]);
+            KV_HUF_PUT(p[3]);
             KV_HUF_FLUSH();  // bits <= 7 + 4 * 11 before
-            KV_HUF_PUT((in >> 32) & 0xff);
-            KV_HUF_PUT((in >> 40) & 0xff);
-            KV_HUF_PUT((in >> 48) & 0xff);
-            KV_HUF_PUT(in >> 56);
+            KV_HUF_PUT(p[4]);
+            KV_HUF_PUT(p[5]);
+            KV_HUF_PUT(p[6]);
+            KV_HUF_PUT(p[7]);
             KV_HUF_FLUSH();
             i += 8;
         }
     }
 #undef KV_HUF_FLUSH
+    acc &= ~uint64_t(0xff);
     for (; i < len; ++i) {
         KV_HUF_PUT(src[i]);
+        acc &= ~uint64_t(0xff);
         while (bits >= 8) {
             if (o >= out_end) return false;
             *o++ = uint8_t(acc >> 56);
@@ -229,7 +234,7 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_segment_bmi2(const uint8_t*
 // ---------------------------------------------------------------- decoder
 
 // Single-symbol table entry: symbol | length << 8.
-// Multi-symbol entry: symbols in bytes 0..5, count in byte 6, bits in byte 7.
+// Multi-symbol entry: symbols in bytes 0..5, bits in byte 6, count in byte 7.
 struct Tables {
     alignas(64) uint64_t multi[kTableSize];
     alignas(64) uint16_t single[kTableSize];
@@ -247,7 +252,7 @@ struct MultiFill {
     uint64_t* multi;
 
     void fill(uint32_t base, unsigned w, uint64_t syms, unsigned count, unsigned bits) const {
-        const uint64_t entry_meta = uint64_t(count) << 48 | uint64_t(bits) << 56;
+        const uint64_t entry_meta = uint64_t(bits) << 48 | uint64_t(count) << 56;
         uint32_t covered = 0;
         if (count < kMaxSyms) {
             for (unsigned i = 0; i < m; ++i) {
@@ -307,11 +312,11 @@ KV_ALWAYS_INLINE void decode_tail(const uint8_t* src, size_t src_size, const Tab
         }
         const uint32_t idx = uint32_t((buf << s.bitpos) >> (64 - kTableBits));
         const uint64_t e = t.multi[idx];
-        const size_t count = (e >> 48) & 0xff;
+        const size_t count = size_t(e >> 56);
         if (count <= size_t(s.end - s.out)) {
             std::memcpy(s.out, &e, count);  // little endian: symbol 0 in byte 0
             s.out += count;
-            s.bitpos += unsigned(e >> 56);
+            s.bitpos += unsigned(e >> 48) & 0xff;
         } else {
             const uint16_t e1 = t.single[idx];
             *s.out++ = uint8_t(e1);
@@ -345,24 +350,26 @@ KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, c
         const uint8_t* i1 = src + st[1].pos;
         const uint8_t* i2 = src + st[2].pos;
         const uint8_t* i3 = src + st[3].pos;
-        unsigned b0 = st[0].bitpos, b1 = st[1].bitpos, b2 = st[2].bitpos, b3 = st[3].bitpos;
+        // b = bits consumed since the refill in its low byte (<= 7 + kRound * kTableBits < 64);
+        // the entries' counts pile up above it and are dropped at each refill.
+        uint64_t b0 = st[0].bitpos, b1 = st[1].bitpos, b2 = st[2].bitpos, b3 = st[3].bitpos;
         uint8_t *o0 = st[0].out, *o1 = st[1].out, *o2 = st[2].out, *o3 = st[3].out;
         do {
-            i0 += b0 >> 3;
+            i0 += (b0 & 0xff) >> 3;
             b0 &= 7;
-            i1 += b1 >> 3;
+            i1 += (b1 & 0xff) >> 3;
             b1 &= 7;
-            i2 += b2 >> 3;
+            i2 += (b2 & 0xff) >> 3;
             b2 &= 7;
-            i3 += b3 >> 3;
+            i3 += (b3 & 0xff) >> 3;
             b3 &= 7;
             const uint64_t w0 = load_be64(i0), w1 = load_be64(i1), w2 = load_be64(i2), w3 = load_be64(i3);
 #define KV_HUF_STEP(w, b, o)                                                 \
     do {                                                                     \
-        const uint64_t e = tab[(w << b) >> (64 - kTableBits)];               \
+        const uint64_t e = tab[(w << (b & 63)) >> (64 - kTableBits)];        \
         store_le64(o, e);                                                    \
-        o += (e >> 48) & 0xff;                                               \
-        b += unsigned(e >> 56);                                              \
+        o += e >> 56;                                                        \
+        b += e >> 48; /* bits into the low byte, count above it */           \
     } while (0)
             for (unsigned r = 0; r < kRound; ++r) {
                 KV_HUF_STEP(w0, b0, o0);
@@ -376,10 +383,10 @@ KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, c
         st[1].pos = size_t(i1 - src);
         st[2].pos = size_t(i2 - src);
         st[3].pos = size_t(i3 - src);
-        st[0].bitpos = b0;
-        st[1].bitpos = b1;
-        st[2].bitpos = b2;
-        st[3].bitpos = b3;
+        st[0].bitpos = unsigned(b0 & 0xff);
+        st[1].bitpos = unsigned(b1 & 0xff);
+        st[2].bitpos = unsigned(b2 & 0xff);
+        st[3].bitpos = unsigned(b3 & 0xff);
         st[0].out = o0;
         st[1].out = o1;
         st[2].out = o2;
@@ -402,7 +409,9 @@ __attribute__((target("avx2,bmi,bmi2"))) void decode_streams_bmi2(const uint8_t*
 
 template <int kVariant>
 KV_ALWAYS_INLINE void histogram_impl(const uint8_t* src, size_t n, uint32_t* hist) {
-    uint32_t c[4][256];
+    // Eight count tables: runs of one value (common in skewed planes) would otherwise
+    // serialize on store-to-load forwarding of a single counter.
+    uint32_t c[8][256];
     std::memset(c, 0, sizeof(c));
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -410,14 +419,15 @@ KV_ALWAYS_INLINE void histogram_impl(const uint8_t* src, size_t n, uint32_t* his
         std::memcpy(&a, src + i, 8);
         std::memcpy(&b, src + i + 8, 8);
         for (unsigned k = 0; k < 8; k += 2) {
-            ++c[0][(a >> (8 * k)) & 0xff];
-            ++c[1][(a >> (8 * k + 8)) & 0xff];
-            ++c[2][(b >> (8 * k)) & 0xff];
-            ++c[3][(b >> (8 * k + 8)) & 0xff];
+            ++c[0 + (k >> 1)][(a >> (8 * k)) & 0xff];
+            ++c[4 + (k >> 1)][(a >> (8 * k + 8)) & 0xff];
+            ++c[0 + (k >> 1)][(b >> (8 * k)) & 0xff];
+            ++c[4 + (k >> 1)][(b >> (8 * k + 8)) & 0xff];
         }
     }
     for (; i < n; ++i) ++c[0][src[i]];
-    for (unsigned s = 0; s < 256; ++s) hist[s] = c[0][s] + c[1][s] + c[2][s] + c[3][s];
+    for (unsigned s = 0; s < 256; ++s)
+        hist[s] = c[0][s] + c[1][s] + c[2][s] + c[3][s] + c[4][s] + c[5][s] + c[6][s] + c[7][s];
 }
 
 void histogram_scalar(const uint8_t* src, size_t n, uint32_t* hist) { histogram_impl<0>(src, n, hist); }
@@ -496,8 +506,7 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     uint32_t pos = 0;  // in kTableBits space
     for (unsigned i = 0; i < m; ++i) {
         const unsigned s = order[i], len = lens[s];
-        enc.hi[s] = uint64_t(pos) << (64 - kTableBits);  // == code << (64 - len)
-        enc.len[s] = uint8_t(len);
+        enc.code[s] = uint64_t(pos) << (64 - kTableBits) | len;  // code << (64 - len) | len
         pos += 1u << (kTableBits - len);
     }
     if (pos != kTableSize) return make_status(Code::kBackendError, "huffman: incomplete code");
