@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "cpu/cpu_features.h"
+#include "entropy/huffman.h"
 #include "frame/codec.h"
 #include "frame/plane_methods.h"
 #include "parallel/thread_pool.h"
@@ -272,6 +273,81 @@ PYBIND11_MODULE(_native, m) {
         py::arg("dst"), "shuffle_merge into a given writable buffer of exactly len(plane)*elem_size bytes.");
 
     // ---- section: entropy: huffman ----
+    m.def("huffman_bound", &kvcore::entropy::huffman_bound, py::arg("n"),
+          "Largest stream huffman_encode produces for n symbols.");
+    m.def(
+        "huffman_encode",
+        [](const py::buffer& src) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            // Encode straight into a bytes object of the bound size, then shrink it in place.
+            const size_t cap = kvcore::entropy::huffman_bound(in.size);
+            PyObject* raw = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(cap));
+            if (!raw) throw py::error_already_set();
+            uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(raw));
+            size_t written = 0;
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::huffman_encode(in.data, in.size, nullptr, dst, cap, &written);
+            }
+            if (!st.is_ok()) {
+                Py_DECREF(raw);
+                check(st);
+            }
+            if (_PyBytes_Resize(&raw, Py_ssize_t(written)) != 0) throw py::error_already_set();
+            return py::reinterpret_steal<py::bytes>(raw);
+        },
+        py::arg("src"), "Huffman-codes a byte buffer (order-0, canonical, 4 streams); returns the stream.");
+    m.def(
+        "huffman_decode",
+        [](const py::buffer& stream, long long n) {
+            if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
+            py::buffer_info keep;
+            const ByteView in = read_view(stream, keep);
+            py::object out = py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, Py_ssize_t(n)));
+            if (!out) throw py::error_already_set();
+            uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out.ptr()));
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::huffman_decode(in.data, in.size, dst, size_t(n));
+            }
+            check(st);
+            return out;
+        },
+        py::arg("stream"), py::arg("n"), "Decodes exactly n symbols from a huffman_encode stream.");
+    m.def(
+        "huffman_decode_into",
+        [](const py::buffer& stream, const py::buffer& out) {
+            py::buffer_info keep_in, keep_out;
+            const ByteView in = read_view(stream, keep_in);
+            if (out.request(false).readonly)  // request(true) would raise a plain BufferError
+                throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
+            const MutableView o = write_view(out, keep_out);
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::huffman_decode(in.data, in.size, o.data, o.size);
+            }
+            check(st);
+        },
+        py::arg("stream"), py::arg("out"), "Decodes len(out) symbols into a writable buffer.");
+    m.def(
+        "byte_histogram",
+        [](const py::buffer& src) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
+            uint32_t hist[256];
+            {
+                py::gil_scoped_release release;
+                kvcore::entropy::histogram(in.data, in.size, hist);
+            }
+            std::vector<uint64_t> v(hist, hist + 256);
+            return v;
+        },
+        py::arg("src"), "Counts of each byte value (256 ints).");
 
     // ---- section: entropy: fastcode ----
 
