@@ -50,6 +50,24 @@ void check(const Status& st) {
     if (!st.is_ok()) throw NativeError{st.code, st.message};
 }
 
+bool c_contiguous(const py::buffer_info& info) {
+    py::ssize_t expected = info.itemsize;
+    for (py::ssize_t i = info.ndim - 1; i >= 0; --i) {
+        if (info.shape[i] != 1 && info.strides[i] != expected) return false;
+        expected *= info.shape[i];
+    }
+    return true;
+}
+
+py::buffer_info request(const py::buffer& b, bool writable) {
+    try {
+        return b.request(writable);
+    } catch (const py::error_already_set& e) {
+        throw NativeError{Code::kInvalidArgument,
+                          std::string(writable ? "output must be a writable buffer: " : "not a buffer: ") + e.what()};
+    }
+}
+
 // A contiguous byte view of any buffer-protocol object.
 struct ByteView {
     const uint8_t* data;
@@ -57,9 +75,8 @@ struct ByteView {
 };
 
 ByteView read_view(const py::buffer& b, py::buffer_info& keep) {
-    keep = b.request(false);
-    if (keep.ndim > 1 && keep.strides.back() != keep.itemsize)
-        throw NativeError{Code::kInvalidArgument, "buffer must be C-contiguous"};
+    keep = request(b, false);
+    if (!c_contiguous(keep)) throw NativeError{Code::kInvalidArgument, "buffer must be C-contiguous"};
     return {static_cast<const uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
 }
 
@@ -69,8 +86,9 @@ struct MutableView {
 };
 
 MutableView write_view(const py::buffer& b, py::buffer_info& keep) {
-    keep = b.request(true);
+    keep = request(b, true);
     if (keep.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
+    if (!c_contiguous(keep)) throw NativeError{Code::kInvalidArgument, "output buffer must be C-contiguous"};
     return {static_cast<uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
 }
 

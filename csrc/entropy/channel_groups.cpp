@@ -14,6 +14,12 @@ namespace {
 
 constexpr unsigned kMaxGroups = 8;  // more tables cost more to build than they save
 constexpr size_t kMinRows = 16;  // fewer rows: too few symbols per channel to rank
+constexpr size_t kRankRows = 512;  // rows sampled to rank channels
+
+// sums[c] += row[c]; restrict lets the compiler vectorize it.
+void add_row(const uint8_t* __restrict row, uint32_t channels, uint32_t* __restrict sums) {
+    for (uint32_t c = 0; c < channels; ++c) sums[c] += row[c];
+}
 
 uint32_t get_u32(const uint8_t* p) {
     return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
@@ -139,12 +145,11 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     const unsigned groups = std::min<uint32_t>(kMaxGroups, channels);
     Scratch& s = thread_scratch(n, channels);
 
-    // Rank channels by their mean symbol; cut the ranking into equal fine groups.
+    // Rank channels by their mean symbol over a sample of rows; cut the ranking
+    // into equal fine groups.
     std::vector<uint32_t> sums(channels, 0);
-    for (size_t r = 0; r < rows; ++r) {
-        const uint8_t* row = plane + r * channels;
-        for (uint32_t c = 0; c < channels; ++c) sums[c] += row[c];
-    }
+    const size_t step = std::max<size_t>(1, rows / kRankRows);
+    for (size_t r = 0; r < rows; r += step) add_row(plane + r * channels, channels, sums.data());
     std::vector<uint32_t> rank(channels);
     std::iota(rank.begin(), rank.end(), 0);
     std::stable_sort(rank.begin(), rank.end(), [&](uint32_t a, uint32_t b) { return sums[a] < sums[b]; });

@@ -18,25 +18,25 @@ bool is_float(DType d) {
            d == DType::kFloat32;
 }
 
-uint32_t element(const uint8_t* src, uint64_t i, unsigned esize) {
-    switch (esize) {
-        case 1: return src[i];
-        case 2: {
-            uint16_t v;
-            std::memcpy(&v, src + 2 * i, 2);
-            return v;
-        }
-        default: {
-            uint32_t v;
-            std::memcpy(&v, src + 4 * i, 4);
-            return v;
-        }
+template <unsigned E>
+uint32_t element(const uint8_t* src, uint64_t i) {
+    if constexpr (E == 1) {
+        return src[i];
+    } else if constexpr (E == 2) {
+        uint16_t v;
+        std::memcpy(&v, src + 2 * i, 2);
+        return v;
+    } else {
+        uint32_t v;
+        std::memcpy(&v, src + 4 * i, 4);
+        return v;
     }
 }
 
-uint32_t rotate_left1(uint32_t v, unsigned esize) {
-    const unsigned bits = 8 * esize;
-    const uint32_t mask = bits == 32 ? 0xffffffffu : ((1u << bits) - 1);
+template <unsigned E>
+uint32_t rotate_left1(uint32_t v) {
+    constexpr unsigned bits = 8 * E;
+    constexpr uint32_t mask = bits == 32 ? 0xffffffffu : ((1u << bits) - 1);
     return ((v << 1) | (v >> (bits - 1))) & mask;
 }
 
@@ -45,6 +45,22 @@ struct LayoutStats {
     std::vector<std::array<uint32_t, 256>> planes;  // per plane
     std::vector<uint32_t> channel_top;              // period x 256, when residual is considered
 };
+
+template <unsigned E>
+void sample_stats(const uint8_t* src, uint64_t n_elems, bool rotate, uint64_t sample_rows, uint64_t stride,
+                  uint64_t row_len, LayoutStats* st) {
+    const bool per_channel = !st->channel_top.empty();
+    for (uint64_t r = 0; r < sample_rows; ++r) {
+        const uint64_t base = (r * stride) * row_len;
+        const uint64_t end = std::min(n_elems, base + row_len);
+        for (uint64_t i = base; i < end; ++i) {
+            uint32_t v = element<E>(src, i);
+            if (rotate) v = rotate_left1<E>(v);
+            for (unsigned p = 0; p < E; ++p) ++st->planes[p][(v >> (8 * p)) & 0xff];
+            if (per_channel) ++st->channel_top[(i - base) * 256 + (v >> (8 * (E - 1)))];
+        }
+    }
+}
 
 }  // namespace
 
@@ -89,14 +105,10 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
         LayoutStats st;
         st.planes.assign(esize, {});
         if (consider_residual) st.channel_top.assign(size_t(period) * 256, 0);
-        for (uint64_t r = 0; r < sample_rows; ++r) {
-            const uint64_t base = (r * stride) * row_len;
-            for (uint64_t j = 0; j < row_len && base + j < n_elems; ++j) {
-                uint32_t v = element(src, base + j, esize);
-                if (rotate) v = rotate_left1(v, esize);
-                for (unsigned p = 0; p < esize; ++p) ++st.planes[p][(v >> (8 * p)) & 0xff];
-                if (consider_residual) ++st.channel_top[j * 256 + (v >> (8 * (esize - 1)))];
-            }
+        switch (esize) {
+            case 1: sample_stats<1>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
+            case 2: sample_stats<2>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
+            default: sample_stats<4>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
         }
         Layout cand;
         cand.rotate = rotate != 0;

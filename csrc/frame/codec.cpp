@@ -7,6 +7,7 @@
 #include <string>
 
 #include "checksum/checksum.h"
+#include "common/huge_pages.h"
 #include "entropy/huffman.h"
 #include "frame/analysis.h"
 #include "frame/format.h"
@@ -18,7 +19,6 @@ namespace kvcore::frame {
 namespace {
 
 constexpr double kIncompressibleBits = 7.9;  // a plane above this is stored raw
-constexpr size_t kRowSamples = 256;   // rows the repeat detector hashes
 constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
 
 // Per-thread scratch: the planes of one block and one encoded block.
@@ -39,20 +39,42 @@ size_t block_bound(size_t block_elems, unsigned esize) {
     return kBlockPrefixBytes + esize * (kPlanePrefixBytes + block_elems);
 }
 
-// Does the plane repeat whole rows (duplicate tokens anywhere in the block, zero
-// padding)? Hashes a sample of rows and counts equal ones; rows of order-0 coded
-// noise practically never collide, so a few duplicates mean an LZ stage may pay.
-bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t period) {
-    const size_t row = period >= kMinRowBytes ? period : period * ((kMinRowBytes + period - 1) / period);
+// A cheap 64-bit key of a row's first 16 bytes (rows are at least that long).
+inline uint64_t row_key(const uint8_t* p) {
+    uint64_t a, b;
+    std::memcpy(&a, p, 8);
+    std::memcpy(&b, p + 8, 8);
+    const unsigned __int128 m = (unsigned __int128)(a ^ 0x9E3779B97F4A7C15ull) * (b ^ 0xC2B2AE3D27D4EB4Full);
+    return uint64_t(m) ^ uint64_t(m >> 64);
+}
+
+// Does the plane repeat whole rows (a token seen before, zero padding)? Counts
+// rows whose leading bytes equal an earlier row's, with an open-addressing set;
+// rows of entropy-coded noise practically never match, so a sixteenth of
+// repeated rows means an LZ stage may pay (the caller then measures it).
+bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
+    const size_t row = channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
     const size_t rows = n / row;
     if (rows < 16) return false;
-    const size_t samples = std::min(rows, kRowSamples);
-    uint64_t hashes[kRowSamples];
-    for (size_t k = 0; k < samples; ++k) hashes[k] = checksum64(plane + (rows * k / samples) * row, row);
-    std::sort(hashes, hashes + samples);
-    size_t duplicates = 0;
-    for (size_t k = 1; k < samples; ++k) duplicates += hashes[k] == hashes[k - 1];
-    return duplicates * 16 >= samples;
+    size_t slots = 64;
+    while (slots < 2 * rows) slots *= 2;
+    thread_local std::vector<uint64_t> table;
+    table.assign(slots, 0);
+    size_t repeats = 0;
+    for (size_t r = 0; r < rows; ++r) {
+        const uint64_t key = row_key(plane + r * row) | 1;  // 0 marks an empty slot
+        for (size_t i = (key >> 7) & (slots - 1);; i = (i + 1) & (slots - 1)) {
+            if (table[i] == 0) {
+                table[i] = key;
+                break;
+            }
+            if (table[i] == key) {
+                ++repeats;
+                break;
+            }
+        }
+    }
+    return repeats * 16 >= rows;
 }
 
 shuffle::PlaneTransform transform_of(const Header& h, uint64_t first_elem) {
@@ -231,6 +253,7 @@ Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const
     bind_header(&h);
     const size_t hsize = header_size(h);
 
+    advise_huge_pages(dst, cap);
     FirstError error;
     OrderedCommit commit(hsize);
     const size_t planes_bytes = size_t(esize) * h.block_elems;
@@ -319,6 +342,7 @@ Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_si
         offsets[b] = pos;
         pos += h.block_sizes[b];
     }
+    advise_huge_pages(dst, dst_size);
     FirstError error;
     const size_t scratch_bytes = size_t(esize) * h.block_elems;
     default_pool().parallel_for(h.n_blocks, threads, [&](size_t b) {

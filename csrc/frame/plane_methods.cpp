@@ -88,9 +88,11 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
         }
     }
     if (policy.try_lz && n > 1 && best > 1) {
-        uint8_t* scratch = thread_candidate_scratch(best - 1);
+        // Fast mode keeps LZ only where it saves a quarter: it decodes slower than the rest.
+        const size_t limit = policy.mode == Mode::kFast ? best - best / 4 : best - 1;
+        uint8_t* scratch = thread_candidate_scratch(limit);
         size_t size = 0;
-        const Status st = lz::zstd_plane_encode(plane, n, kZstdLevel, scratch, best - 1, &size);
+        const Status st = lz::zstd_plane_encode(plane, n, kZstdLevel, scratch, limit, &size);
         if (st.is_ok()) {
             std::memcpy(dst, scratch, size);
             best_method = Method::kZstd;
