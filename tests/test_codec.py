@@ -8,7 +8,7 @@ import torch
 import kvcore
 from kvcore.dtypes import SUPPORTED
 
-from . import kvdata
+import kvdata
 
 MODES = ["dense", "fast"]
 VARIANTS = ["scalar", *kvcore.features()["simd_detected"]]

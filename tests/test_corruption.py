@@ -10,7 +10,7 @@ import xxhash
 
 import kvcore
 
-from . import kvdata
+import kvdata
 
 pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
 

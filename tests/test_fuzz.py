@@ -10,7 +10,7 @@ import torch
 
 import kvcore
 
-from . import kvdata
+import kvdata
 
 FUZZER = Path(__file__).parent / "fuzz" / "fuzz_frame.py"
 pytest.importorskip("atheris")
