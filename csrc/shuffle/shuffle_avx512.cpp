@@ -47,8 +47,12 @@ KV_AVX512 inline __m512i rotr8(__m512i x) {
     return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x, 1), _mm512_set1_epi8(0x7f)),
                            _mm512_and_si512(_mm512_slli_epi16(x, 7), _mm512_set1_epi8(static_cast<char>(0x80))));
 }
-KV_AVX512 inline __m512i rotl16(__m512i x) { return _mm512_or_si512(_mm512_slli_epi16(x, 1), _mm512_srli_epi16(x, 15)); }
-KV_AVX512 inline __m512i rotr16(__m512i x) { return _mm512_or_si512(_mm512_srli_epi16(x, 1), _mm512_slli_epi16(x, 15)); }
+KV_AVX512 inline __m512i rotl16(__m512i x) {
+    return _mm512_or_si512(_mm512_slli_epi16(x, 1), _mm512_srli_epi16(x, 15));
+}
+KV_AVX512 inline __m512i rotr16(__m512i x) {
+    return _mm512_or_si512(_mm512_srli_epi16(x, 1), _mm512_slli_epi16(x, 15));
+}
 
 // ---- 1-byte elements ----
 
