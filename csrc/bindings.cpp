@@ -154,7 +154,8 @@ PYBIND11_MODULE(_native, m) {
         static kvcore::shuffle::PlaneTransform transform(long elem_size, bool rotate, const py::object& residual,
                                                           long phase, py::buffer_info& keep) {
             if (elem_size != 1 && elem_size != 2 && elem_size != 4)
-                throw NativeError{Code::kInvalidArgument, "elem_size must be 1, 2 or 4, got " + std::to_string(elem_size)};
+                throw NativeError{Code::kInvalidArgument,
+                                  "elem_size must be 1, 2 or 4, got " + std::to_string(elem_size)};
             if (phase < 0) throw NativeError{Code::kInvalidArgument, "phase must be >= 0"};
             kvcore::shuffle::PlaneTransform t;
             t.rotate = rotate;
@@ -166,8 +167,8 @@ PYBIND11_MODULE(_native, m) {
             if (r.size == 0) throw NativeError{Code::kInvalidArgument, "residual must not be empty"};
             if (r.size > 0xffffffffu) throw NativeError{Code::kInvalidArgument, "residual longer than 2^32-1 bytes"};
             if (static_cast<size_t>(phase) >= r.size)
-                throw NativeError{Code::kInvalidArgument, "phase " + std::to_string(phase) + " must be < residual period " +
-                                                              std::to_string(r.size)};
+                throw NativeError{Code::kInvalidArgument, "phase " + std::to_string(phase) +
+                                                              " must be < residual period " + std::to_string(r.size)};
             t.residual = r.data;
             t.period = static_cast<uint32_t>(r.size);
             t.phase = static_cast<uint32_t>(phase);
@@ -177,25 +178,27 @@ PYBIND11_MODULE(_native, m) {
         static size_t elements(size_t bytes, long elem_size) {
             if (bytes % static_cast<size_t>(elem_size) != 0)
                 throw NativeError{Code::kInvalidArgument, "buffer of " + std::to_string(bytes) +
-                                                              " bytes is not a whole number of " + std::to_string(elem_size) +
-                                                              "-byte elements"};
+                                                              " bytes is not a whole number of " +
+                                                              std::to_string(elem_size) + "-byte elements"};
             return bytes / static_cast<size_t>(elem_size);
         }
 
         // Read views of `planes` (elem_size of them, equal lengths); returns the plane length.
-        static size_t read_planes(const py::sequence& planes, long elem_size, std::vector<py::buffer_info>& keep,
+        static size_t read_planes(const py::object& planes, long elem_size, std::vector<py::buffer_info>& keep,
                                    const uint8_t* ptrs[4]) {
+            if (!py::isinstance<py::sequence>(planes) || PyObject_CheckBuffer(planes.ptr()))
+                throw NativeError{Code::kInvalidArgument, "planes must be a list of bytes-like objects"};
             if (static_cast<long>(py::len(planes)) != elem_size)
                 throw NativeError{Code::kInvalidArgument, "expected " + std::to_string(elem_size) + " planes, got " +
                                                               std::to_string(py::len(planes))};
             keep.resize(static_cast<size_t>(elem_size));
             size_t n = 0;
             for (long p = 0; p < elem_size; ++p) {
-                const MutableView v = view(planes[p], "plane " + std::to_string(p), false, keep[p]);
+                const MutableView v = view(planes[py::int_(p)], "plane " + std::to_string(p), false, keep[p]);
                 if (p == 0) n = v.size;
                 else if (v.size != n)
-                    throw NativeError{Code::kInvalidArgument, "planes differ in length (" + std::to_string(n) + " and " +
-                                                                  std::to_string(v.size) + " bytes)"};
+                    throw NativeError{Code::kInvalidArgument, "planes differ in length (" + std::to_string(n) +
+                                                                  " and " + std::to_string(v.size) + " bytes)"};
                 ptrs[p] = v.data;
             }
             return n;
@@ -228,7 +231,7 @@ PYBIND11_MODULE(_native, m) {
         "Split elements of elem_size bytes (1, 2, 4) into elem_size byte planes; returns a list of bytes.");
     m.def(
         "shuffle_merge",
-        [](py::sequence planes, long elem_size, bool rotate, py::object residual, long phase) {
+        [](py::object planes, long elem_size, bool rotate, py::object residual, long phase) {
             py::buffer_info res_keep;
             const auto t = ShuffleArgs::transform(elem_size, rotate, residual, phase, res_keep);
             std::vector<py::buffer_info> keep;
@@ -248,11 +251,13 @@ PYBIND11_MODULE(_native, m) {
         py::arg("phase") = 0, "Inverse of shuffle_split: interleave elem_size planes into one bytes object.");
     m.def(
         "shuffle_split_into",
-        [](py::object src, long elem_size, bool rotate, py::object residual, long phase, py::sequence planes_out) {
+        [](py::object src, long elem_size, bool rotate, py::object residual, long phase, py::object planes_out) {
             py::buffer_info src_keep, res_keep;
             const auto t = ShuffleArgs::transform(elem_size, rotate, residual, phase, res_keep);
             const MutableView s = ShuffleArgs::view(src, "src", false, src_keep);
             const size_t n = ShuffleArgs::elements(s.size, elem_size);
+            if (!py::isinstance<py::sequence>(planes_out) || PyObject_CheckBuffer(planes_out.ptr()))
+                throw NativeError{Code::kInvalidArgument, "planes_out must be a list of writable buffers"};
             if (static_cast<long>(py::len(planes_out)) != elem_size)
                 throw NativeError{Code::kInvalidArgument, "expected " + std::to_string(elem_size) +
                                                               " output planes, got " +
@@ -260,7 +265,8 @@ PYBIND11_MODULE(_native, m) {
             std::vector<py::buffer_info> keep(static_cast<size_t>(elem_size));
             uint8_t* ptrs[4] = {};
             for (long p = 0; p < elem_size; ++p) {
-                const MutableView v = ShuffleArgs::view(planes_out[p], "output plane " + std::to_string(p), true, keep[p]);
+                const MutableView v =
+                    ShuffleArgs::view(planes_out[py::int_(p)], "output plane " + std::to_string(p), true, keep[p]);
                 if (v.size != n)
                     throw NativeError{Code::kInvalidArgument, "output plane " + std::to_string(p) + " has " +
                                                                   std::to_string(v.size) + " bytes, needs " +
@@ -274,7 +280,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("planes_out"), "shuffle_split into given writable buffers (each exactly len(src)/elem_size bytes).");
     m.def(
         "shuffle_merge_into",
-        [](py::sequence planes, long elem_size, bool rotate, py::object residual, long phase, py::object dst) {
+        [](py::object planes, long elem_size, bool rotate, py::object residual, long phase, py::object dst) {
             py::buffer_info res_keep, dst_keep;
             const auto t = ShuffleArgs::transform(elem_size, rotate, residual, phase, res_keep);
             std::vector<py::buffer_info> keep;

@@ -201,6 +201,11 @@ def test_rejects_bad_planes():
         _native.shuffle_merge([b"\0" * 8], 2)
     with pytest.raises(kvcore.InvalidArgumentError, match="bytes-like"):
         _native.shuffle_merge([b"\0" * 8, 5], 2)
+    for not_a_list in (b"\0\0", 5, None):
+        with pytest.raises(kvcore.InvalidArgumentError, match="list"):
+            _native.shuffle_merge(not_a_list, 2)
+        with pytest.raises(kvcore.InvalidArgumentError, match="list"):
+            _native.shuffle_split_into(b"\0" * 4, 2, False, None, 0, not_a_list)
 
 
 def test_rejects_bad_residual_and_phase():

@@ -31,36 +31,74 @@ W rotr1(W x) {
     return static_cast<W>((x >> 1) | (x << (8 * sizeof(W) - 1)));
 }
 
+// Elements go in blocks of kMaxBlock so that the residual of a block is a plain
+// array (ResidualPattern) and the inner loops have no wrap-around test; the
+// compiler may vectorise them with the baseline ISA.
 template <typename W, bool Rotate, bool Residual>
-void split_t(const uint8_t* src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+void split_t(const uint8_t* __restrict src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
     constexpr unsigned E = sizeof(W);
-    uint32_t c = t.phase;
-    for (size_t i = 0; i < n; ++i) {
-        W x = load_le<W>(src + i * E);
-        if (Rotate) x = rotl1(x);
-        for (unsigned p = 0; p < E; ++p) planes[p][i] = static_cast<uint8_t>(x >> (8 * p));
+    constexpr size_t B = kMaxBlock;
+    const ResidualPattern res(t, Residual ? n : 0);
+    const size_t step = Residual ? res.step(B) : 0;
+    uint8_t* __restrict p0 = planes[0];
+    uint8_t* __restrict p1 = E > 1 ? planes[1] : nullptr;
+    uint8_t* __restrict p2 = E > 2 ? planes[2] : nullptr;
+    uint8_t* __restrict p3 = E > 2 ? planes[3] : nullptr;
+    uint8_t* __restrict top = planes[E - 1];
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i += B) {
+        const size_t m = n - i < B ? n - i : B;
+        for (size_t j = i; j < i + m; ++j) {
+            W x = load_le<W>(src + j * E);
+            if (Rotate) x = rotl1(x);
+            p0[j] = static_cast<uint8_t>(x);
+            if constexpr (E > 1) p1[j] = static_cast<uint8_t>(x >> 8);
+            if constexpr (E > 2) {
+                p2[j] = static_cast<uint8_t>(x >> 16);
+                p3[j] = static_cast<uint8_t>(x >> 24);
+            }
+        }
         if (Residual) {
-            planes[E - 1][i] = static_cast<uint8_t>(planes[E - 1][i] - t.residual[c]);
-            if (++c == t.period) c = 0;
+            const uint8_t* __restrict r = res.bytes() + pos;
+            for (size_t j = 0; j < m; ++j) top[i + j] = static_cast<uint8_t>(top[i + j] - r[j]);
+            res.advance(pos, step);
         }
     }
 }
 
 template <typename W, bool Rotate, bool Residual>
-void merge_t(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+void merge_t(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* __restrict dst) {
     constexpr unsigned E = sizeof(W);
-    uint32_t c = t.phase;
-    for (size_t i = 0; i < n; ++i) {
-        W x = 0;
-        for (unsigned p = 0; p < E; ++p) {
-            uint8_t b = planes[p][i];
-            if (Residual && p == E - 1) b = static_cast<uint8_t>(b + t.residual[c]);
-            x = static_cast<W>(x | (W(b) << (8 * p)));
+    constexpr size_t B = kMaxBlock;
+    const ResidualPattern res(t, Residual ? n : 0);
+    const size_t step = Residual ? res.step(B) : 0;
+    const uint8_t* __restrict p0 = planes[0];
+    const uint8_t* __restrict p1 = E > 1 ? planes[1] : nullptr;
+    const uint8_t* __restrict p2 = E > 2 ? planes[2] : nullptr;
+    const uint8_t* __restrict p3 = E > 2 ? planes[3] : nullptr;
+    const uint8_t* __restrict top = planes[E - 1];
+    uint8_t top_block[B];
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i += B) {
+        const size_t m = n - i < B ? n - i : B;
+        if (Residual) {
+            const uint8_t* __restrict r = res.bytes() + pos;
+            for (size_t j = 0; j < m; ++j) top_block[j] = static_cast<uint8_t>(top[i + j] + r[j]);
+            res.advance(pos, step);
         }
-        if (Residual && ++c == t.period) c = 0;
-        if (Rotate) x = rotr1(x);
-        for (unsigned p = 0; p < E; ++p) dst[i * E + p] = static_cast<uint8_t>(x >> (8 * p));
+        for (size_t j = 0; j < m; ++j) {
+            const size_t k = i + j;
+            const uint8_t hi = Residual ? top_block[j] : top[k];
+            W x;
+            if constexpr (E == 1) x = hi;
+            if constexpr (E == 2) x = static_cast<W>(p0[k] | (W(hi) << 8));
+            if constexpr (E == 4) x = W(p0[k]) | (W(p1[k]) << 8) | (W(p2[k]) << 16) | (W(hi) << 24);
+            if (Rotate) x = rotr1(x);
+            for (unsigned b = 0; b < E; ++b) dst[k * E + b] = static_cast<uint8_t>(x >> (8 * b));
+        }
     }
+    (void)p1;
+    (void)p3;
 }
 
 template <typename W>

@@ -4,7 +4,7 @@
 // byte, packs two vectors with packus (which interleaves 64-bit quarters) and
 // restores element order with one cross-lane permute; merge does the inverse
 // with a permute and unpacklo/unpackhi.
-// 4-byte elements: split gathers the 4 bytes positions of 4 elements with one
+// 4-byte elements: split gathers each byte position of 4 elements with one
 // in-lane byte shuffle, groups each plane's dwords into one 64-bit quarter with
 // a dword permute, then transposes the quarters of 4 vectors (unpack epi64 +
 // permute2x128). merge is two rounds of byte/word unpacks and a 128-bit permute.

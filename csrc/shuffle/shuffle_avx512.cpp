@@ -8,17 +8,23 @@
 // vectors, then joins 256-bit halves of two such results with shuffle_i64x2;
 // merge splits halves back with shuffle_i64x2 and interleaves with vpermt2b.
 // Leftover elements (fewer than a block) go through the scalar reference.
-#include <immintrin.h>
-
 #include <cstring>
 
 #include "shuffle/shuffle_internal.h"
 
+#ifdef KVCORE_EMULATE_AVX512
+// Tests only (tests/test_shuffle_avx512_emulated.py): the same code compiled
+// against SIMDe's portable AVX-512, so that machines without AVX-512 check it.
+#include "avx512_emulation.h"
+#define KV_AVX512
+#else
+#include <immintrin.h>
+#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx2,bmi,bmi2")))
+#endif
+
 // GCC 12 reports its own _mm512_undefined_*() placeholders inside the
 // shuffle_i64x2 / rol / ror intrinsics as maybe-uninitialized (a false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx2,bmi,bmi2")))
 
 namespace kvcore::shuffle::detail {
 namespace {
@@ -41,8 +47,12 @@ KV_AVX512 inline __m512i rotr8(__m512i x) {
     return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x, 1), _mm512_set1_epi8(0x7f)),
                            _mm512_and_si512(_mm512_slli_epi16(x, 7), _mm512_set1_epi8(static_cast<char>(0x80))));
 }
-KV_AVX512 inline __m512i rotl16(__m512i x) { return _mm512_or_si512(_mm512_slli_epi16(x, 1), _mm512_srli_epi16(x, 15)); }
-KV_AVX512 inline __m512i rotr16(__m512i x) { return _mm512_or_si512(_mm512_srli_epi16(x, 1), _mm512_slli_epi16(x, 15)); }
+KV_AVX512 inline __m512i rotl16(__m512i x) {
+    return _mm512_or_si512(_mm512_slli_epi16(x, 1), _mm512_srli_epi16(x, 15));
+}
+KV_AVX512 inline __m512i rotr16(__m512i x) {
+    return _mm512_or_si512(_mm512_srli_epi16(x, 1), _mm512_slli_epi16(x, 15));
+}
 
 // ---- 1-byte elements ----
 

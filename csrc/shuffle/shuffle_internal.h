@@ -21,22 +21,30 @@ constexpr size_t kMaxBlock = 128;
 // `advance(pos, step(block))`, one compare and subtract.
 //
 // Only the channels the call touches are materialised: min(n, period) + kMaxBlock
-// bytes, built once per call in O(that) without divisions.
+// bytes, built once per call in O(that) without divisions; nothing at all when
+// the call does not wrap around the period (phase + n <= period).
 class ResidualPattern {
 public:
     ResidualPattern(const PlaneTransform& t, size_t n) : period_(t.period) {
         if (t.residual == nullptr) return;
+        if (size_t(t.phase) + n <= period_) {
+            // No wrap within the call: blocks read residual[phase + i, phase + i + block)
+            // with i + block <= n, all inside the caller's residual.
+            base_ = t.residual + t.phase;
+            return;
+        }
         const size_t len = (n < period_ ? n : period_) + kMaxBlock;
-        bytes_.resize(len);
+        own_.resize(len);
         uint32_t c = t.phase;
         for (size_t j = 0; j < len; ++j) {
-            bytes_[j] = t.residual[c];
+            own_[j] = t.residual[c];
             if (++c == period_) c = 0;
         }
+        base_ = own_.data();
     }
 
-    bool active() const { return !bytes_.empty(); }
-    const uint8_t* bytes() const { return bytes_.data(); }
+    bool active() const { return base_ != nullptr; }
+    const uint8_t* bytes() const { return base_; }
     size_t step(size_t block) const { return block % period_; }
     void advance(size_t& pos, size_t step) const {
         pos += step;
@@ -45,7 +53,8 @@ public:
 
 private:
     size_t period_;
-    std::vector<uint8_t> bytes_;
+    const uint8_t* base_ = nullptr;
+    std::vector<uint8_t> own_;
 };
 
 // The transform for the elements from `done` on (phase moved by `done`).
