@@ -293,3 +293,30 @@ def test_decode_into_checks_buffers(variant):
         _native.huffman_decode_into(stream, bytearray(8))
     with pytest.raises(kvcore.InvalidArgumentError):
         _native.huffman_decode(stream, -1)
+
+
+def test_unaligned_and_multidimensional_buffers(variant):
+    rng = np.random.default_rng(8)
+    data = np.minimum(rng.geometric(0.3, 50001), 255).astype(np.uint8)
+    backing = bytearray(len(data) + 1)
+    backing[1:] = data.tobytes()
+    stream = _native.huffman_encode(memoryview(backing)[1:])  # odd address
+    assert _native.huffman_encode(data) == stream
+    sbacking = bytearray(len(stream) + 3)
+    sbacking[3:] = stream
+    out = bytearray(len(data) + 5)
+    _native.huffman_decode_into(memoryview(sbacking)[3:], memoryview(out)[5:])
+    assert bytes(out[5:]) == data.tobytes()
+    # A C-contiguous 2-D array is its bytes in order.
+    grid = data[:50000].reshape(100, 500)
+    assert _native.huffman_decode(_native.huffman_encode(grid), grid.size) == grid.tobytes()
+
+
+def test_non_contiguous_views_rejected(variant):
+    a = np.arange(1000, dtype=np.uint8)
+    for view in (a[::2], a[::-1], a.reshape(10, 100)[:, :50]):
+        with pytest.raises(kvcore.InvalidArgumentError):
+            _native.huffman_encode(view)
+    stream = _native.huffman_encode(a[:500].copy())
+    with pytest.raises(kvcore.InvalidArgumentError):
+        _native.huffman_decode_into(stream, np.zeros(1000, np.uint8)[::2])
