@@ -320,3 +320,43 @@ def test_non_contiguous_views_rejected(variant):
     stream = _native.huffman_encode(a[:500].copy())
     with pytest.raises(kvcore.InvalidArgumentError):
         _native.huffman_decode_into(stream, np.zeros(1000, np.uint8)[::2])
+
+
+def _reference_limited_cost(counts: list[int], limit: int) -> int:
+    """Optimal cost (sum of count * length) of a prefix code with lengths <= limit:
+    textbook package-merge, items carry the leaves they contain."""
+    w = sorted(counts)
+    leaves = [(x, (i,)) for i, x in enumerate(w)]
+    items = list(leaves)
+    for _ in range(limit - 1):
+        packages = [(items[2 * i][0] + items[2 * i + 1][0], items[2 * i][1] + items[2 * i + 1][1])
+                    for i in range(len(items) // 2)]  # fmt: skip
+        items = sorted(leaves + packages, key=lambda t: t[0])
+    lengths = [0] * len(w)
+    for _, members in items[: 2 * len(w) - 2]:
+        for i in members:
+            lengths[i] += 1
+    return sum(a * b for a, b in zip(w, lengths))
+
+
+def _header_lengths(stream: bytes) -> dict[int, int]:
+    bitmap = stream[1:33]
+    symbols = [s for s in range(256) if bitmap[s >> 3] >> (s & 7) & 1]
+    nibbles = stream[33:]
+    return {s: (nibbles[j >> 1] >> (4 * (j & 1))) & 15 for j, s in enumerate(symbols)}
+
+
+def test_code_lengths_are_optimal_under_the_limit():
+    rng = np.random.default_rng(9)
+    for t in range(40):
+        m = int(rng.integers(2, 40))
+        if t % 2:
+            counts = (2 ** rng.integers(0, 17, m)).astype(np.int64)  # deep trees: the limit binds
+        else:
+            counts = rng.integers(1, 3000, m)
+        data = np.repeat(np.arange(m, dtype=np.uint8) * 5, counts)
+        lengths = _header_lengths(_native.huffman_encode(data))
+        assert max(lengths.values()) <= 11
+        assert sum(2.0 ** -v for v in lengths.values()) == 1.0  # complete code
+        got = sum(int(c) * lengths[5 * i] for i, c in enumerate(counts))
+        assert got == _reference_limited_cost([int(c) for c in counts], 11)
