@@ -360,3 +360,18 @@ def test_code_lengths_are_optimal_under_the_limit():
         assert sum(2.0 ** -v for v in lengths.values()) == 1.0  # complete code
         got = sum(int(c) * lengths[5 * i] for i, c in enumerate(counts))
         assert got == _reference_limited_cost([int(c) for c in counts], 11)
+
+
+def test_runs_of_longest_codes(variant):
+    # A geometric head and 200 rare symbols: the limit binds and the rare ones get
+    # 11-bit codes; placed together they fill the encoder's bit buffer to its limit.
+    rng = np.random.default_rng(10)
+    head = np.repeat(np.arange(201, 213, dtype=np.uint8), [1 << (18 - k) for k in range(12)])
+    rng.shuffle(head)
+    rare = np.repeat(np.arange(1, 201, dtype=np.uint8), 2)
+    rng.shuffle(rare)
+    data = np.concatenate([head, rare, head[:5], rare[::-1]])
+    lengths = _header_lengths(round_trip(data))
+    assert sum(1 for v in lengths.values() if v == 11) >= 100
+    round_trip(data[3:])  # other alignments of the same runs
+    round_trip(data[7:-5])
