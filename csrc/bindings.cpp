@@ -182,6 +182,23 @@ PYBIND11_MODULE(_native, m) {
         },
         py::arg("stream"), py::arg("out"), "Decodes len(out) symbols into a writable buffer.");
     m.def(
+        "huffman_estimate",
+        [](const py::buffer& src) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            huff_contiguous(keep);
+            if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
+            size_t size = 0;
+            {
+                py::gil_scoped_release release;
+                uint32_t hist[256];
+                kvcore::entropy::histogram(in.data, in.size, hist);
+                size = kvcore::entropy::huffman_estimate(hist, in.size);
+            }
+            return size;
+        },
+        py::arg("src"), "Upper bound (exact + <= 3 bytes) of len(huffman_encode(src)), without coding.");
+    m.def(
         "byte_histogram",
         [](const py::buffer& src) {
             py::buffer_info keep;

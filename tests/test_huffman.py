@@ -375,3 +375,15 @@ def test_runs_of_longest_codes(variant):
     assert sum(1 for v in lengths.values() if v == 11) >= 100
     round_trip(data[3:])  # other alignments of the same runs
     round_trip(data[7:-5])
+
+
+def test_estimate_bounds_the_encoded_size(variant):
+    rng = np.random.default_rng(11)
+    cases = [b"", b"x", b"xxxx", bytes(range(256))]
+    for n in [2, 3, 100, 4097, 200000]:
+        cases.append(np.minimum(rng.geometric(0.3, n), 255).astype(np.uint8).tobytes())
+        cases.append(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    for data in cases:
+        size = len(_native.huffman_encode(data))
+        estimate = _native.huffman_estimate(data)
+        assert size <= estimate <= size + 3, (len(data), size, estimate)

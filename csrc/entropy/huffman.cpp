@@ -460,6 +460,25 @@ size_t huffman_bound(size_t n) {
     return header_size(256) + (n / 8) * kMaxLen + ((n % 8) * kMaxLen + 7) / 8 + kStreams;
 }
 
+size_t huffman_estimate(const uint32_t* hist, size_t n) {
+    if (n == 0) return 1;
+    uint64_t counts[256];
+    uint64_t total = 0;
+    unsigned m = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        counts[s] = hist[s];
+        total += hist[s];
+        m += hist[s] != 0;
+    }
+    if (total != n || m == 0) return huffman_bound(n);  // inconsistent counts: the encoder refuses them
+    if (m == 1) return 2;
+    uint8_t lens[256];
+    limited_lengths(counts, kMaxLen, lens);
+    uint64_t bits = 0;
+    for (unsigned s = 0; s < 256; ++s) bits += counts[s] * lens[s];
+    return header_size(m) + size_t((bits + 7) / 8) + (kStreams - 1);
+}
+
 void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
     if (use_bmi2())
         histogram_bmi2(src, n, hist);
