@@ -630,11 +630,6 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
         off += sz;
     }
 
-    uint8_t order[256];
-    if (canonical_order(lens, order) != m) return corrupt("huffman: bad code lengths");
-    Tables tables;
-    if (!build_tables(lens, order, m, &tables)) return corrupt("huffman: code lengths do not form a complete code");
-
     StreamState st[kStreams];
     uint8_t* o = dst;
     for (unsigned k = 0; k < kStreams; ++k) {
@@ -646,6 +641,11 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
         st[k] = {start[k], 0, o, o + len};
         o += len;
     }
+
+    uint8_t order[256];
+    if (canonical_order(lens, order) != m) return corrupt("huffman: bad code lengths");
+    Tables tables;
+    if (!build_tables(lens, order, m, &tables)) return corrupt("huffman: code lengths do not form a complete code");
     if (use_bmi2())
         decode_streams_bmi2(src, src_size, tables, st);
     else
