@@ -8,6 +8,8 @@ same pieces is measured in the same run as the reference; extra_info carries the
 bytes, the compressed ratio and symbols/s relative to that copy.
 
 Run: python -m pytest bench/test_huffman_bench.py --benchmark-only
+On a shared, loaded machine add --benchmark-timer=time.thread_time (the native
+work runs on the calling thread with the GIL released, so its CPU time counts).
 """
 
 from __future__ import annotations
@@ -39,13 +41,15 @@ def plane_pieces() -> list[np.ndarray]:
     return [plane[i : i + PIECE] for i in range(0, len(plane), PIECE)]
 
 
-def _copy_seconds(pieces: list[np.ndarray], outs: list[np.ndarray]) -> float:
+def _copy_seconds(benchmark, pieces: list[np.ndarray], outs: list[np.ndarray]) -> float:
+    """Best of 5 copies, timed with the benchmark's own timer (--benchmark-timer)."""
+    timer = getattr(benchmark, "_timer", time.perf_counter)
     best = float("inf")
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = timer()
         for p, o in zip(pieces, outs):
             np.copyto(o, p)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, timer() - t0)
     return best
 
 
@@ -64,7 +68,7 @@ def isa(request):
 
 def _report(benchmark, pieces, outs, streams, variant):
     n = sum(len(p) for p in pieces)
-    copy_s = _copy_seconds(pieces, outs)
+    copy_s = _copy_seconds(benchmark, pieces, outs)
     s = _best_seconds(benchmark)
     benchmark.extra_info.update(
         {

@@ -297,6 +297,16 @@ PYBIND11_MODULE(_native, m) {
         py::arg("dst"), "shuffle_merge into a given writable buffer of exactly len(plane)*elem_size bytes.");
 
     // ---- section: entropy: huffman ----
+    // read_view/write_view accept 1-D strided views (a[::2], a[::-1]); the coder needs
+    // the bytes contiguous, so its bindings check C-contiguity of every dimension.
+    static const auto huff_contiguous = [](const py::buffer_info& info) {
+        py::ssize_t expected = info.itemsize;
+        for (py::ssize_t i = info.ndim - 1; i >= 0; --i) {
+            if (info.shape[size_t(i)] != 1 && info.strides[size_t(i)] != expected)
+                throw NativeError{Code::kInvalidArgument, "buffer must be C-contiguous"};
+            expected *= info.shape[size_t(i)];
+        }
+    };
     m.def("huffman_bound", &kvcore::entropy::huffman_bound, py::arg("n"),
           "Largest stream huffman_encode produces for n symbols.");
     m.def(
@@ -304,6 +314,7 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& src) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
+            huff_contiguous(keep);
             // Encode straight into a bytes object of the bound size, then shrink it in place.
             const size_t cap = kvcore::entropy::huffman_bound(in.size);
             PyObject* raw = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(cap));
@@ -329,6 +340,7 @@ PYBIND11_MODULE(_native, m) {
             if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
             py::buffer_info keep;
             const ByteView in = read_view(stream, keep);
+            huff_contiguous(keep);
             py::object out = py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, Py_ssize_t(n)));
             if (!out) throw py::error_already_set();
             uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out.ptr()));
@@ -346,9 +358,11 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& stream, const py::buffer& out) {
             py::buffer_info keep_in, keep_out;
             const ByteView in = read_view(stream, keep_in);
+            huff_contiguous(keep_in);
             if (out.request(false).readonly)  // request(true) would raise a plain BufferError
                 throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
             const MutableView o = write_view(out, keep_out);
+            huff_contiguous(keep_out);
             Status st;
             {
                 py::gil_scoped_release release;
@@ -358,10 +372,28 @@ PYBIND11_MODULE(_native, m) {
         },
         py::arg("stream"), py::arg("out"), "Decodes len(out) symbols into a writable buffer.");
     m.def(
+        "huffman_estimate",
+        [](const py::buffer& src) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            huff_contiguous(keep);
+            if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
+            size_t size = 0;
+            {
+                py::gil_scoped_release release;
+                uint32_t hist[256];
+                kvcore::entropy::histogram(in.data, in.size, hist);
+                size = kvcore::entropy::huffman_estimate(hist, in.size);
+            }
+            return size;
+        },
+        py::arg("src"), "Upper bound (exact + <= 3 bytes) of len(huffman_encode(src)), without coding.");
+    m.def(
         "byte_histogram",
         [](const py::buffer& src) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
+            huff_contiguous(keep);
             if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
             uint32_t hist[256];
             {

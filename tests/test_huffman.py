@@ -293,3 +293,97 @@ def test_decode_into_checks_buffers(variant):
         _native.huffman_decode_into(stream, bytearray(8))
     with pytest.raises(kvcore.InvalidArgumentError):
         _native.huffman_decode(stream, -1)
+
+
+def test_unaligned_and_multidimensional_buffers(variant):
+    rng = np.random.default_rng(8)
+    data = np.minimum(rng.geometric(0.3, 50001), 255).astype(np.uint8)
+    backing = bytearray(len(data) + 1)
+    backing[1:] = data.tobytes()
+    stream = _native.huffman_encode(memoryview(backing)[1:])  # odd address
+    assert _native.huffman_encode(data) == stream
+    sbacking = bytearray(len(stream) + 3)
+    sbacking[3:] = stream
+    out = bytearray(len(data) + 5)
+    _native.huffman_decode_into(memoryview(sbacking)[3:], memoryview(out)[5:])
+    assert bytes(out[5:]) == data.tobytes()
+    # A C-contiguous 2-D array is its bytes in order.
+    grid = data[:50000].reshape(100, 500)
+    assert _native.huffman_decode(_native.huffman_encode(grid), grid.size) == grid.tobytes()
+
+
+def test_non_contiguous_views_rejected(variant):
+    a = np.arange(1000, dtype=np.uint8)
+    for view in (a[::2], a[::-1], a.reshape(10, 100)[:, :50]):
+        with pytest.raises(kvcore.InvalidArgumentError):
+            _native.huffman_encode(view)
+    stream = _native.huffman_encode(a[:500].copy())
+    with pytest.raises(kvcore.InvalidArgumentError):
+        _native.huffman_decode_into(stream, np.zeros(1000, np.uint8)[::2])
+
+
+def _reference_limited_cost(counts: list[int], limit: int) -> int:
+    """Optimal cost (sum of count * length) of a prefix code with lengths <= limit:
+    textbook package-merge, items carry the leaves they contain."""
+    w = sorted(counts)
+    leaves = [(x, (i,)) for i, x in enumerate(w)]
+    items = list(leaves)
+    for _ in range(limit - 1):
+        packages = [(items[2 * i][0] + items[2 * i + 1][0], items[2 * i][1] + items[2 * i + 1][1])
+                    for i in range(len(items) // 2)]  # fmt: skip
+        items = sorted(leaves + packages, key=lambda t: t[0])
+    lengths = [0] * len(w)
+    for _, members in items[: 2 * len(w) - 2]:
+        for i in members:
+            lengths[i] += 1
+    return sum(a * b for a, b in zip(w, lengths))
+
+
+def _header_lengths(stream: bytes) -> dict[int, int]:
+    bitmap = stream[1:33]
+    symbols = [s for s in range(256) if bitmap[s >> 3] >> (s & 7) & 1]
+    nibbles = stream[33:]
+    return {s: (nibbles[j >> 1] >> (4 * (j & 1))) & 15 for j, s in enumerate(symbols)}
+
+
+def test_code_lengths_are_optimal_under_the_limit():
+    rng = np.random.default_rng(9)
+    for t in range(40):
+        m = int(rng.integers(2, 40))
+        if t % 2:
+            counts = (2 ** rng.integers(0, 17, m)).astype(np.int64)  # deep trees: the limit binds
+        else:
+            counts = rng.integers(1, 3000, m)
+        data = np.repeat(np.arange(m, dtype=np.uint8) * 5, counts)
+        lengths = _header_lengths(_native.huffman_encode(data))
+        assert max(lengths.values()) <= 11
+        assert sum(2.0 ** -v for v in lengths.values()) == 1.0  # complete code
+        got = sum(int(c) * lengths[5 * i] for i, c in enumerate(counts))
+        assert got == _reference_limited_cost([int(c) for c in counts], 11)
+
+
+def test_runs_of_longest_codes(variant):
+    # A geometric head and 200 rare symbols: the limit binds and the rare ones get
+    # 11-bit codes; placed together they fill the encoder's bit buffer to its limit.
+    rng = np.random.default_rng(10)
+    head = np.repeat(np.arange(201, 213, dtype=np.uint8), [1 << (18 - k) for k in range(12)])
+    rng.shuffle(head)
+    rare = np.repeat(np.arange(1, 201, dtype=np.uint8), 2)
+    rng.shuffle(rare)
+    data = np.concatenate([head, rare, head[:5], rare[::-1]])
+    lengths = _header_lengths(round_trip(data))
+    assert sum(1 for v in lengths.values() if v == 11) >= 100
+    round_trip(data[3:])  # other alignments of the same runs
+    round_trip(data[7:-5])
+
+
+def test_estimate_bounds_the_encoded_size(variant):
+    rng = np.random.default_rng(11)
+    cases = [b"", b"x", b"xxxx", bytes(range(256))]
+    for n in [2, 3, 100, 4097, 200000]:
+        cases.append(np.minimum(rng.geometric(0.3, n), 255).astype(np.uint8).tobytes())
+        cases.append(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    for data in cases:
+        size = len(_native.huffman_encode(data))
+        estimate = _native.huffman_estimate(data)
+        assert size <= estimate <= size + 3, (len(data), size, estimate)

@@ -156,8 +156,9 @@ struct EncTable {
 
 // MSB-first bit writer with the pending bits left-aligned in acc. OR-ing a table
 // entry also ORs its length byte, shifted right, into acc's low byte: that byte
-// is below any pending bit (<= 51 of them before a flush), is masked off before
-// acc shifts up, and the byte of a store it lands in is rewritten by the next store.
+// is below any pending bit (<= 51 of them before a flush, so the lowest is bit 13),
+// is masked off before acc shifts up, and the byte of a store it lands in is
+// rewritten by the next store (or never written: the final bytes go one by one).
 template <int kVariant>
 KV_ALWAYS_INLINE bool encode_segment_impl(const uint8_t* src, size_t len, const EncTable& t, uint8_t* out,
                                           const uint8_t* out_end, size_t* written, uint64_t* nbits) {
@@ -166,38 +167,50 @@ KV_ALWAYS_INLINE bool encode_segment_impl(const uint8_t* src, size_t len, const 
     unsigned bits = 0;
     size_t i = 0;
     const uint64_t* code = t.code;
+    // In the fast loop `fb` adds whole entries: its low byte is the pending bit count
+    // (<= 7 + 4 * 11 < 64, so no carry leaves it), the codes pile up above and are
+    // dropped at each flush. This saves extracting each length.
+    uint64_t fb = 0;
+#define KV_HUF_PUT_FAST(sym)             \
+    do {                                 \
+        const uint64_t e_ = code[(sym)]; \
+        acc |= e_ >> (fb & 63);          \
+        fb += e_;                        \
+    } while (0)
+#define KV_HUF_FLUSH()                                     \
+    do {                                                   \
+        store_be64(o, acc);                                \
+        o += (fb & 0xff) >> 3;                             \
+        acc = (acc & ~uint64_t(0xff)) << (fb & 0x38);      \
+        fb &= 7;                                           \
+    } while (0)
 #define KV_HUF_PUT(sym)                  \
     do {                                 \
         const uint64_t e_ = code[(sym)]; \
         acc |= e_ >> bits;               \
         bits += unsigned(e_ & 0xff);     \
     } while (0)
-#define KV_HUF_FLUSH()                              \
-    do {                                            \
-        store_be64(o, acc);                         \
-        o += bits >> 3;                             \
-        acc = (acc & ~uint64_t(0xff)) << (bits & ~7u); \
-        bits &= 7;                                  \
-    } while (0)
     if (out_end - out >= 16) {
-        // Each iteration writes at most 2 * 8 bytes from o and advances o by <= 11 bytes.
+        // Each iteration stores 8 bytes at o and at o + <= 6, and advances o by <= 12 bytes.
         const uint8_t* fast_end = out_end - 16;
         while (i + 8 <= len && o <= fast_end) {
             const uint8_t* p = src + i;
-            KV_HUF_PUT(p[0]);
-            KV_HUF_PUT(p[1]);
-            KV_HUF_PUT(p[2]);
-            KV_HUF_PUT(p[3]);
-            KV_HUF_FLUSH();  // bits <= 7 + 4 * 11 before
-            KV_HUF_PUT(p[4]);
-            KV_HUF_PUT(p[5]);
-            KV_HUF_PUT(p[6]);
-            KV_HUF_PUT(p[7]);
+            KV_HUF_PUT_FAST(p[0]);
+            KV_HUF_PUT_FAST(p[1]);
+            KV_HUF_PUT_FAST(p[2]);
+            KV_HUF_PUT_FAST(p[3]);
+            KV_HUF_FLUSH();  // <= 7 + 4 * 11 = 51 pending bits: clear of the length byte
+            KV_HUF_PUT_FAST(p[4]);
+            KV_HUF_PUT_FAST(p[5]);
+            KV_HUF_PUT_FAST(p[6]);
+            KV_HUF_PUT_FAST(p[7]);
             KV_HUF_FLUSH();
             i += 8;
         }
     }
+    bits = unsigned(fb);  // <= 7 after a flush
 #undef KV_HUF_FLUSH
+#undef KV_HUF_PUT_FAST
     acc &= ~uint64_t(0xff);
     for (; i < len; ++i) {
         KV_HUF_PUT(src[i]);
@@ -447,6 +460,25 @@ size_t huffman_bound(size_t n) {
     return header_size(256) + (n / 8) * kMaxLen + ((n % 8) * kMaxLen + 7) / 8 + kStreams;
 }
 
+size_t huffman_estimate(const uint32_t* hist, size_t n) {
+    if (n == 0) return 1;
+    uint64_t counts[256];
+    uint64_t total = 0;
+    unsigned m = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        counts[s] = hist[s];
+        total += hist[s];
+        m += hist[s] != 0;
+    }
+    if (total != n || m == 0) return huffman_bound(n);  // inconsistent counts: the encoder refuses them
+    if (m == 1) return 2;
+    uint8_t lens[256];
+    limited_lengths(counts, kMaxLen, lens);
+    uint64_t bits = 0;
+    for (unsigned s = 0; s < 256; ++s) bits += counts[s] * lens[s];
+    return header_size(m) + size_t((bits + 7) / 8) + (kStreams - 1);
+}
+
 void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
     if (use_bmi2())
         histogram_bmi2(src, n, hist);
@@ -598,11 +630,6 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
         off += sz;
     }
 
-    uint8_t order[256];
-    if (canonical_order(lens, order) != m) return corrupt("huffman: bad code lengths");
-    Tables tables;
-    if (!build_tables(lens, order, m, &tables)) return corrupt("huffman: code lengths do not form a complete code");
-
     StreamState st[kStreams];
     uint8_t* o = dst;
     for (unsigned k = 0; k < kStreams; ++k) {
@@ -614,6 +641,11 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
         st[k] = {start[k], 0, o, o + len};
         o += len;
     }
+
+    uint8_t order[256];
+    if (canonical_order(lens, order) != m) return corrupt("huffman: bad code lengths");
+    Tables tables;
+    if (!build_tables(lens, order, m, &tables)) return corrupt("huffman: code lengths do not form a complete code");
     if (use_bmi2())
         decode_streams_bmi2(src, src_size, tables, st);
     else
