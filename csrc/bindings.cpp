@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "cpu/cpu_features.h"
+#include "entropy/fastcode.h"
 #include "parallel/thread_pool.h"
 
 namespace py = pybind11;
@@ -108,6 +109,77 @@ PYBIND11_MODULE(_native, m) {
     // ---- section: entropy: huffman ----
 
     // ---- section: entropy: fastcode ----
+    m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));
+    m.def(
+        "fastcode_encode",
+        [](const py::buffer& src, unsigned width, const py::object& cap) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            const size_t bound = kvcore::entropy::fastcode_bound(in.size);
+            // Default capacity: the stream must be smaller than the input.
+            size_t limit = in.size ? in.size - 1 : 0;
+            if (!cap.is_none()) {
+                const long long c = cap.cast<long long>();
+                if (c < 0) throw NativeError{Code::kInvalidArgument, "cap must be >= 0"};
+                limit = static_cast<size_t>(c);
+            }
+            std::string out(std::min(limit, bound), '\0');
+            size_t written = 0;
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::fastcode_encode_width(in.data, in.size, nullptr, width,
+                                                            reinterpret_cast<uint8_t*>(out.data()), out.size(),
+                                                            &written);
+            }
+            check(st);
+            return py::bytes(out.data(), written);
+        },
+        py::arg("src"), py::arg("width") = 0, py::arg("cap") = py::none(),
+        "Encodes a byte plane; BufferTooSmallError unless the stream is smaller than the input\n"
+        "(or fits `cap`). width: 0 = smallest stream, 1..7 forces the code width.");
+    m.def(
+        "fastcode_decode",
+        [](const py::buffer& stream, long long n) {
+            if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
+            py::buffer_info keep;
+            const ByteView in = read_view(stream, keep);
+            py::bytes out(nullptr, static_cast<size_t>(n));
+            uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out.ptr()));
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::fastcode_decode(in.data, in.size, dst, static_cast<size_t>(n));
+            }
+            check(st);
+            return out;
+        },
+        py::arg("stream"), py::arg("n"));
+    m.def(
+        "fastcode_decode_into",
+        [](const py::buffer& stream, const py::buffer& out) {
+            py::buffer_info keep_in, keep_out;
+            const ByteView in = read_view(stream, keep_in);
+            {
+                // clear errors for read-only and strided outputs before asking for a writable view
+                const py::buffer_info probe = out.request(false);
+                if (probe.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
+                py::ssize_t expect = probe.itemsize;
+                for (py::ssize_t d = probe.ndim - 1; d >= 0; --d) {
+                    if (probe.shape[d] > 1 && probe.strides[d] != expect)
+                        throw NativeError{Code::kInvalidArgument, "output buffer must be C-contiguous"};
+                    expect *= probe.shape[d];
+                }
+            }
+            const MutableView dst = write_view(out, keep_out);
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::fastcode_decode(in.data, in.size, dst.data, dst.size);
+            }
+            check(st);
+        },
+        py::arg("stream"), py::arg("out"));
 
     // ---- section: codec ----
 

@@ -21,4 +21,18 @@ Status fastcode_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8
 
 Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
 
+// Additions to the fixed interface above.
+//
+// fastcode_bound(n) covers every width, so it is also the capacity that lets
+// fastcode_encode_width succeed for any n. width 0 = the smallest stream (what
+// fastcode_encode does), 1..7 forces that code width (tests, experiments).
+// kInvalidArgument when hist is given but does not describe src.
+Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist, unsigned width, uint8_t* dst,
+                             size_t cap, size_t* written);
+
+// Size of the stream fastcode_encode would write for data with this histogram
+// (n = sum of hist), without encoding; *width (optional) gets the chosen width.
+// SIZE_MAX when hist does not sum to n. For choosing a plane method cheaply.
+size_t fastcode_estimate(const uint32_t* hist, size_t n, unsigned* width);
+
 }  // namespace kvcore::entropy
