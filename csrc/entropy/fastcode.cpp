@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "cpu/cpu_features.h"
 #include "entropy/fastcode_format.h"
@@ -230,51 +231,77 @@ KV_AVX2_INLINE __m256i shift16(__m256i x, int s) {
     return s >= 0 ? _mm256_slli_epi16(x, s) : _mm256_srli_epi16(x, -s);
 }
 
-// Code bits of component (c, o) for output vector i at bit `to` of each byte.
-KV_AVX2_INLINE __m256i take_field_avx2(__m256i x, unsigned c, unsigned f, unsigned to) {
-    const int s = int(c * f) - int(to);
-    const __m256i v = s >= 0 ? _mm256_srli_epi16(x, s) : _mm256_slli_epi16(x, -s);
-    return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(((1u << c) - 1) << to)));
+template <int S>
+KV_AVX2_INLINE __m256i shift16c(__m256i x) {
+    if constexpr (S > 0) return _mm256_slli_epi16(x, S);
+    else if constexpr (S < 0) return _mm256_srli_epi16(x, -S);
+    else return x;
 }
 
-// Byte mask (bit 7) of code bit b for output vector i.
-template <unsigned W>
-KV_AVX2_INLINE __m256i code_bit_msb(const __m256i* V, unsigned i, unsigned b) {
-    unsigned c = 4;
-    while (!(has_comp(W, c) && comp_offset(W, c) <= b && b < comp_offset(W, c) + c)) c >>= 1;
-    const unsigned o = comp_offset(W, c), per = 8 / c;
-    const unsigned bytebit = c * (i % per) + (b - o);
-    return shift16(V[o + ((i / per) & (c - 1))], int(7 - bytebit));
+// Code bits of component C (at code offset comp_offset) for output vector I,
+// moved to bit TO of each byte; everything known at compile time.
+template <unsigned W, unsigned C, unsigned I, unsigned TO>
+KV_AVX2_INLINE __m256i take_field_c(const __m256i* V) {
+    constexpr unsigned o = comp_offset(W, C), per = 8 / C, f = I % per;
+    const __m256i v = shift16c<int(TO) - int(C * f)>(V[o + I / per]);
+    return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(((1u << C) - 1) << TO)));
 }
 
-template <unsigned W>
-KV_AVX2_INLINE __m256i decode_vec_avx2(const __m256i* V, const __m256i* T, unsigned i) {
+constexpr unsigned comp_of_bit(unsigned w, unsigned b) {
+    for (unsigned c = 4; c >= 1; c >>= 1)
+        if (has_comp(w, c) && comp_offset(w, c) <= b && b < comp_offset(w, c) + c) return c;
+    return 0;
+}
+
+// Code bit B of output vector I moved to bit 7 of each byte (a blendv mask;
+// the other bits are don't-care).
+template <unsigned W, unsigned I, unsigned B>
+KV_AVX2_INLINE __m256i code_bit_msb(const __m256i* V) {
+    constexpr unsigned c = comp_of_bit(W, B);
+    constexpr unsigned o = comp_offset(W, c), per = 8 / c;
+    constexpr unsigned bytebit = c * (I % per) + (B - o);
+    return shift16c<int(7 - bytebit)>(V[o + I / per]);
+}
+
+template <unsigned N>
+KV_AVX2_INLINE void blend_level(__m256i* r, __m256i m) {
+#pragma GCC unroll 8
+    for (unsigned j = 0; j < N / 2; ++j) r[j] = _mm256_blendv_epi8(r[2 * j], r[2 * j + 1], m);
+}
+
+template <unsigned W, unsigned I>
+KV_AVX2_INLINE __m256i decode_vec_avx2(const __m256i* V, const __m256i* T) {
     if constexpr (W <= 4) {
         __m256i code = _mm256_setzero_si256();
-        const auto add = [&](auto cc) KV_AVX2_LAMBDA {
-            constexpr unsigned c = decltype(cc)::value;
-            if constexpr (has_comp(W, c)) {
-                constexpr unsigned o = comp_offset(W, c), per = 8 / c;
-                code = _mm256_or_si256(code, take_field_avx2(V[o + ((i / per) & (c - 1))], c, i % per, o));
-            }
-        };
-        add(std::integral_constant<unsigned, 4>{});
-        add(std::integral_constant<unsigned, 2>{});
-        add(std::integral_constant<unsigned, 1>{});
+        if constexpr (has_comp(W, 4)) code = _mm256_or_si256(code, take_field_c<W, 4, I, comp_offset(W, 4)>(V));
+        if constexpr (has_comp(W, 2)) code = _mm256_or_si256(code, take_field_c<W, 2, I, comp_offset(W, 2)>(V));
+        if constexpr (has_comp(W, 1)) code = _mm256_or_si256(code, take_field_c<W, 1, I, comp_offset(W, 1)>(V));
         return _mm256_shuffle_epi8(T[0], code);
     } else {
-        const __m256i lo4 = take_field_avx2(V[(i / 2) & 3], 4, i % 2, 0);
+        const __m256i lo4 = take_field_c<W, 4, I, 0>(V);
         constexpr unsigned ntab = 1u << (W - 4);
         __m256i r[ntab];
+#pragma GCC unroll 8
         for (unsigned j = 0; j < ntab; ++j) r[j] = _mm256_shuffle_epi8(T[j], lo4);
-        unsigned cnt = ntab;
-        for (unsigned b = 4; b < W; ++b) {
-            const __m256i m = code_bit_msb<W>(V, i, b);
-            for (unsigned j = 0; j < cnt / 2; ++j) r[j] = _mm256_blendv_epi8(r[2 * j], r[2 * j + 1], m);
-            cnt /= 2;
-        }
+        blend_level<ntab>(r, code_bit_msb<W, I, 4>(V));
+        if constexpr (W >= 6) blend_level<ntab / 2>(r, code_bit_msb<W, I, 5>(V));
+        if constexpr (W >= 7) blend_level<ntab / 4>(r, code_bit_msb<W, I, 6>(V));
         return r[0];
     }
+}
+
+// Decodes output vector I of a group: stores it, returns its escape mask.
+template <unsigned W, unsigned I>
+KV_AVX2_INLINE uint32_t decode_store(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out) {
+    const __m256i r = decode_vec_avx2<W, I>(V, T);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * I), r);
+    return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(r, marker)));
+}
+
+template <unsigned W, size_t... I>
+KV_AVX2_INLINE void decode_group(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out, uint32_t* m,
+                                 std::index_sequence<I...>) {
+    ((m[I] = decode_store<W, I>(V, T, marker, out)), ...);
 }
 
 template <unsigned W>
@@ -294,14 +321,10 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
 #pragma GCC unroll 8
         for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
         uint32_t m[8];
+        decode_group<W>(V, T, marker, out, m, std::make_index_sequence<8>{});
         uint64_t cnt = 0;
 #pragma GCC unroll 8
-        for (unsigned i = 0; i < 8; ++i) {
-            const __m256i r = decode_vec_avx2<W>(V, T, i);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * i), r);
-            m[i] = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(r, marker)));
-            cnt += static_cast<unsigned>(_mm_popcnt_u32(m[i]));
-        }
+        for (unsigned i = 0; i < 8; ++i) cnt += static_cast<unsigned>(_mm_popcnt_u32(m[i]));
         if (cnt == 0) continue;
         if (cnt > nexc - k) return corrupt("fastcode: more escapes than literals");
         // Expand the next literals into the escape positions, 16 at a time:
