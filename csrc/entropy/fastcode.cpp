@@ -381,17 +381,43 @@ template <unsigned W>
 KV_AVX2 bool encode_groups_avx2(const uint8_t* src, size_t groups, const uint8_t* code_of, uint8_t* lit,
                                 uint64_t nexc, uint64_t* k_io, uint8_t* out) {
     const __m256i escv = _mm256_set1_epi8(static_cast<char>((1u << W) - 1));
+    __m256i sym[15], flip[15];  // table symbols, code ^ escape
+    if constexpr (W <= 4) {
+        unsigned found = 0;
+        for (unsigned v = 0; v < 256; ++v) {
+            const unsigned c = code_of[v];
+            if (c < (1u << W) - 1) {
+                sym[c] = _mm256_set1_epi8(static_cast<char>(v));
+                flip[c] = _mm256_set1_epi8(static_cast<char>(c ^ ((1u << W) - 1)));
+                ++found;
+            }
+        }
+        if (found != (1u << W) - 1) return false;  // every code has its symbol (encoder invariant)
+    }
     alignas(32) uint8_t codes[kGroup];
     uint8_t lbuf[kGroup + 8];
     uint64_t k = *k_io;
     for (size_t gi = 0; gi < groups; ++gi) {
         const uint8_t* s = src + gi * kGroup;
-        for (size_t i = 0; i < kGroup; i += 8) {
-            const uint64_t x = load64(s + i);
-            uint64_t c = 0;
+        if constexpr (W <= 4) {
+            // at most 15 table symbols: compare against each (they are distinct)
 #pragma GCC unroll 8
-            for (unsigned b = 0; b < 8; ++b) c |= uint64_t(code_of[(x >> (8 * b)) & 0xff]) << (8 * b);
-            store64(codes + i, c);
+            for (unsigned v = 0; v < 8; ++v) {
+                const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32 * v));
+                __m256i c = escv;
+#pragma GCC unroll 15
+                for (unsigned r = 0; r < (1u << W) - 1; ++r)
+                    c = _mm256_xor_si256(c, _mm256_and_si256(_mm256_cmpeq_epi8(x, sym[r]), flip[r]));
+                _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 32 * v), c);
+            }
+        } else {
+            for (size_t i = 0; i < kGroup; i += 8) {
+                const uint64_t x = load64(s + i);
+                uint64_t c = 0;
+#pragma GCC unroll 8
+                for (unsigned b = 0; b < 8; ++b) c |= uint64_t(code_of[(x >> (8 * b)) & 0xff]) << (8 * b);
+                store64(codes + i, c);
+            }
         }
         uint32_t m[8], any = 0;
 #pragma GCC unroll 8
