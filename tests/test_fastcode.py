@@ -311,3 +311,50 @@ def test_garbage(variant):
         body = rng.integers(0, 256, (1 << w) - 1 + nexc + (n // 256) * 32 * w + ((n % 256) * w + 7) // 8,
                             dtype=np.uint8)
         decode_checked(bytes([w, nexc]) + body.tobytes(), n)
+
+
+# ----------------------------------------------------------------- properties
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=2000), width=st.integers(0, 7), scalar=st.booleans())
+def test_property_round_trip(data, width, scalar):
+    x = np.frombuffer(data, np.uint8)
+    variant = "scalar" if scalar else "widest"
+    s = in_variant(variant, encode_any, x, width)
+    assert in_variant("widest" if scalar else "scalar", N.fastcode_decode, s, len(x)) == data
+
+
+@settings(max_examples=500, deadline=None)
+@given(stream=st.binary(max_size=600), n=st.integers(0, 3000), scalar=st.booleans())
+def test_property_any_bytes_decode_cleanly(stream, n, scalar):
+    in_variant("scalar" if scalar else "widest", decode_checked, stream, n)
+
+
+# ----------------------------------------------------------------- sanitizers
+
+@pytest.mark.slow
+def test_native_sanitizer_run(tmp_path):
+    """Builds tests/native/fastcode_sanitize.cpp with ASan+UBSan and runs it."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    root = Path(__file__).resolve().parent.parent
+    exe = tmp_path / "fastcode_sanitize"
+    build = subprocess.run(
+        [cxx, "-std=c++17", "-O0", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+         f"-I{root / 'csrc'}", str(root / "tests/native/fastcode_sanitize.cpp"),
+         str(root / "csrc/entropy/fastcode.cpp"), str(root / "csrc/cpu/cpu_features.cpp"), "-o", str(exe)],
+        capture_output=True, text=True)
+    if build.returncode != 0 and "sanitize" in build.stderr:
+        pytest.skip("compiler lacks sanitizer support: " + build.stderr[-300:])
+    assert build.returncode == 0, build.stderr[-2000:]
+    run = subprocess.run([str(exe), "1500"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "corrupt" in run.stdout
