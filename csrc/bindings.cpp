@@ -109,6 +109,18 @@ PYBIND11_MODULE(_native, m) {
     // ---- section: entropy: huffman ----
 
     // ---- section: entropy: fastcode ----
+    // A writable, C-contiguous view (clear errors for read-only and strided outputs).
+    static const auto fastcode_out_view = [](const py::buffer& out, py::buffer_info& keep) {
+        const py::buffer_info probe = out.request(false);
+        if (probe.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
+        py::ssize_t expect = probe.itemsize;
+        for (py::ssize_t d = probe.ndim - 1; d >= 0; --d) {
+            if (probe.shape[d] > 1 && probe.strides[d] != expect)
+                throw NativeError{Code::kInvalidArgument, "output buffer must be C-contiguous"};
+            expect *= probe.shape[d];
+        }
+        return write_view(out, keep);
+    };
     m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));
     m.def(
         "fastcode_encode",
@@ -160,18 +172,7 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& stream, const py::buffer& out) {
             py::buffer_info keep_in, keep_out;
             const ByteView in = read_view(stream, keep_in);
-            {
-                // clear errors for read-only and strided outputs before asking for a writable view
-                const py::buffer_info probe = out.request(false);
-                if (probe.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
-                py::ssize_t expect = probe.itemsize;
-                for (py::ssize_t d = probe.ndim - 1; d >= 0; --d) {
-                    if (probe.shape[d] > 1 && probe.strides[d] != expect)
-                        throw NativeError{Code::kInvalidArgument, "output buffer must be C-contiguous"};
-                    expect *= probe.shape[d];
-                }
-            }
-            const MutableView dst = write_view(out, keep_out);
+            const MutableView dst = fastcode_out_view(out, keep_out);
             Status st;
             {
                 py::gil_scoped_release release;
@@ -180,6 +181,27 @@ PYBIND11_MODULE(_native, m) {
             check(st);
         },
         py::arg("stream"), py::arg("out"));
+    m.def(
+        "fastcode_decode_merge16",
+        [](const py::buffer& stream, const py::buffer& other, const py::buffer& out, int how) {
+            if (how != 0 && how != 1) throw NativeError{Code::kInvalidArgument, "how must be 0 (high byte) or 1 (bf16 exponent)"};
+            py::buffer_info keep_in, keep_other, keep_out;
+            const ByteView in = read_view(stream, keep_in);
+            const ByteView plane = read_view(other, keep_other);
+            const MutableView dst = fastcode_out_view(out, keep_out);
+            if (dst.size != 2 * plane.size)
+                throw NativeError{Code::kInvalidArgument, "out must hold 2 bytes per symbol of `other`"};
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::fastcode_decode_merge16(in.data, in.size, plane.data, dst.data, plane.size,
+                                                              static_cast<kvcore::entropy::Merge16>(how));
+            }
+            check(st);
+        },
+        py::arg("stream"), py::arg("other"), py::arg("out"), py::arg("how") = 0,
+        "Decodes a fastcode plane and merges it with the raw plane `other` into 16-bit elements in `out`\n"
+        "(how 0: plane = high byte; 1: bf16 exponent field, other = sign << 7 | mantissa).");
 
     // ---- section: codec ----
 
