@@ -14,11 +14,22 @@
 
 namespace kvcore::entropy {
 
+// Stream layout: fastcode_format.h. Variants (portable, AVX2) are picked with
+// cpu::active_isa() and write/read identical streams.
+
+// Largest stream for n symbols at any code width (header + n literals + 7n/8).
 size_t fastcode_bound(size_t n);
 
+// Encodes src[0, n) at the code width (1..7) that gives the smallest stream.
+// `hist` may be null or hold the 256 symbol counts of src. *written = stream
+// size. kBufferTooSmall when the stream would exceed cap (pass cap = n - 1 to
+// get a stream only when it is smaller than the plane; else store it raw).
 Status fastcode_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,
                        size_t* written);
 
+// Decodes exactly n symbols into dst[0, n). kCorruptFrame on any inconsistency
+// (the stream size must match n exactly, escape codes must match the literal
+// count); never reads outside [src, src + src_size) or writes outside dst[0, n).
 Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
 
 // Additions to the fixed interface above.

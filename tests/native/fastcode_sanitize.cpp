@@ -27,6 +27,31 @@ int main(int argc, char** argv) {
         size_t len = 0;
         Status st = entropy::fastcode_encode_width(x.data(), n, nullptr, w, s.data(), s.size(), &len);
         if (!st.is_ok()) { printf("encode failed %s\n", st.message.c_str()); return 1; }
+        if (w == 0) {
+            uint32_t hist[256] = {};
+            for (uint8_t b : x) ++hist[b];
+            unsigned ew = 0;
+            size_t est = entropy::fastcode_estimate(hist, n, &ew);
+            size_t len2 = 0;
+            std::vector<uint8_t> s2(entropy::fastcode_bound(n));
+            st = entropy::fastcode_encode(x.data(), n, hist, s2.data(), s2.size(), &len2);
+            if (!st.is_ok() || est != len || len2 != len || (n && ew != s[0]) ||
+                memcmp(s.data(), s2.data(), len)) { printf("estimate/hist mismatch\n"); return 1; }
+            if (n) {
+                // a wrong histogram (same total): refused, or a stream that still decodes to x
+                ++hist[x[0]];
+                --hist[uint8_t(x[0] + 1 + rng() % 255)];
+                st = entropy::fastcode_encode(x.data(), n, hist, s2.data(), s2.size(), &len2);
+                if (st.is_ok()) {
+                    std::vector<uint8_t> in2(s2.begin(), s2.begin() + len2), out2(n);
+                    st = entropy::fastcode_decode(in2.data(), len2, out2.data(), n);
+                    if (!st.is_ok() || out2 != x) { printf("wrong histogram gave a bad stream\n"); return 1; }
+                } else if (st.code != Code::kInvalidArgument && st.code != Code::kBufferTooSmall) {
+                    printf("wrong histogram: unexpected status\n");
+                    return 1;
+                }
+            }
+        }
         // exact-size heap copies so ASan sees any overread
         std::vector<uint8_t> in(s.begin(), s.begin() + len), out(n);
         cpu::set_disabled_isa(rng() & 1 ? cpu::kIsaAvx2 : 0);
