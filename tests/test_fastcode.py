@@ -420,3 +420,30 @@ def test_decode_merge16_errors(variant):
         except kvcore.CorruptFrameError:
             pass
         s[bit // 8] ^= 1 << (bit % 8)
+
+
+@pytest.mark.parametrize("w", [1, 2, 3])
+def test_escape_count_checked_on_dense_escapes(variant, w):
+    # many escapes: the AVX2 decoder patches in the same pass as it decodes
+    x = skewed(256 * 40 + 9, seed=3)
+    s = encode_any(x, w)
+    nexc, pos, shift = 0, 1, 0
+    while True:  # LEB128 escape count after the width byte
+        nexc |= (s[pos] & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if not s[pos - 1] & 0x80:
+            break
+    assert nexc * 64 >= len(x)
+    table = set(s[pos : pos + (1 << w) - 1])
+    first_group = len(s) - (len(x) // 256) * 32 * w - ((len(x) % 256) * w + 7) // 8
+    for group, b in ((0, 0), (20, 5), (39, 31)):
+        at = [first_group + 32 * w * group + 32 * j + b for j in range(w)]  # byte b of every vector
+        escaped = sum(int(x[256 * group + 32 * i + b]) not in table for i in range(8))
+        for value, after in ((0x00, 0), (0xFF, 8)):  # the 8 symbols there: no escapes / all
+            if escaped == after:
+                continue
+            bad = bytearray(s)
+            for a in at:
+                bad[a] = value
+            with pytest.raises(kvcore.CorruptFrameError):
+                N.fastcode_decode(bytes(bad), len(x))

@@ -63,6 +63,7 @@ struct Parsed {
     const uint8_t* table = nullptr;
     const uint8_t* lit = nullptr;
     const uint8_t* codes = nullptr;   // groups, then the tail
+    size_t after_lit = 0;             // bytes from lit to the end of the stream
     size_t groups = 0;
     size_t tail = 0;                  // symbols in the tail
 };
@@ -99,6 +100,7 @@ Status parse(const uint8_t* src, size_t src_size, size_t n, Parsed* p) {
                        std::to_string(n) + " symbols (expected " + std::to_string(pos + body) + ")");
     p->lit = src + pos;
     p->codes = p->lit + v;
+    p->after_lit = body;
     p->groups = n / kGroup;
     p->tail = n % kGroup;
     return Status::ok();
@@ -304,17 +306,63 @@ KV_AVX2_INLINE void decode_group(const __m256i* V, const __m256i* T, __m256i mar
     ((m[I] = decode_store<W, I>(V, T, marker, out)), ...);
 }
 
+// Expands the next literals into the escape positions of r (bytes equal to the
+// marker), 16 at a time: the inclusive prefix count of escapes in each 128-bit
+// lane indexes a 16-byte load of literals. Reads lit[k, k + popcount + 16).
+KV_AVX2_INLINE __m256i patch_vec(__m256i r, __m256i marker, const uint8_t* lit, uint64_t& k) {
+    const __m256i eq = _mm256_cmpeq_epi8(r, marker);
+    const uint32_t m = static_cast<uint32_t>(_mm256_movemask_epi8(eq));
+    __m256i s = eq;  // -1 per escape: running sum = -(count so far)
+    s = _mm256_add_epi8(s, _mm256_slli_si256(s, 1));
+    s = _mm256_add_epi8(s, _mm256_slli_si256(s, 2));
+    s = _mm256_add_epi8(s, _mm256_slli_si256(s, 4));
+    s = _mm256_add_epi8(s, _mm256_slli_si256(s, 8));
+    const __m256i idx = _mm256_xor_si256(s, _mm256_set1_epi8(-1));  // count - 1 at escapes
+    const unsigned c0 = static_cast<unsigned>(_mm_popcnt_u32(m & 0xffff));
+    const __m256i L = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(lit + k + c0),
+                                          reinterpret_cast<const __m128i*>(lit + k));
+    k += static_cast<unsigned>(_mm_popcnt_u32(m));
+    return _mm256_blendv_epi8(r, _mm256_shuffle_epi8(L, idx), eq);
+}
+
+template <unsigned W, unsigned I>
+KV_AVX2_INLINE void decode_patch_store(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out,
+                                       const uint8_t* lit, uint64_t& k) {
+    const __m256i r = patch_vec(decode_vec_avx2<W, I>(V, T), marker, lit, k);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * I), r);
+}
+
+template <unsigned W, size_t... I>
+KV_AVX2_INLINE void decode_patch_group(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out,
+                                       const uint8_t* lit, uint64_t& k, std::index_sequence<I...>) {
+    (decode_patch_store<W, I>(V, T, marker, out, lit, k), ...);
+}
+
 template <unsigned W>
 KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
     __m256i T[8];
     for (unsigned j = 0; j < 8; ++j)
         T[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.full + 16 * j)));
     const __m256i marker = _mm256_set1_epi8(static_cast<char>(t.marker));
-    const __m256i ones = _mm256_set1_epi8(-1);
     const uint8_t* lit = p.lit;
     const uint64_t nexc = p.nexc;
+    // Escapes in most groups (rate >= 1/64): decode and patch in one pass while
+    // a whole group's literal reads (<= 256 + 16 bytes) stay inside the stream;
+    // else decode, and patch only groups that have escapes, after counting them.
+    const bool one_pass = nexc * 64 >= p.groups * kGroup + p.tail;
     uint64_t k = *k_io;
-    for (size_t gi = 0; gi < p.groups; ++gi) {
+    size_t gi = 0;
+    if (one_pass) {
+        for (; gi < p.groups && k + kGroup + 16 <= p.after_lit; ++gi) {
+            const uint8_t* g = p.codes + gi * 32 * W;
+            __m256i V[W];
+#pragma GCC unroll 8
+            for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
+            decode_patch_group<W>(V, T, marker, dst + gi * kGroup, lit, k, std::make_index_sequence<8>{});
+        }
+        if (k > nexc) return corrupt("fastcode: more escapes than literals");
+    }
+    for (; gi < p.groups; ++gi) {
         const uint8_t* g = p.codes + gi * 32 * W;
         uint8_t* out = dst + gi * kGroup;
         __m256i V[W];
@@ -327,28 +375,13 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
         for (unsigned i = 0; i < 8; ++i) cnt += static_cast<unsigned>(_mm_popcnt_u32(m[i]));
         if (cnt == 0) continue;
         if (cnt > nexc - k) return corrupt("fastcode: more escapes than literals");
-        // Expand the next literals into the escape positions, 16 at a time:
-        // the inclusive prefix count of escapes in each 128-bit lane indexes a
-        // 16-byte load of literals. Reads stay inside the stream: the literals
-        // are followed by at least 32 bytes of codes (this group).
+        // Reads stay inside the stream: k + cnt <= nexc, and the literals are
+        // followed by at least 32 bytes of codes (this group).
 #pragma GCC unroll 8
         for (unsigned i = 0; i < 8; ++i) {
             uint8_t* o = out + 32 * i;
             const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o));
-            const __m256i eq = _mm256_cmpeq_epi8(r, marker);
-            __m256i s = eq;  // -1 per escape: running sum = -(count so far)
-            s = _mm256_add_epi8(s, _mm256_slli_si256(s, 1));
-            s = _mm256_add_epi8(s, _mm256_slli_si256(s, 2));
-            s = _mm256_add_epi8(s, _mm256_slli_si256(s, 4));
-            s = _mm256_add_epi8(s, _mm256_slli_si256(s, 8));
-            const __m256i idx = _mm256_xor_si256(s, ones);  // count - 1 at escapes
-            const unsigned c0 = static_cast<unsigned>(_mm_popcnt_u32(m[i] & 0xffff));
-            const unsigned c1 = static_cast<unsigned>(_mm_popcnt_u32(m[i] >> 16));
-            const __m256i L = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(lit + k + c0),
-                                                  reinterpret_cast<const __m128i*>(lit + k));
-            const __m256i val = _mm256_blendv_epi8(r, _mm256_shuffle_epi8(L, idx), eq);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), val);
-            k += c0 + c1;
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), patch_vec(r, marker, lit, k));
         }
     }
     *k_io = k;
