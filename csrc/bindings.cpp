@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "cpu/cpu_features.h"
+#include "entropy/fastcode.h"
 #include "entropy/huffman.h"
 #include "frame/codec.h"
 #include "frame/plane_methods.h"
@@ -406,6 +407,99 @@ PYBIND11_MODULE(_native, m) {
         py::arg("src"), "Counts of each byte value (256 ints).");
 
     // ---- section: entropy: fastcode ----
+    // A writable, C-contiguous view (clear errors for read-only and strided outputs).
+    static const auto fastcode_out_view = [](const py::buffer& out, py::buffer_info& keep) {
+        const py::buffer_info probe = out.request(false);
+        if (probe.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
+        py::ssize_t expect = probe.itemsize;
+        for (py::ssize_t d = probe.ndim - 1; d >= 0; --d) {
+            if (probe.shape[d] > 1 && probe.strides[d] != expect)
+                throw NativeError{Code::kInvalidArgument, "output buffer must be C-contiguous"};
+            expect *= probe.shape[d];
+        }
+        return write_view(out, keep);
+    };
+    m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));
+    m.def(
+        "fastcode_encode",
+        [](const py::buffer& src, unsigned width, const py::object& cap) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            const size_t bound = kvcore::entropy::fastcode_bound(in.size);
+            // Default capacity: the stream must be smaller than the input.
+            size_t limit = in.size ? in.size - 1 : 0;
+            if (!cap.is_none()) {
+                const long long c = cap.cast<long long>();
+                if (c < 0) throw NativeError{Code::kInvalidArgument, "cap must be >= 0"};
+                limit = static_cast<size_t>(c);
+            }
+            std::string out(std::min(limit, bound), '\0');
+            size_t written = 0;
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::fastcode_encode_width(in.data, in.size, nullptr, width,
+                                                            reinterpret_cast<uint8_t*>(out.data()), out.size(),
+                                                            &written);
+            }
+            check(st);
+            return py::bytes(out.data(), written);
+        },
+        py::arg("src"), py::arg("width") = 0, py::arg("cap") = py::none(),
+        "Encodes a byte plane; BufferTooSmallError unless the stream is smaller than the input\n"
+        "(or fits `cap`). width: 0 = smallest stream, 1..7 forces the code width.");
+    m.def(
+        "fastcode_decode",
+        [](const py::buffer& stream, long long n) {
+            if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
+            py::buffer_info keep;
+            const ByteView in = read_view(stream, keep);
+            py::bytes out(nullptr, static_cast<size_t>(n));
+            uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out.ptr()));
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::fastcode_decode(in.data, in.size, dst, static_cast<size_t>(n));
+            }
+            check(st);
+            return out;
+        },
+        py::arg("stream"), py::arg("n"));
+    m.def(
+        "fastcode_decode_into",
+        [](const py::buffer& stream, const py::buffer& out) {
+            py::buffer_info keep_in, keep_out;
+            const ByteView in = read_view(stream, keep_in);
+            const MutableView dst = fastcode_out_view(out, keep_out);
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::fastcode_decode(in.data, in.size, dst.data, dst.size);
+            }
+            check(st);
+        },
+        py::arg("stream"), py::arg("out"));
+    m.def(
+        "fastcode_decode_merge16",
+        [](const py::buffer& stream, const py::buffer& other, const py::buffer& out, int how) {
+            if (how != 0 && how != 1) throw NativeError{Code::kInvalidArgument, "how must be 0 (high byte) or 1 (bf16 exponent)"};
+            py::buffer_info keep_in, keep_other, keep_out;
+            const ByteView in = read_view(stream, keep_in);
+            const ByteView plane = read_view(other, keep_other);
+            const MutableView dst = fastcode_out_view(out, keep_out);
+            if (dst.size != 2 * plane.size)
+                throw NativeError{Code::kInvalidArgument, "out must hold 2 bytes per symbol of `other`"};
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kvcore::entropy::fastcode_decode_merge16(in.data, in.size, plane.data, dst.data, plane.size,
+                                                              static_cast<kvcore::entropy::Merge16>(how));
+            }
+            check(st);
+        },
+        py::arg("stream"), py::arg("other"), py::arg("out"), py::arg("how") = 0,
+        "Decodes a fastcode plane and merges it with the raw plane `other` into 16-bit elements in `out`\n"
+        "(how 0: plane = high byte; 1: bf16 exponent field, other = sign << 7 | mantissa).");
 
     // ---- section: codec ----
     namespace fr = kvcore::frame;
