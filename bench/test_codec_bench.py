@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kvbench import KVInput, Row, kv_inputs, load_input, record
+from kvbench import THREADS_DATA, KVInput, Row, kv_inputs, load_input, record
 from kvcore.bench.codecs import MODES, KvcoreCodec, kvcore_codec_available
 from kvcore.bench.peers import PEER_NAMES, Bound, Codec, missing_peers, peer_codecs
 
@@ -109,7 +109,7 @@ def test_codec(benchmark: Any, kv_results: list, kv_full: bool, inp: KVInput, na
         benchmark.pedantic(b.decompress, args=(payload,), rounds=rounds_for(t_first), iterations=1)
         _payloads.pop((inp, name), None)  # this pair is done: free its buffers
         _bound.pop((inp, name), None)
-    record(kv_results, benchmark, Row(inp.model, inp.dtype, name, direction, b.original_bytes, size, None))
+    record(kv_results, benchmark, Row(inp.model, inp.dtype, name, direction, b.original_bytes, size))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -137,4 +137,4 @@ def test_threads(benchmark: Any, kv_results: list, threads_input: Any, direction
         assert b.equal(result), f"threads={threads}: decompressed data is not bit-exact"
         benchmark.pedantic(b.decompress, args=(payload,), rounds=rounds_for(t_d), iterations=1)
     record(kv_results, benchmark,
-           Row("threads-64MB", "bf16", f"threads={threads}", direction, b.original_bytes, size, None))
+           Row(THREADS_DATA, "bf16", f"threads={threads}", direction, b.original_bytes, size))
