@@ -74,11 +74,18 @@ def as_bytes(data: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def byte_shuffle(src: np.ndarray, itemsize: int) -> np.ndarray:
-    """Byte planes of ``src`` (uint8, length a multiple of itemsize): plane i holds byte i of each element."""
+def byte_shuffle(src: np.ndarray, itemsize: int, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Byte planes of ``src`` (uint8, length a multiple of itemsize): plane i holds byte i of
+    each element. Written into ``out`` (uint8, same length) when given."""
     if itemsize == 1:
         return src
-    return np.ascontiguousarray(src.reshape(-1, itemsize).T)
+    if out is None:
+        out = np.empty_like(src)
+    planes = out.reshape(itemsize, -1)
+    elems = src.reshape(-1, itemsize)
+    for i in range(itemsize):  # one strided copy per plane: far faster than one transposed copy
+        planes[i] = elems[:, i]
+    return out
 
 
 def byte_unshuffle(planes: np.ndarray, itemsize: int, out: np.ndarray) -> np.ndarray:
@@ -86,7 +93,10 @@ def byte_unshuffle(planes: np.ndarray, itemsize: int, out: np.ndarray) -> np.nda
     if itemsize == 1:
         np.copyto(out, planes)
         return out
-    np.copyto(out.reshape(-1, itemsize), planes.reshape(itemsize, -1).T)
+    p = planes.reshape(itemsize, -1)
+    elems = out.reshape(-1, itemsize)
+    for i in range(itemsize):
+        elems[:, i] = p[i]
     return out
 
 
@@ -121,10 +131,11 @@ class ByteCodec(Codec):
         out = np.empty_like(src)
         shuffled = self.shuffle and itemsize > 1
         planes_out = np.empty_like(src) if shuffled else None
+        planes_in = np.empty_like(src) if shuffled else None  # reused shuffle buffer
 
         if shuffled:
             def compress() -> Any:
-                return self._compress(byte_shuffle(src, itemsize), itemsize)
+                return self._compress(byte_shuffle(src, itemsize, planes_in), itemsize)
 
             def decompress(payload: Any) -> np.ndarray:
                 planes = _frombuffer(self._decompress(payload, planes_out, itemsize))
