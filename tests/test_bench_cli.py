@@ -152,7 +152,7 @@ def test_model_path_subprocess_with_text(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert p.returncode == 0, p.stderr
-    assert "computing 32 tokens" in p.stderr and "[2/2]" in p.stderr
+    assert "computing 32 tokens" in p.stderr and str(text) in p.stderr and "[2/2]" in p.stderr
     rows = table_rows(p.stdout)
     assert float(rows["memcpy"][1]) == 1.0
     if "zstd-1+shuffle" in rows:

@@ -43,24 +43,32 @@ def default_text_files() -> list[Path]:
     return files
 
 
-def iter_texts(paths: Optional[Sequence[Union[str, Path]]] = None) -> Iterator[str]:
-    """The texts of ``paths`` (default: :func:`default_text_files`), one file at a time."""
+def iter_texts(paths: Optional[Sequence[Union[str, Path]]] = None) -> Iterator[tuple[Path, str]]:
+    """(path, text) of ``paths`` (default: :func:`default_text_files`), one file at a time."""
     files = [Path(p) for p in paths] if paths else default_text_files()
     if not files:
         raise FileNotFoundError("no text found on this machine (no /usr/share/common-licenses); name a text file")
     for p in files:
-        yield p.read_text(encoding="utf-8", errors="replace")
+        yield p, p.read_text(encoding="utf-8", errors="replace")
 
 
 def read_texts(paths: Optional[Sequence[Union[str, Path]]] = None) -> str:
     """The text of ``paths`` (default: :func:`default_text_files`) joined with blank lines."""
-    return "\n\n".join(iter_texts(paths))
+    return "\n\n".join(text for _p, text in iter_texts(paths))
 
 
-def token_ids(tok: WordPieceTokenizer, n: int, paths: Optional[Sequence[Union[str, Path]]] = None) -> list[int]:
-    """``n`` token ids of the texts, read only as far as needed; repeated when they are short."""
+def token_ids(
+    tok: WordPieceTokenizer,
+    n: int,
+    paths: Optional[Sequence[Union[str, Path]]] = None,
+    used: Optional[list[Path]] = None,
+) -> list[int]:
+    """``n`` token ids of the texts, read only as far as needed; repeated when they are short.
+    The files read are appended to ``used``."""
     ids: list[int] = []
-    for text in iter_texts(paths):
+    for path, text in iter_texts(paths):
+        if used is not None:
+            used.append(path)
         ids += tok.encode(text)
         if len(ids) >= n:
             break
@@ -77,12 +85,14 @@ def minilm_kv(
     model: Optional[MiniLM] = None,
     window: int = 512,
     progress: Optional[Callable[[int, int], None]] = None,
+    used: Optional[list[Path]] = None,
 ) -> dict[str, torch.Tensor]:
     """K and V of every MiniLM layer over ``tokens`` tokens of text, fp32.
 
     Returns ``{"layer{i}.k": [tokens, heads, head_dim], "layer{i}.v": ...}``, the layout of the
     files in the project's shared KV data. The text is repeated when it has fewer tokens than
-    asked for. ``progress(done_windows, total_windows)`` is called as windows finish.
+    asked for. ``progress(done_windows, total_windows)`` is called as windows finish; the text
+    files read are appended to ``used``.
     """
     if tokens < 3:
         raise ValueError("tokens must be at least 3 ([CLS], one token, [SEP])")
@@ -93,7 +103,7 @@ def minilm_kv(
     tok = model.tokenizer
     body = window - 2
     n_windows = -(-tokens // window)
-    ids = token_ids(tok, n_windows * body, texts)
+    ids = token_ids(tok, n_windows * body, texts, used)
     cls_id, sep_id = tok.id("[CLS]"), tok.id("[SEP]")
     per_layer: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
     left = tokens

@@ -63,17 +63,18 @@ def _load_inputs(args: argparse.Namespace, progress: Any) -> tuple[list[tuple[st
         inputs = [(path.name, t) for t in groups.values()]
         return inputs, {"kind": "safetensors", "path": str(path)}
 
-    from kvcore.bench.kvgen import default_text_files, minilm_kv
+    from kvcore.bench.kvgen import minilm_kv
     from kvcore.bench.minilm import MiniLM
 
     model = MiniLM.load(args.model_dir)
-    texts = args.text or default_text_files()
-    progress.message(f"computing {args.tokens} tokens of MiniLM K/V in fp32 over {len(texts)} text file(s)")
+    where = ", ".join(map(str, args.text)) if args.text else "this machine's licence texts"
+    progress.message(f"computing {args.tokens} tokens of MiniLM K/V (fp32) over {where}")
 
     def on_window(done: int, total: int) -> None:
         progress.message(f"  model window {done}/{total}")
 
-    kv = minilm_kv(tokens=args.tokens, texts=args.text, model=model, progress=on_window)
+    texts: list[Path] = []
+    kv = minilm_kv(tokens=args.tokens, texts=args.text, model=model, progress=on_window, used=texts)
     t = cast_kv(concat_kv(kv.values()), args.dtype or "bf16")
     name = f"MiniLM-L6 K/V x{args.tokens}"
     info = {
