@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kvbench import THREADS_DATA, KVInput, Row, kv_inputs, load_input, record
-from kvcore.bench.codecs import MODES, KvcoreCodec, kvcore_codec_available
+from kvcore.bench.codecs import MODES, KvcoreCodec, frame_summary, kvcore_codec_available
 from kvcore.bench.peers import PEER_NAMES, Bound, Codec, missing_peers, peer_codecs
 
 CODECS = [f"kvcore-{m}" for m in MODES] + PEER_NAMES
@@ -98,6 +98,8 @@ def test_codec(benchmark: Any, kv_results: list, kv_full: bool, inp: KVInput, na
     size = b.size(payload)
     assert 0 < size
     describe(benchmark, inp, name, direction, b, size)
+    if name.startswith("kvcore-"):
+        benchmark.extra_info["frame"] = frame_summary(payload)
     if direction == "compress":
         benchmark.pedantic(b.compress, rounds=rounds_for(t_first), iterations=1)
     else:
