@@ -161,11 +161,15 @@ private:
 Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& h, const Layout& layout,
                     const EncodeOptions& o, Scratch& s, size_t* size) {
     const unsigned esize = dtype_size(h.dtype);
+    uint8_t* out = s.encoded.data();
+    // A plane that measured incompressible is split straight into its place in
+    // the block (plane 0 sits at a known offset), saving a copy of it.
+    const bool direct = layout.plane_entropy[0] >= kIncompressibleBits;
     uint8_t* planes[4];
     for (unsigned p = 0; p < esize; ++p) planes[p] = s.plane(p, h.block_elems);
+    if (direct) planes[0] = out + kBlockPrefixBytes + kPlanePrefixBytes;
     shuffle::split(src + first * esize, n, esize, transform_of(h, first), planes);
 
-    uint8_t* out = s.encoded.data();
     put_u64(out, checksum64(src + first * esize, n * esize, block_seed(h, first / h.block_elems)));
     size_t pos = kBlockPrefixBytes;
     for (unsigned p = 0; p < esize; ++p) {
@@ -177,10 +181,12 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.try_lz = has_repeated_rows(planes[p], n, h.channels);
         // Channel context modelling for the exponent-carrying plane.
         policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
-        Method method;
-        size_t written = 0;
-        KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
-                                            s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
+        Method method = Method::kRaw;
+        size_t written = n;
+        if (!(p == 0 && direct && !policy.try_lz)) {
+            KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
+                                                s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
+        }
         out[pos] = static_cast<uint8_t>(method);
         put_u32(out + pos + 1, static_cast<uint32_t>(written));
         pos += kPlanePrefixBytes + written;
