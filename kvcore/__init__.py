@@ -8,7 +8,7 @@
 True
 """
 
-from . import _isa
+from . import _isa, qat
 from ._isa import isa_variant, set_disabled_isa
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _error_names
