@@ -6,7 +6,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "cpu/cpu_features.h"
@@ -134,18 +136,26 @@ PYBIND11_MODULE(_native, m) {
             return d;
         };
         auto encode = [parse_backend](const py::buffer& src, const std::string& backend, int level,
-                                      const py::object& threads, kvcore::deflate::EncodeReport* rep) {
+                                      const py::object& threads, const py::object& max_bytes,
+                                      kvcore::deflate::EncodeReport* rep) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
             const Backend be = parse_backend(backend);
             const unsigned nthreads = thread_count(threads);
+            const size_t bound = kvcore::deflate::deflate_plane_bound(in.size);
+            size_t cap = bound;
+            if (!max_bytes.is_none()) {
+                const long long m = max_bytes.cast<long long>();
+                if (m < 0) throw NativeError{Code::kInvalidArgument, "max_bytes must be >= 0"};
+                cap = std::min(bound, static_cast<size_t>(m));
+            }
             std::vector<uint8_t> out;
             size_t written = 0;
             {
                 py::gil_scoped_release release;
-                out.resize(kvcore::deflate::deflate_plane_bound(in.size));
-                check(kvcore::deflate::deflate_plane_encode(in.data, in.size, be, level, out.data(), out.size(),
-                                                            &written, rep, nthreads));
+                out.resize(std::max<size_t>(cap, 1));
+                check(kvcore::deflate::deflate_plane_encode(in.data, in.size, be, level, out.data(), cap, &written,
+                                                            rep, nthreads));
             }
             return py::bytes(reinterpret_cast<const char*>(out.data()), written);
         };
@@ -153,17 +163,18 @@ PYBIND11_MODULE(_native, m) {
               "Largest payload deflate_plane_encode writes for n input bytes.");
         m.def(
             "deflate_plane_encode",
-            [encode](const py::buffer& src, const std::string& backend, int level, const py::object& threads) {
-                return encode(src, backend, level, threads, nullptr);
-            },
+            [encode](const py::buffer& src, const std::string& backend, int level, const py::object& threads,
+                     const py::object& max_bytes) { return encode(src, backend, level, threads, max_bytes, nullptr); },
             py::arg("src"), py::arg("backend") = "auto", py::arg("level") = 1, py::arg("threads") = py::none(),
-            "Codes bytes as a deflate plane payload (piece table + raw DEFLATE pieces).");
+            py::arg("max_bytes") = py::none(),
+            "Codes bytes as a deflate plane payload (piece table + raw DEFLATE pieces); BufferTooSmallError "
+            "when it would exceed max_bytes.");
         m.def(
             "deflate_plane_encode_report",
             [encode, report_dict](const py::buffer& src, const std::string& backend, int level,
                                   const py::object& threads) {
                 kvcore::deflate::EncodeReport rep;
-                py::bytes payload = encode(src, backend, level, threads, &rep);
+                py::bytes payload = encode(src, backend, level, threads, py::none(), &rep);
                 return py::make_tuple(payload, report_dict(rep));
             },
             py::arg("src"), py::arg("backend") = "auto", py::arg("level") = 1, py::arg("threads") = py::none(),

@@ -312,3 +312,14 @@ def test_qat_backend_without_qatzip_is_unsupported():
     payload, report = _native.deflate_plane_encode_report(data, backend="auto")
     assert report["software_pieces"] + report["stored_pieces"] == report["pieces"] == 3
     assert _native.deflate_plane_decode(payload, len(data)) == data
+
+
+@pytest.mark.parametrize("threads", [1, None])
+def test_output_capacity_below_the_bound(threads):
+    data = sample(5 * PIECE + 3, seed=21)
+    payload = _native.deflate_plane_encode(data, backend="software", threads=threads)
+    assert _native.deflate_plane_encode(data, backend="software", threads=threads, max_bytes=len(payload)) == payload
+    with pytest.raises(kvcore.BufferTooSmallError):
+        _native.deflate_plane_encode(data, backend="software", threads=threads, max_bytes=len(payload) - 1)
+    with pytest.raises(kvcore.BufferTooSmallError):
+        _native.deflate_plane_encode(data, backend="software", threads=threads, max_bytes=0)

@@ -201,10 +201,15 @@ Status deflate_plane_encode(const uint8_t* src, size_t n, frame::Backend backend
     const size_t bound = deflate_plane_bound(n);
     // Pieces are coded into fixed slots (slot i starts where it would if every
     // piece were stored), then moved together.
-    std::vector<uint8_t> scratch;
+    // A caller that offers less than the bound (the frame asks "smaller than raw?")
+    // gets the pieces coded in this thread's scratch first.
+    // (kept per thread up to 4 MiB, so block-sized planes allocate nothing).
+    thread_local std::vector<uint8_t> kept;
+    std::vector<uint8_t> once;
     uint8_t* out = dst;
     if (cap < bound) {
-        scratch.resize(bound);
+        std::vector<uint8_t>& scratch = bound <= (4u << 20) ? kept : once;
+        if (scratch.size() < bound) scratch.resize(bound);
         out = scratch.data();
     }
     const size_t table = table_bytes(pieces);
@@ -223,10 +228,17 @@ Status deflate_plane_encode(const uint8_t* src, size_t n, frame::Backend backend
             failed.store(true, std::memory_order_relaxed);
         }
     };
-    if (threads == 1 || pieces < 2)
-        for (size_t i = 0; i < pieces; ++i) work(i);
-    else
+    if (threads == 1 || pieces < 2) {
+        size_t total = table;
+        for (size_t i = 0; i < pieces; ++i) {
+            work(i);
+            if (!errors[i].is_ok()) return errors[i];
+            total += results[i].len;
+            if (total > cap) return make_status(Code::kBufferTooSmall, "deflate: output does not fit");
+        }
+    } else {
         default_pool().parallel_for(pieces, threads, work);
+    }
     for (const Status& st : errors)
         if (!st.is_ok()) return st;
 
