@@ -195,7 +195,15 @@ bool resolve(void* handle, const char* name, T* fn) {
 
 }  // namespace
 
-Status load(const LoadOptions& options) {
+namespace {
+
+// Serializes load(), unload() and the first default load (held across dlopen and the probe).
+std::mutex& config_mutex() {
+    static std::mutex m;
+    return m;
+}
+
+Status load_locked(const LoadOptions& options) {
     const std::string path = options.library_path.empty() ? "libqatzip.so.3" : options.library_path;
     Registry& r = registry();
     {
@@ -247,7 +255,15 @@ Status load(const LoadOptions& options) {
     return Status::ok();
 }
 
+}  // namespace
+
+Status load(const LoadOptions& options) {
+    std::lock_guard<std::mutex> config(config_mutex());
+    return load_locked(options);
+}
+
 void unload() {
+    std::lock_guard<std::mutex> config(config_mutex());
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     r.configured = true;
@@ -262,7 +278,12 @@ void ensure_default_loaded() {
         std::lock_guard<std::mutex> lock(r.mutex);
         if (r.configured) return;
     }
-    (void)load(LoadOptions{});  // absence of the system library is a normal outcome
+    std::lock_guard<std::mutex> config(config_mutex());
+    {
+        std::lock_guard<std::mutex> lock(r.mutex);
+        if (r.configured) return;  // another thread loaded meanwhile
+    }
+    (void)load_locked(LoadOptions{});  // absence of the system library is a normal outcome
 }
 
 StatusReport status() {

@@ -194,7 +194,10 @@ int qzSetupSessionDeflate(QzSession_T *sess, QzSessionParamsDeflate_T *params) {
     hw = params->common_params.hw_buff_sz;
     if (params->common_params.comp_lvl < 1 || params->common_params.comp_lvl > 9 || hw < 1024 ||
         hw > 512 * 1024 || (hw & (hw - 1)) != 0 || params->common_params.input_sz_thrshold < 128 ||
-        params->data_fmt < 0 || params->data_fmt > QZ_DEFLATE_RAW)
+        params->data_fmt < 0 || params->data_fmt > QZ_DEFLATE_RAW || params->common_params.comp_algorithm != 8 ||
+        params->common_params.sw_backup > 1 || params->huffman_hdr < 0 || params->huffman_hdr > 1 ||
+        params->common_params.strm_buff_sz < 1024 || params->common_params.strm_buff_sz > 2 * 1024 * 1024 - 5 * 1024 ||
+        params->common_params.direction < 0 || params->common_params.direction > 2)
         return QZ_PARAMS;
     if (!g_hardware && !(params->common_params.sw_backup & 1)) return QZ_NOSW_NO_HW;
     s = calloc(1, sizeof(*s));
