@@ -323,3 +323,28 @@ def test_output_capacity_below_the_bound(threads):
         _native.deflate_plane_encode(data, backend="software", threads=threads, max_bytes=len(payload) - 1)
     with pytest.raises(kvcore.BufferTooSmallError):
         _native.deflate_plane_encode(data, backend="software", threads=threads, max_bytes=0)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(min_value=0, max_value=1 << 20))
+def test_arbitrary_bytes_never_crash(payload, n):
+    try:
+        out = _native.deflate_plane_decode(payload, n)
+    except kvcore.CorruptFrameError:
+        return
+    assert len(out) == n
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=2000), st.data())
+def test_valid_table_random_pieces_never_crash(piece, data):
+    orig = data.draw(st.integers(min_value=1, max_value=PIECE))
+    payload = build([(orig, piece)])
+    try:
+        out = _native.deflate_plane_decode(payload, orig)
+    except kvcore.CorruptFrameError:
+        return
+    assert len(out) == orig
