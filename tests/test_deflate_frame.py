@@ -181,3 +181,13 @@ def test_every_corruption_is_caught(kvdata_dir):
         b[rng.randrange(lo, hi)] ^= 1 << rng.randrange(8)
         with pytest.raises(kvcore.CorruptFrameError):
             kvcore.decompress(bytes(b))
+
+
+def test_repeated_rows_use_deflate_on_every_plane():
+    rows = torch.randn(16, 256).to(torch.bfloat16)  # mantissa bytes: high order-0 entropy
+    x = rows.repeat(64, 1)                            # ... but every row repeats
+    frame = kvcore.compress(x, backend="software")
+    assert same(kvcore.decompress(frame), x)
+    methods = kvcore.frame_info(frame)["methods"]
+    assert set(methods) == {"deflate"}
+    assert len(frame) < 0.1 * x.numel() * 2

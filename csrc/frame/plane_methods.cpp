@@ -71,7 +71,8 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     if (cap < n) return make_status(Code::kBufferTooSmall, "plane output capacity below the plane size");
     if (policy.deflate) {
         // DEFLATE planes (QAT-compatible, deflate/): raw DEFLATE pieces, or raw when that does not shrink.
-        if (policy.try_entropy && n > 1) {
+        // DEFLATE's LZ stage also takes planes that only repeat (duplicate rows).
+        if ((policy.try_entropy || policy.try_lz) && n > 1) {
             size_t size = 0;
             const Status st = deflate::deflate_plane_encode(plane, n, policy.backend, kDeflateLevel, dst, n - 1,
                                                             &size, nullptr, 1);
