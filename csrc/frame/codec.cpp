@@ -20,6 +20,7 @@ namespace {
 
 constexpr double kIncompressibleBits = 7.9;  // a plane above this is stored raw
 constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
+constexpr size_t kRepeatRows = 8192;  // rows the repeat detector looks at, at most
 constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and hashed at a time
 
 // Per-thread scratch: the planes of one block and one encoded block.
@@ -57,12 +58,14 @@ bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
     const size_t row = channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
     const size_t rows = n / row;
     if (rows < 16) return false;
+    const size_t step = (rows + kRepeatRows - 1) / kRepeatRows;  // bounds the work on short rows
+    const size_t looked = (rows + step - 1) / step;
     size_t slots = 64;
-    while (slots < 2 * rows) slots *= 2;
+    while (slots < 2 * looked) slots *= 2;
     thread_local std::vector<uint64_t> table;
     table.assign(slots, 0);
     size_t repeats = 0;
-    for (size_t r = 0; r < rows; ++r) {
+    for (size_t r = 0; r < rows; r += step) {
         const uint64_t key = row_key(plane + r * row) | 1;  // 0 marks an empty slot
         for (size_t i = (key >> 7) & (slots - 1);; i = (i + 1) & (slots - 1)) {
             if (table[i] == 0) {
@@ -75,7 +78,7 @@ bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
             }
         }
     }
-    return repeats * 16 >= rows;
+    return repeats * 16 >= looked;
 }
 
 shuffle::PlaneTransform transform_of(const Header& h, uint64_t first_elem) {
@@ -161,11 +164,15 @@ private:
 Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& h, const Layout& layout,
                     const EncodeOptions& o, Scratch& s, size_t* size) {
     const unsigned esize = dtype_size(h.dtype);
+    uint8_t* out = s.encoded.data();
+    // A plane that measured incompressible is split straight into its place in
+    // the block (plane 0 sits at a known offset), saving a copy of it.
+    const bool direct = layout.plane_entropy[0] >= kIncompressibleBits;
     uint8_t* planes[4];
     for (unsigned p = 0; p < esize; ++p) planes[p] = s.plane(p, h.block_elems);
+    if (direct) planes[0] = out + kBlockPrefixBytes + kPlanePrefixBytes;
     shuffle::split(src + first * esize, n, esize, transform_of(h, first), planes);
 
-    uint8_t* out = s.encoded.data();
     put_u64(out, checksum64(src + first * esize, n * esize, block_seed(h, first / h.block_elems)));
     size_t pos = kBlockPrefixBytes;
     for (unsigned p = 0; p < esize; ++p) {
@@ -177,10 +184,12 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.try_lz = has_repeated_rows(planes[p], n, h.channels);
         // Channel context modelling for the exponent-carrying plane.
         policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
-        Method method;
-        size_t written = 0;
-        KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
-                                            s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
+        Method method = Method::kRaw;
+        size_t written = n;
+        if (!(p == 0 && direct && !policy.try_lz)) {
+            KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
+                                                s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
+        }
         out[pos] = static_cast<uint8_t>(method);
         put_u32(out + pos + 1, static_cast<uint32_t>(written));
         pos += kPlanePrefixBytes + written;
