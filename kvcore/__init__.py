@@ -8,7 +8,7 @@
 True
 """
 
-from . import _isa
+from . import _isa, qat
 from ._isa import isa_variant, set_disabled_isa
 from .codec import compress, decompress, frame_desc, frame_info, max_frame_size
 from .errors import *  # noqa: F401,F403

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from . import _native
+from . import _native, qat
 
 
 def features() -> dict[str, Any]:
@@ -17,4 +17,5 @@ def features() -> dict[str, Any]:
         "simd": _native.isa_variant(),
         "simd_detected": [name for bit, name in ((1, "avx2"), (2, "avx512")) if detected & bit],
         "hardware_threads": _native.hardware_threads(),
+        "qat": qat.summary(),
     }
