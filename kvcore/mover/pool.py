@@ -83,7 +83,10 @@ class PinnedBuffer(_native.PinnedBlock):
             t = torch.frombuffer(self, dtype=torch.uint8, count=self.nbytes)
         t = t.view(dtype)
         if shape is not None:
-            t = t.view(tuple(shape))
+            try:
+                t = t.view(tuple(shape))
+            except RuntimeError as e:
+                raise InvalidArgumentError(f"cannot view {self.nbytes} bytes as {dtype} {tuple(shape)}: {e}") from None
         self._views = [r for r in self._views if r() is not None]
         self._views.append(weakref.ref(t))
         return t
