@@ -144,12 +144,29 @@ Status copy(uint8_t* dst, const uint8_t* src, size_t n, const CopyOptions& optio
     return Status::ok();
 }
 
-Status copy_many(const Segment* segs, size_t count, const CopyOptions& options) {
-    size_t total = 0;
-    for (size_t i = 0; i < count; ++i) {
-        if (segs[i].size && (segs[i].dst == nullptr || segs[i].src == nullptr)) return invalid("copy: null pointer");
-        total += segs[i].size;
+Status copy_many(const Segment* all, size_t all_count, const CopyOptions& options) {
+    for (size_t i = 0; i < all_count; ++i)
+        if (all[i].size && (all[i].dst == nullptr || all[i].src == nullptr)) return invalid("copy: null pointer");
+    // A segment that overlaps its own source is moved whole (memmove order),
+    // never split over threads.
+    std::vector<Segment> rest;
+    const Segment* segs = all;
+    size_t count = all_count;
+    bool any_overlap = false;
+    for (size_t i = 0; i < all_count && !any_overlap; ++i)
+        any_overlap = all[i].size && overlaps(all[i].dst, all[i].src, all[i].size);
+    if (any_overlap) {
+        for (size_t i = 0; i < all_count; ++i) {
+            if (all[i].size && overlaps(all[i].dst, all[i].src, all[i].size))
+                std::memmove(all[i].dst, all[i].src, all[i].size);
+            else
+                rest.push_back(all[i]);
+        }
+        segs = rest.data();
+        count = rest.size();
     }
+    size_t total = 0;
+    for (size_t i = 0; i < count; ++i) total += segs[i].size;
     if (total == 0) return Status::ok();
     const bool streaming = total >= threshold_of(options);
     auto run = [&](const Task& t) {
@@ -157,10 +174,7 @@ Status copy_many(const Segment* segs, size_t count, const CopyOptions& options) 
             const size_t begin = i == t.first ? t.first_offset : 0;
             const size_t end = i == t.last ? t.last_end : segs[i].size;
             if (end <= begin) continue;
-            if (overlaps(segs[i].dst + begin, segs[i].src + begin, end - begin))
-                std::memmove(segs[i].dst + begin, segs[i].src + begin, end - begin);
-            else
-                copy_bytes(segs[i].dst + begin, segs[i].src + begin, end - begin, streaming);
+            copy_bytes(segs[i].dst + begin, segs[i].src + begin, end - begin, streaming);
         }
     };
     if (total < kParallelMin || options.threads == 1) {
