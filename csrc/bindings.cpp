@@ -401,6 +401,28 @@ PYBIND11_MODULE(_native, m) {
             return py::cast(c);
         }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"), py::arg("engine") = 0, py::arg("threads") = 0,
            py::arg("nt_threshold") = 0, py::arg("async_") = false);
+        // One copy, addresses as integers (the common case without array set-up).
+        m.def("mover_copy", [](uint64_t dst, uint64_t src, uint64_t n, int engine, unsigned threads, bool async) -> py::object {
+            std::vector<kc::Segment> segs{{reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(src), size_t(n)}};
+            const Engine chosen = pick_engine(engine, segs);
+            kc::CopyOptions o;
+            o.threads = threads;
+            if (!async) {
+                if (n <= (64u << 10) && chosen == Engine::kCpu) {  // too short to be worth releasing the GIL
+                    check(kc::copy(segs[0].dst, segs[0].src, segs[0].size, o));
+                    return py::none();
+                }
+                Status st;
+                {
+                    py::gil_scoped_release release;
+                    st = run_segments(chosen, segs, o);
+                }
+                check(st);
+                return py::none();
+            }
+            auto c = km::submit([chosen, segs = std::move(segs), o](km::Completion&) { return run_segments(chosen, segs, o); });
+            return py::cast(c);
+        }, py::arg("dst"), py::arg("src"), py::arg("n"), py::arg("engine") = 0, py::arg("threads") = 0, py::arg("async_") = false);
         m.def("mover_engine_for", [](uint64_t total, uint64_t count, int engine) {
             std::vector<kc::Segment> segs(count ? count : 1, kc::Segment{nullptr, nullptr, size_t(total / (count ? count : 1))});
             return pick_engine(engine, segs) == Engine::kDsa ? "dsa" : "cpu";

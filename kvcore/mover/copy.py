@@ -46,16 +46,28 @@ def _threads(threads: Optional[int]) -> int:
     return int(threads)
 
 
-def _native_copy(dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, engine: str, threads: Optional[int]) -> Any:
-    return _native.mover_copy_segments(
+# Host copies smaller than this run inline on the calling thread (a hand-off to
+# the mover's threads costs more than the copy); the Future is already done.
+INLINE_BYTES = 256 << 10
+
+
+def _host_future(
+    dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, engine: str, threads: Optional[int], keep: list, value: Any
+) -> Future:
+    code = _engine_code(engine)
+    nthreads = _threads(threads)
+    args = (
         np.ascontiguousarray(dsts, np.uint64),
         np.ascontiguousarray(srcs, np.uint64),
         np.ascontiguousarray(sizes, np.uint64),
-        _engine_code(engine),
-        _threads(threads),
+        code,
+        nthreads,
         0,
-        True,
     )
+    if code != _ENGINES["dsa"] and int(sizes.sum()) < INLINE_BYTES:
+        _native.mover_copy_segments(*args, False)
+        return Future(value=value)
+    return Future(native=[_native.mover_copy_segments(*args, True)], keep=keep, value=value)
 
 
 def _check_host_engine(engine: str, has_cuda: bool) -> None:
@@ -115,12 +127,23 @@ def copy_many(
     _check_host_engine(engine, bool(device))
     if host and engine == "cuda":
         raise InvalidArgumentError("engine='cuda' needs a CUDA tensor on one side of every copy")
+    if not device:
+        if len(host) == 1:
+            (d, s), code, nthreads = host[0], _engine_code(engine), _threads(threads)
+            if code != _ENGINES["dsa"] and s.nbytes < INLINE_BYTES:
+                _native.mover_copy(d.addr, s.addr, s.nbytes, code, nthreads, False)
+                return Future(value=_result)
+            return Future(native=[_native.mover_copy(d.addr, s.addr, s.nbytes, code, nthreads, True)], keep=keep, value=_result)
+        dsts = np.array([d.addr for d, _ in host], np.uint64)
+        srcs = np.array([s.addr for _, s in host], np.uint64)
+        sizes = np.array([s.nbytes for _, s in host], np.uint64)
+        return _host_future(dsts, srcs, sizes, engine, threads, keep, _result)
     natives = []
-    if host:
+    if host:  # host pairs of a mixed call: one native operation beside the CUDA copies
         dsts = np.fromiter((d.addr for d, _ in host), np.uint64, len(host))
         srcs = np.fromiter((s.addr for _, s in host), np.uint64, len(host))
         sizes = np.fromiter((s.nbytes for _, s in host), np.uint64, len(host))
-        natives.append(_native_copy(dsts, srcs, sizes, "auto" if engine == "cuda" else engine, threads))
+        natives = [p.native for p in _host_future(dsts, srcs, sizes, engine, threads, [], None)._parts]
     events = []
     if device:
         dev = _cuda.device_of([r.cuda for *_, d, s in device for r in (d, s)])
@@ -236,8 +259,7 @@ def gather(
         raise InvalidArgumentError("engine='cuda' needs CUDA memory on one side")
     bb = np.uint64(src.block_bytes)
     dsts = np.uint64(r.addr) + np.arange(len(idx), dtype=np.uint64) * bb
-    native = _native_copy(dsts, src.addrs[idx], np.full(len(idx), bb, np.uint64), engine, threads)
-    return Future(native=[native], keep=[r.keep, *src.keep], value=out)
+    return _host_future(dsts, src.addrs[idx], np.full(len(idx), bb, np.uint64), engine, threads, [r.keep, *src.keep], out)
 
 
 def scatter(
@@ -268,8 +290,7 @@ def scatter(
         raise InvalidArgumentError("engine='cuda' needs CUDA memory on one side")
     bb = np.uint64(dst.block_bytes)
     srcs = np.uint64(r.addr) + np.arange(len(idx), dtype=np.uint64) * bb
-    native = _native_copy(dst.addrs[idx], srcs, np.full(len(idx), bb, np.uint64), engine, threads)
-    return Future(native=[native], keep=[r.keep, *dst.keep], value=blocks)
+    return _host_future(dst.addrs[idx], srcs, np.full(len(idx), bb, np.uint64), engine, threads, [r.keep, *dst.keep], blocks)
 
 
 def _new_staging(blocks: Any, count: int) -> Any:

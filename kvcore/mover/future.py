@@ -137,7 +137,9 @@ class Future:
         result: Callable[[], Any] | None = None,
         value: Any = None,
     ) -> None:
-        self._parts: list[Any] = [_NativePart(n) for n in native] + [_CudaPart(e) for e in cuda_events]
+        self._parts: list[Any] = [_NativePart(n) for n in native]
+        if cuda_events:
+            self._parts += [_CudaPart(e) for e in cuda_events]
         self._keep: Optional[list[Any]] = list(keep)
         self._result_fn = result
         self._value = value
@@ -147,15 +149,17 @@ class Future:
         self._fired = False
         self._cuda_watch = False
         self._value_ready = False
-        events = [p.event for p in self._parts if isinstance(p, _CudaPart)]
-        self.event = events[-1] if events else None
+        self.event = None
+        if not self._parts:  # finished before it was made (inline work)
+            self._fired = True
+            self._keep = None
+            return
         for part in self._parts:
             if isinstance(part, _NativePart):
                 _notifier.register(self, part.native)
-        if any(isinstance(p, _CudaPart) for p in self._parts):
-            self._cuda_watch = True
-        if self._remaining == 0:
-            self._fire()
+            else:
+                self._cuda_watch = True
+                self.event = part.event
 
     # -- completion bookkeeping -------------------------------------------------
     def _part_finished(self) -> None:

@@ -34,6 +34,12 @@ def is_tensor(obj: Any) -> bool:
 def region(obj: Any, *, writable: bool, what: str) -> Region:
     """The bytes of ``obj``: a PinnedBuffer, a contiguous torch tensor (CPU or
     CUDA), or any C-contiguous buffer-protocol object (numpy, bytearray...)."""
+    if type(obj) is np.ndarray:  # fast path for the most common host buffer
+        if not obj.flags.c_contiguous:
+            raise InvalidArgumentError(f"{what}: array must be C-contiguous")
+        if writable and not obj.flags.writeable:
+            raise InvalidArgumentError(f"{what}: buffer is read-only")
+        return Region(obj.__array_interface__["data"][0], obj.nbytes, obj)
     if isinstance(obj, PinnedBuffer):
         mv = memoryview(obj)  # an export: free() is refused while the copy runs
         return Region(obj.address, obj.nbytes, mv)
@@ -71,6 +77,12 @@ def byte_tensor(r: Region, obj: Any) -> Any:
         return r.cuda.reshape(-1).view(torch.uint8)
     if is_tensor(obj):
         return obj.reshape(-1).view(torch.uint8)
+    if type(obj) is np.ndarray:  # fast path for the most common host buffer
+        if not obj.flags.c_contiguous:
+            raise InvalidArgumentError(f"{what}: array must be C-contiguous")
+        if writable and not obj.flags.writeable:
+            raise InvalidArgumentError(f"{what}: buffer is read-only")
+        return Region(obj.__array_interface__["data"][0], obj.nbytes, obj)
     if isinstance(obj, PinnedBuffer):
         return obj.tensor()
     if r.nbytes == 0:

@@ -1,0 +1,107 @@
+"""Data mover benchmarks: kvcore against numpy and torch measured in the same run.
+
+- copy throughput, 4 KiB .. 64 MiB: kvcore.copy_async(...).result() vs numpy.copyto
+  vs torch.Tensor.copy_ (group "copy <size>");
+- gather / scatter of 32 KiB KV blocks (16 tokens x 8 heads x 128 dims x bf16), 256
+  random blocks of a 1024-block layer: kvcore.gather/scatter vs torch.index_select /
+  index_copy_ vs numpy.take / fancy assignment (group "gather" / "scatter");
+- the overlapped pipeline copy -> compress of a 38 MB chunk (256 tokens of a
+  Qwen3-8B-shaped model) vs the same stages one after the other (group "pipeline").
+
+Run: python -m pytest bench/test_mover_bench.py --benchmark-only -q (about a minute).
+Rounds are few; GB/s are in each benchmark's extra_info (and the summary lines).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import kvcore
+
+KiB, MiB = 1 << 10, 1 << 20
+COPY_SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 64 * MiB]
+IMPLS = ["kvcore", "numpy", "torch"]
+
+
+def _rounds(nbytes: int) -> tuple[int, int]:
+    """(rounds, iterations) giving roughly 0.2 s of timed work on this machine."""
+    per_iter_s = max(nbytes / 5e9, 2e-6)
+    iters = max(1, min(2000, int(0.02 / per_iter_s)))
+    return 10, iters
+
+
+def _human(n: int) -> str:
+    return f"{n // MiB}MiB" if n >= MiB else f"{n // KiB}KiB"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("size", COPY_SIZES, ids=_human)
+def test_copy_throughput(benchmark, size, impl):
+    benchmark.group = f"copy {_human(size)}"
+    src = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
+    dst = np.empty_like(src)
+    if impl == "kvcore":
+        fn = lambda: kvcore.copy_async(dst, src).result()  # noqa: E731
+    elif impl == "numpy":
+        fn = lambda: np.copyto(dst, src)  # noqa: E731
+    else:
+        ts, td = torch.from_numpy(src), torch.from_numpy(dst)
+        fn = lambda: td.copy_(ts)  # noqa: E731
+    rounds, iters = _rounds(size)
+    benchmark.pedantic(fn, rounds=rounds, iterations=iters, warmup_rounds=1)
+    assert np.array_equal(dst, src)
+    benchmark.extra_info["GB/s"] = round(size / benchmark.stats.stats.mean / 1e9, 2)
+
+
+BLOCKS, PICK = 1024, 256
+BLOCK_SHAPE = (16, 8, 128)  # bf16: 32 KiB
+
+
+@pytest.fixture(scope="module")
+def paged_layer():
+    g = torch.Generator().manual_seed(0)
+    kv = torch.randn((BLOCKS, *BLOCK_SHAPE), generator=g).to(torch.bfloat16)
+    idx = torch.randperm(BLOCKS, generator=g)[:PICK]
+    return kv, idx
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gather_32k_blocks(benchmark, paged_layer, impl):
+    benchmark.group = "gather 256 x 32KiB"
+    kv, idx = paged_layer
+    out = torch.empty((PICK, *BLOCK_SHAPE), dtype=kv.dtype)
+    if impl == "kvcore":
+        ids = idx.numpy()
+        fn = lambda: kvcore.gather(kv, ids, out=out).result()  # noqa: E731
+    elif impl == "torch":
+        fn = lambda: torch.index_select(kv, 0, idx, out=out)  # noqa: E731
+    else:
+        kvn, outn, ids = kv.view(torch.int16).numpy(), out.view(torch.int16).numpy(), idx.numpy()
+        fn = lambda: np.take(kvn, ids, axis=0, out=outn)  # noqa: E731
+    benchmark.pedantic(fn, rounds=10, iterations=5, warmup_rounds=1)
+    assert torch.equal(out.view(torch.int16), kv[idx].view(torch.int16))
+    benchmark.extra_info["GB/s"] = round(out.numel() * 2 / benchmark.stats.stats.mean / 1e9, 2)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_scatter_32k_blocks(benchmark, paged_layer, impl):
+    benchmark.group = "scatter 256 x 32KiB"
+    kv, idx = paged_layer
+    staging = kv[idx].clone()
+    dest = torch.zeros_like(kv)
+    if impl == "kvcore":
+        ids = idx.numpy()
+        fn = lambda: kvcore.scatter(staging, dest, ids).result()  # noqa: E731
+    elif impl == "torch":
+        fn = lambda: dest.index_copy_(0, idx, staging)  # noqa: E731
+    else:
+        dn, sn, ids = dest.view(torch.int16).numpy(), staging.view(torch.int16).numpy(), idx.numpy()
+
+        def fn():
+            dn[ids] = sn
+
+    benchmark.pedantic(fn, rounds=10, iterations=5, warmup_rounds=1)
+    assert torch.equal(dest[idx].view(torch.int16), staging.view(torch.int16))
+    benchmark.extra_info["GB/s"] = round(staging.numel() * 2 / benchmark.stats.stats.mean / 1e9, 2)
