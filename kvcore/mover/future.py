@@ -253,7 +253,7 @@ class Future:
         """Calls ``fn(future)`` once the operation finished (from a kvcore thread,
         or at once if it already has)."""
         with self._lock:
-            if not self._fired:
+            if not self._fired and not self.done():
                 self._callbacks.append(fn)
                 fn = None  # type: ignore[assignment]
         if fn is not None:
