@@ -451,6 +451,39 @@ PYBIND11_MODULE(_native, m) {
             d["page_faults"] = e ? e->page_faults() : 0;
             return d;
         });
+        m.def("dsa_emulated_copy", [](const py::buffer& dsts, const py::buffer& srcs, const py::buffer& sizes,
+                                       uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every,
+                                       uint32_t fault_after, bool dedicated) {
+            const std::vector<uint64_t> d = u64_array(dsts, "dsts"), s = u64_array(srcs, "srcs"),
+                                        n = u64_array(sizes, "sizes");
+            if (d.size() != s.size() || d.size() != n.size())
+                throw NativeError{Code::kInvalidArgument, "dsts, srcs and sizes differ in length"};
+            std::vector<kc::Segment> segs(d.size());
+            for (size_t i = 0; i < d.size(); ++i)
+                segs[i] = {reinterpret_cast<uint8_t*>(d[i]), reinterpret_cast<const uint8_t*>(s[i]), size_t(n[i])};
+            kd::EmulationOptions o;
+            o.max_batch = max_batch;
+            o.max_transfer = max_transfer;
+            o.fault_every = fault_every;
+            o.fault_after = fault_after;
+            o.dedicated = dedicated;
+            kd::EmulationStats stats;
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kd::emulated_copy_many(segs.data(), segs.size(), o, &stats);
+            }
+            check(st);
+            py::dict r;
+            r["descriptors"] = stats.descriptors;
+            r["batches"] = stats.batches;
+            r["faults_injected"] = stats.faults_injected;
+            r["faults_handled"] = stats.faults_handled;
+            r["errors"] = stats.errors;
+            return r;
+        }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"), py::arg("max_batch") = 32,
+           py::arg("max_transfer") = 1u << 20, py::arg("fault_every") = 0, py::arg("fault_after") = 0,
+           py::arg("dedicated") = true);
         m.def("dsa_build_memmove", [](uint64_t src, uint64_t dst, uint32_t size, uint64_t comp, uint32_t flags) {
             kd::HwDesc d;
             kd::make_memmove(&d, src, dst, size, comp, flags);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 
 #include "dsa/dsa_desc.h"
 
@@ -261,9 +262,12 @@ public:
     }
 
     Queue(const WorkQueueInfo& info, int fd, void* portal) : info_(info), fd_(fd), portal_(portal) {}
+    // A queue whose "device" is a function executing the descriptor (tests).
+    Queue(const WorkQueueInfo& info, std::function<void(const HwDesc*)> device)
+        : info_(info), fd_(-1), portal_(nullptr), device_(std::move(device)) {}
     ~Queue() {
-        munmap(portal_, 0x1000);
-        ::close(fd_);
+        if (portal_) munmap(portal_, 0x1000);
+        if (fd_ >= 0) ::close(fd_);
     }
     Queue(const Queue&) = delete;
     Queue& operator=(const Queue&) = delete;
@@ -287,6 +291,10 @@ public:
 
     Status submit(const HwDesc* desc) {
         _mm_sfence();  // descriptor, lists and zeroed records visible to the device first
+        if (device_) {
+            device_(desc);
+            return Status::ok();
+        }
         if (info_.dedicated) {
             submit_movdir64b(portal_, desc);
             return Status::ok();
@@ -304,6 +312,7 @@ private:
     WorkQueueInfo info_;
     int fd_;
     void* portal_;
+    std::function<void(const HwDesc*)> device_;
     std::atomic<int> inflight_{0};
 };
 
@@ -347,6 +356,10 @@ Engine::Engine(Key, std::vector<std::unique_ptr<Queue>> queues) : queues_(std::m
 }
 
 Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::make_for_test(std::vector<std::unique_ptr<Queue>> queues) {
+    return std::make_unique<Engine>(Key{}, std::move(queues));
+}
 
 const Discovery& Engine::last_discovery() {
     instance();
@@ -413,6 +426,8 @@ Status Engine::run_one(Queue& q, uint8_t* dst, const uint8_t* src, size_t n) {
             continue;
         }
         if ((status & kStatusMask) == kStatusPageFaultNoBof) {  // keeps faulting: finish on the CPU
+            page_faults_.fetch_add(1, std::memory_order_relaxed);
+            done += std::min<size_t>(job->comp.bytes_completed, len);
             copy::copy_bytes(dst + done, src + done, n - done, false);
             return Status::ok();
         }
@@ -529,6 +544,105 @@ void Engine::measure_break_even() {
         if (dev <= cpu) found = size;
     }
     break_even_ = found ? found : kMax * 2;
+}
+
+namespace {
+
+// Executes descriptors like the device would (synchronously), for tests.
+struct Emulator {
+    EmulationOptions options;
+    EmulationStats* stats;
+    uint64_t counter = 0;
+
+    static void complete(CompletionRecord* c, uint8_t status, uint32_t bytes, uint64_t fault) {
+        c->bytes_completed = bytes;
+        c->fault_addr = fault;
+        __atomic_store_n(&c->status, status, __ATOMIC_RELEASE);
+    }
+
+    // Returns true when the descriptor completed successfully.
+    bool memmove_desc(const HwDesc* d) {
+        auto* comp = reinterpret_cast<CompletionRecord*>(d->completion_addr);
+        if (reinterpret_cast<uintptr_t>(comp) % 32) {
+            ++stats->errors;
+            return false;  // the device cannot even report
+        }
+        const uint32_t flags = flags_of(*d);
+        if (!(flags & kFlagCompletionAddrValid) || !(flags & kFlagRequestCompletion)) {
+            ++stats->errors;
+            return false;
+        }
+        if (opcode_of(*d) != kOpMemmove) {
+            ++stats->errors;
+            complete(comp, 0x10, 0, 0);
+            return false;
+        }
+        if (d->xfer_size == 0 || d->xfer_size > options.max_transfer) {
+            ++stats->errors;
+            complete(comp, 0x13, 0, 0);
+            return false;
+        }
+        ++stats->descriptors;
+        auto* dst = reinterpret_cast<uint8_t*>(d->dst_addr);
+        const auto* src = reinterpret_cast<const uint8_t*>(d->src_addr);
+        const uint32_t n = d->xfer_size;
+        ++counter;
+        if (options.fault_every && counter % options.fault_every == 0 && n > options.fault_after) {
+            std::memcpy(dst, src, options.fault_after);
+            ++stats->faults_injected;
+            complete(comp, kStatusPageFaultNoBof | kStatusWriteFault, options.fault_after,
+                     reinterpret_cast<uint64_t>(dst + options.fault_after));
+            return false;
+        }
+        std::memcpy(dst, src, n);
+        complete(comp, kStatusSuccess, n, 0);
+        return true;
+    }
+
+    void operator()(const HwDesc* d) {
+        if (opcode_of(*d) != kOpBatch) {
+            memmove_desc(d);
+            return;
+        }
+        auto* comp = reinterpret_cast<CompletionRecord*>(d->completion_addr);
+        const auto* list = reinterpret_cast<const HwDesc*>(d->src_addr);
+        ++stats->batches;
+        if (reinterpret_cast<uintptr_t>(list) % 64) {
+            ++stats->errors;
+            complete(comp, 0x18, 0, 0);
+            return;
+        }
+        if (d->xfer_size < 2 || d->xfer_size > options.max_batch) {
+            ++stats->errors;
+            complete(comp, 0x14, 0, 0);
+            return;
+        }
+        uint32_t ok = 0;
+        for (uint32_t i = 0; i < d->xfer_size; ++i) ok += memmove_desc(&list[i]);
+        complete(comp, ok == d->xfer_size ? kStatusSuccess : kStatusBatchFail, ok, 0);
+    }
+};
+
+}  // namespace
+
+Status emulated_copy_many(const copy::Segment* segs, size_t count, const EmulationOptions& options,
+                          EmulationStats* stats) {
+    *stats = EmulationStats{};
+    auto emulator = std::make_shared<Emulator>();
+    emulator->options = options;
+    emulator->stats = stats;
+    WorkQueueInfo info;
+    info.name = "emulated";
+    info.dedicated = options.dedicated;
+    info.size = options.wq_size;
+    info.max_batch = options.max_batch;
+    info.max_transfer = options.max_transfer;
+    std::vector<std::unique_ptr<Queue>> queues;
+    queues.push_back(std::make_unique<Queue>(info, [emulator](const HwDesc* d) { (*emulator)(d); }));
+    std::unique_ptr<Engine> engine = Engine::make_for_test(std::move(queues));
+    Status st = engine->copy_many(segs, count);
+    stats->faults_handled = engine->page_faults();
+    return st;
 }
 
 }  // namespace kvcore::dsa

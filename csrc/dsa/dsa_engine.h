@@ -51,6 +51,28 @@ Discovery discover(const std::string& library = "libaccel-config.so.1");
 
 class Queue;
 
+// A software stand-in for a work queue, for tests of the submission,
+// batching and page-fault paths on machines without DSA: it executes each
+// descriptor when it is submitted, checks what the hardware would (sizes,
+// counts, alignments), and can inject partial completions on page faults.
+struct EmulationOptions {
+    uint32_t max_batch = 32;
+    uint64_t max_transfer = uint64_t(1) << 20;
+    uint32_t fault_every = 0;   // every n-th MEMMOVE stops early with a page fault (0: never)
+    uint32_t fault_after = 0;   // bytes it completes before the fault
+    bool dedicated = true;
+    uint32_t wq_size = 16;
+};
+struct EmulationStats {
+    uint64_t descriptors = 0;   // MEMMOVEs executed (inside batches or alone)
+    uint64_t batches = 0;
+    uint64_t faults_injected = 0;
+    uint64_t faults_handled = 0;  // seen by the engine
+    uint64_t errors = 0;          // descriptors the emulator rejected
+};
+Status emulated_copy_many(const copy::Segment* segs, size_t count, const EmulationOptions& options,
+                          EmulationStats* stats);
+
 class Engine {
 public:
     // The process-wide engine, opened on first use; nullptr when DSA is not
@@ -75,6 +97,7 @@ public:
         Key() = default;
     };
     Engine(Key, std::vector<std::unique_ptr<Queue>> queues);
+    static std::unique_ptr<Engine> make_for_test(std::vector<std::unique_ptr<Queue>> queues);
 
 private:
     Queue& next_queue();
