@@ -14,6 +14,8 @@ Rounds are few; GB/s are in each benchmark's extra_info (and the summary lines).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -105,3 +107,53 @@ def test_scatter_32k_blocks(benchmark, paged_layer, impl):
     benchmark.pedantic(fn, rounds=10, iterations=5, warmup_rounds=1)
     assert torch.equal(dest[idx].view(torch.int16), staging.view(torch.int16))
     benchmark.extra_info["GB/s"] = round(staging.numel() * 2 / benchmark.stats.stats.mean / 1e9, 2)
+
+
+# ---- the overlapped pipeline: copy -> compress of one 38 MB chunk ----
+CHUNK_BYTES = 36 * 2 * 8 * 128 * 2 * 256  # 256 tokens of a Qwen3-8B-shaped model (bf16): 37,748,736
+PIECES = 6  # the chunk moves in 6 pieces (layer groups), so stage i+1 overlaps stage i
+KVDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "kvdata" / "minilm_l6_kv_bf16.safetensors"
+
+
+@pytest.fixture(scope="module")
+def chunk() -> torch.Tensor:
+    """38 MB of real bf16 KV (MiniLM's KV is exactly that size), else random bf16."""
+    if KVDATA.exists():
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(KVDATA))
+        flat = torch.cat([tensors[k].reshape(-1) for k in sorted(tensors)])
+    else:  # pragma: no cover - data missing
+        flat = torch.randn(CHUNK_BYTES // 2).to(torch.bfloat16)
+    assert flat.numel() * 2 == CHUNK_BYTES
+    return flat.view(PIECES, -1)
+
+
+def _pipeline_stages(chunk: torch.Tensor, staging: torch.Tensor, overlapped: bool) -> list:
+    if not overlapped:
+        kvcore.copy_async(staging, chunk).result()  # the copy stage (stands in for D2H)
+        return [kvcore.compress(staging[i]) for i in range(PIECES)]  # then the compress stage
+    copies = [kvcore.copy_async(staging[i], chunk[i]) for i in range(PIECES)]
+    frames = []
+    for i in range(PIECES):
+        copies[i].wait()
+        frames.append(kvcore.compress_async(staging[i]))  # compress piece i while piece i+1 copies
+    return [f.result() for f in frames]
+
+
+@pytest.mark.parametrize("mode", ["sequential", "overlapped"])
+def test_pipeline_copy_compress_38mb(benchmark, chunk, mode):
+    if not hasattr(kvcore, "compress_async"):
+        pytest.skip("kvcore.compress_async is not built into this version")
+    benchmark.group = "pipeline copy+compress 38 MB"
+    pool = kvcore.PinnedPool(64 * MiB)
+    buf = pool.alloc(CHUNK_BYTES)
+    staging = buf.tensor(torch.bfloat16, tuple(chunk.shape))
+    frames = benchmark.pedantic(
+        _pipeline_stages, args=(chunk, staging, mode == "overlapped"), rounds=5, iterations=1, warmup_rounds=1
+    )
+    back = torch.cat([kvcore.decompress(f) for f in frames])
+    assert torch.equal(back.view(torch.int16), chunk.reshape(-1).view(torch.int16))
+    benchmark.extra_info["GB/s"] = round(CHUNK_BYTES / benchmark.stats.stats.mean / 1e9, 3)
+    benchmark.extra_info["ratio"] = round(sum(len(f) for f in frames) / CHUNK_BYTES, 4)
+    del staging
