@@ -32,6 +32,12 @@ public:
     void notify_with(uint64_t token);
     // Result bytes (written by the task before finish()).
     std::vector<uint8_t>& payload() { return payload_; }
+    // A size the task reports (bytes of a frame it wrote); read after done().
+    void set_result_size(uint64_t n) { result_size_ = n; }
+    uint64_t result_size() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return result_size_;
+    }
 
 private:
     mutable std::mutex mutex_;
@@ -41,6 +47,7 @@ private:
     uint64_t token_ = 0;
     Status status_;
     std::vector<uint8_t> payload_;
+    uint64_t result_size_ = 0;  // written by the task before finish() takes the mutex
 };
 
 using Task = std::function<Status(Completion&)>;
