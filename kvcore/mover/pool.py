@@ -173,8 +173,8 @@ class PinnedPool:
                 segments = self._native.segments()
                 done = []
                 for addr, size in segments:
-                    rc = cudart.cudaHostRegister(addr, size, 0)
-                    if int(getattr(rc, "value", rc)) != 0:
+                    rc = cudart.cudaHostRegister(addr, size, 1)  # cudaHostRegisterPortable
+                    if int(rc) != 0:
                         _unregister(cudart, done)
                         raise BackendError(f"cudaHostRegister of a {size}-byte pool segment failed (error {rc})")
                     done.append((addr, size))
