@@ -10,6 +10,7 @@ True
 True
 """
 
+from .codec_async import compress_async, decompress_async
 from .copy import copy_async, copy_engines, copy_many, gather, scatter
 from .future import Future
 from .pool import PinnedBuffer, PinnedPool
@@ -23,4 +24,6 @@ __all__ = [
     "gather",
     "scatter",
     "copy_engines",
+    "compress_async",
+    "decompress_async",
 ]
