@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import kvcore
+from mover_util import make_pool
 
 pytestmark = pytest.mark.skipif(not hasattr(kvcore, "compress_async"), reason="codec not built into this version")
 
@@ -33,7 +34,7 @@ def test_async_frames_equal_sync_frames(kv, mode):
 
 
 def test_decompress_into_a_pinned_buffer(kv):
-    pool = kvcore.PinnedPool(16 << 20, huge_pages=False)
+    pool = make_pool(16 << 20, huge_pages=False)
     buf = pool.alloc(kv.numel() * 2)
     out = buf.tensor(torch.bfloat16, tuple(kv.shape))
     frame = kvcore.compress(kv)
@@ -72,7 +73,7 @@ def test_errors_propagate_through_the_future(kv):
 def test_pipeline_copy_then_compress_overlapped(kv):
     """Copy piece i+1 into pinned staging while piece i compresses; every frame decodes to its piece."""
     pieces = kv.reshape(8, -1)
-    pool = kvcore.PinnedPool(16 << 20, huge_pages=False)
+    pool = make_pool(16 << 20, huge_pages=False)
     staging = pool.alloc(kv.numel() * 2).tensor(torch.bfloat16, tuple(pieces.shape))
     copies = [kvcore.copy_async(staging[i], pieces[i]) for i in range(8)]
     frames = []

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import kvcore
+from mover_util import make_pool
 from kvcore import _native
 
 MiB = 1 << 20
@@ -75,7 +76,7 @@ def test_copy_into_larger_destination_and_mixed_types():
 
 
 def test_copy_to_and_from_pinned_buffers():
-    pool = kvcore.PinnedPool(64 * MiB, huge_pages=False)
+    pool = make_pool(64 * MiB, huge_pages=False)
     src = rand_bytes(38 * MiB, 1)
     buf = pool.alloc(src.nbytes)
     kvcore.copy_async(buf, src).result()
@@ -86,7 +87,7 @@ def test_copy_to_and_from_pinned_buffers():
 
 
 def test_pinned_buffer_cannot_be_freed_while_a_copy_uses_it():
-    pool = kvcore.PinnedPool(64 * MiB, huge_pages=False)
+    pool = make_pool(64 * MiB, huge_pages=False)
     buf = pool.alloc(48 * MiB)
     fut = kvcore.copy_async(buf, np.ones(48 * MiB, np.uint8))
     try:
@@ -151,7 +152,7 @@ def test_gather_then_scatter_round_trip(threads, isa):
 
 
 def test_gather_into_pinned_buffer_from_numpy_and_lists():
-    pool = kvcore.PinnedPool(8 * MiB, huge_pages=False)
+    pool = make_pool(8 * MiB, huge_pages=False)
     kv = np.random.default_rng(6).integers(0, 255, (32, 32 * 1024), dtype=np.uint8)
     out = pool.alloc(5 * 32 * 1024)
     ids = np.array([31, 0, 5, 5, 17])  # gather may repeat blocks

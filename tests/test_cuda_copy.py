@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import kvcore
+from mover_util import make_pool
 
 pytestmark = [
     pytest.mark.gpu,
@@ -18,7 +19,7 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def pool():
-    return kvcore.PinnedPool(256 * MiB)
+    return make_pool(256 * MiB)
 
 
 def test_pool_is_registered_with_cuda(pool):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import kvcore
+from mover_util import can_lock, make_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -25,14 +26,14 @@ def hugetlb_free_bytes() -> int:
 
 @pytest.fixture
 def pool():
-    return kvcore.PinnedPool(16 * MiB, huge_pages=False)
+    return make_pool(16 * MiB, huge_pages=False)
 
 
 def test_stats_of_a_new_pool(pool):
     s = pool.stats()
     assert s["capacity"] == 16 * MiB and s["used"] == 0 and s["free"] == 16 * MiB
     assert s["largest_free_block"] == 16 * MiB
-    assert s["allocations"] == 0 and s["locked"] is True
+    assert s["allocations"] == 0 and s["locked"] is can_lock(16 * MiB)
     assert s["page_kind"] == "normal" and s["segments"] == 1
     assert pool.capacity == 16 * MiB
 
@@ -64,7 +65,7 @@ def test_pool_is_bounded_and_never_grows(pool):
 
 
 def test_request_larger_than_a_segment_is_invalid():
-    pool = kvcore.PinnedPool(8 * MiB, huge_pages=False, segment_bytes=2 * MiB)
+    pool = make_pool(8 * MiB, huge_pages=False, segment_bytes=2 * MiB)
     s = pool.stats()
     assert s["segments"] == 4 and s["segment_bytes"] == 2 * MiB
     with pytest.raises(kvcore.InvalidArgumentError, match="segment"):
@@ -116,7 +117,7 @@ def test_release_on_garbage_collection(pool):
 
 
 def test_buffers_keep_their_pool_alive():
-    pool = kvcore.PinnedPool(4 * MiB, huge_pages=False)
+    pool = make_pool(4 * MiB, huge_pages=False)
     buf = pool.alloc(MiB)
     del pool
     gc.collect()
@@ -131,7 +132,7 @@ def test_random_alloc_free_fragmentation_stays_bounded():
     never overlap (checked with per-block patterns), and freeing everything
     coalesces back into one extent."""
     cap = 64 * MiB
-    pool = kvcore.PinnedPool(cap, huge_pages=False)
+    pool = make_pool(cap, huge_pages=False)
     rng = np.random.default_rng(1234)
     live: list[tuple[kvcore.PinnedBuffer, int]] = []
     refused = 0
@@ -207,7 +208,7 @@ def test_free_is_refused_while_views_are_alive(pool):
 
 
 def test_concurrent_alloc_free_from_threads():
-    pool = kvcore.PinnedPool(32 * MiB, huge_pages=False)
+    pool = make_pool(32 * MiB, huge_pages=False)
     errors = []
 
     def worker(seed):
@@ -231,16 +232,16 @@ def test_concurrent_alloc_free_from_threads():
 
 def test_invalid_arguments():
     with pytest.raises(kvcore.InvalidArgumentError):
-        kvcore.PinnedPool(0)
+        make_pool(0)
     with pytest.raises(kvcore.InvalidArgumentError):
-        kvcore.PinnedPool(MiB, alignment=100)
+        make_pool(MiB, alignment=100)
     with pytest.raises(kvcore.InvalidArgumentError):
-        kvcore.PinnedPool(MiB, alignment=32)
+        make_pool(MiB, alignment=32)
     with pytest.raises(kvcore.InvalidArgumentError):
-        kvcore.PinnedPool(MiB, numa_node=-2)
+        make_pool(MiB, numa_node=-2)
     with pytest.raises(kvcore.InvalidArgumentError, match="node"):
-        kvcore.PinnedPool(MiB, numa_node=4096)
-    pool = kvcore.PinnedPool(MiB, huge_pages=False)
+        make_pool(MiB, numa_node=4096)
+    pool = make_pool(MiB, huge_pages=False)
     with pytest.raises(kvcore.InvalidArgumentError):
         pool.alloc(-1)
     with pytest.raises(kvcore.InvalidArgumentError):
@@ -248,7 +249,7 @@ def test_invalid_arguments():
 
 
 def test_numa_node_binding_on_node0():
-    pool = kvcore.PinnedPool(4 * MiB, huge_pages=False, numa_node=0)
+    pool = make_pool(4 * MiB, huge_pages=False, numa_node=0)
     assert pool.stats()["numa_node"] == 0
     buf = pool.alloc(MiB)
     buf.numpy()[:] = 3
@@ -256,16 +257,16 @@ def test_numa_node_binding_on_node0():
 
 
 def test_small_alignment_packs_blocks():
-    pool = kvcore.PinnedPool(MiB, huge_pages=False, alignment=64)
+    pool = make_pool(MiB, huge_pages=False, alignment=64)
     a, b = pool.alloc(100), pool.alloc(100)
     assert b.address - a.address == 128 and a.address % 64 == 0
 
 
 def test_huge_page_fallback_and_forced_off():
     cap = 8 * MiB
-    off = kvcore.PinnedPool(cap, huge_pages=False)
+    off = make_pool(cap, huge_pages=False)
     assert off.stats()["page_kind"] == "normal"
-    on = kvcore.PinnedPool(cap, huge_pages=True)
+    on = make_pool(cap, huge_pages=True)
     kind = on.stats()["page_kind"]
     if hugetlb_free_bytes() >= cap:
         assert kind == "hugetlb"
