@@ -390,6 +390,12 @@ Engine* Engine::instance() {
     return h.engine.get();
 }
 
+// MEMMOVE flags: completion record requested; block on fault where the queue
+// allows it (the device waits for the OS instead of returning a partial copy).
+static uint32_t memmove_flags(const Queue& q) {
+    return kFlagCompletionAddrValid | kFlagRequestCompletion | (q.info().block_on_fault ? kFlagBlockOnFault : 0);
+}
+
 Queue& Engine::next_queue() { return *queues_[next_.fetch_add(1, std::memory_order_relaxed) % queues_.size()]; }
 
 Status Engine::run_one(Queue& q, uint8_t* dst, const uint8_t* src, size_t n) {
@@ -400,7 +406,7 @@ Status Engine::run_one(Queue& q, uint8_t* dst, const uint8_t* src, size_t n) {
         const size_t len = std::min<uint64_t>(n - done, max_transfer_);
         make_memmove(&job->desc, reinterpret_cast<uint64_t>(src + done), reinterpret_cast<uint64_t>(dst + done),
                      uint32_t(len), reinterpret_cast<uint64_t>(&job->comp),
-                     kFlagCompletionAddrValid | kFlagRequestCompletion);
+                     memmove_flags(q));
         reset(&job->comp);
         q.acquire();
         Status st = q.submit(&job->desc);
@@ -497,7 +503,7 @@ Status Engine::copy_many(const copy::Segment* segs, size_t count) {
                 reset(&job->comps[j]);
                 make_memmove(&job->descs[j], reinterpret_cast<uint64_t>(job->segs[j].src),
                              reinterpret_cast<uint64_t>(job->segs[j].dst), uint32_t(job->segs[j].size),
-                             reinterpret_cast<uint64_t>(&job->comps[j]), kFlagCompletionAddrValid | kFlagRequestCompletion);
+                             reinterpret_cast<uint64_t>(&job->comps[j]), memmove_flags(q));
             }
             reset(&job->batch.comp);
             make_batch(&job->batch.desc, reinterpret_cast<uint64_t>(job->descs.data()), uint32_t(k),
