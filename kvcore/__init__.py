@@ -14,6 +14,17 @@ from .codec import compress, decompress, frame_desc, frame_info, max_frame_size
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _error_names
 from .features import features
+from .mover import (
+    Future,
+    PinnedBuffer,
+    PinnedPool,
+    compress_async,
+    copy_async,
+    copy_many,
+    decompress_async,
+    gather,
+    scatter,
+)
 
 _isa._apply_environment()
 
@@ -26,3 +37,5 @@ __all__ = [
     "frame_info",
     "max_frame_size",
     "features", "isa_variant", "set_disabled_isa", *_error_names]
+__all__ += ["PinnedPool", "PinnedBuffer", "Future", "copy_async", "copy_many", "gather", "scatter"]
+__all__ += ["compress_async", "decompress_async"]
