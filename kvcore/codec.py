@@ -113,7 +113,8 @@ def decompress(
 
     out: a preallocated contiguous CPU tensor of the frame's dtype and number of
     elements (any shape) to decode into without allocating; it is returned.
-    Raises CorruptFrameError on a truncated, corrupted or tampered frame.
+    Raises CorruptFrameError on a truncated, corrupted or tampered frame (then
+    the contents of out are unspecified: nothing unverified is ever returned).
 
     >>> import torch, kvcore
     >>> x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
