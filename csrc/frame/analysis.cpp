@@ -12,6 +12,7 @@ namespace {
 
 constexpr uint64_t kSampleElems = 1u << 16;  // elements looked at, at most
 constexpr uint64_t kMinRowsForResidual = 64;  // residual table must pay for itself
+constexpr uint64_t kResidualRows = 64;        // rows sampled per channel (fits one-byte counts)
 
 bool is_float(DType d) {
     return d == DType::kFloat8E4M3 || d == DType::kFloat8E5M2 || d == DType::kFloat16 || d == DType::kBFloat16 ||
@@ -43,13 +44,11 @@ uint32_t rotate_left1(uint32_t v) {
 // Histograms of one layout over the sampled rows.
 struct LayoutStats {
     std::vector<std::array<uint32_t, 256>> planes;  // per plane
-    std::vector<uint32_t> channel_top;              // period x 256, when residual is considered
 };
 
 template <unsigned E>
 void sample_stats(const uint8_t* src, uint64_t n_elems, bool rotate, uint64_t sample_rows, uint64_t stride,
                   uint64_t row_len, LayoutStats* st) {
-    const bool per_channel = !st->channel_top.empty();
     for (uint64_t r = 0; r < sample_rows; ++r) {
         const uint64_t base = (r * stride) * row_len;
         const uint64_t end = std::min(n_elems, base + row_len);
@@ -57,7 +56,23 @@ void sample_stats(const uint8_t* src, uint64_t n_elems, bool rotate, uint64_t sa
             uint32_t v = element<E>(src, i);
             if (rotate) v = rotate_left1<E>(v);
             for (unsigned p = 0; p < E; ++p) ++st->planes[p][(v >> (8 * p)) & 0xff];
-            if (per_channel) ++st->channel_top[(i - base) * 256 + (v >> (8 * (E - 1)))];
+        }
+    }
+}
+
+// Per-channel counts (one byte each) of the top byte over kResidualRows rows
+// spread over the tensor, and their sum over channels.
+template <unsigned E>
+void channel_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool rotate, uint8_t* counts,
+                  uint32_t* plain) {
+    const uint64_t step = std::max<uint64_t>(1, rows / kResidualRows);
+    for (uint64_t r = 0, taken = 0; r < rows && taken < kResidualRows; r += step, ++taken) {
+        for (uint32_t c = 0; c < channels; ++c) {
+            uint32_t v = element<E>(src, r * channels + c);
+            if (rotate) v = rotate_left1<E>(v);
+            const uint8_t top = static_cast<uint8_t>(v >> (8 * (E - 1)));
+            ++counts[size_t(c) * 256 + top];
+            ++plain[top];
         }
     }
 }
@@ -86,25 +101,20 @@ uint32_t channel_count(const std::vector<uint64_t>& shape) {
 }
 
 Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels) {
-    const uint32_t period = channels;
     const unsigned esize = dtype_size(dtype);
     Layout best;
     best.plane_entropy.assign(esize, 8.0);
     if (n_elems == 0) return best;
 
-    const uint64_t rows = n_elems / period;
-    const bool consider_residual = period > 1 && rows >= kMinRowsForResidual;
-    // Sample whole rows, evenly spread, so every channel is seen equally often.
-    const uint64_t row_len = consider_residual ? period : std::min<uint64_t>(n_elems, 4096);
-    const uint64_t n_rows = consider_residual ? rows : n_elems / row_len;
+    // Plane entropies of each bit layout, from whole rows evenly spread.
+    const uint64_t row_len = channels > 1 ? channels : std::min<uint64_t>(n_elems, 4096);
+    const uint64_t n_rows = n_elems / row_len;
     const uint64_t sample_rows = std::max<uint64_t>(1, std::min<uint64_t>(n_rows, kSampleElems / row_len));
     const uint64_t stride = std::max<uint64_t>(1, n_rows / sample_rows);
-
     double best_bits = 1e300;
     for (int rotate = 0; rotate <= (is_float(dtype) ? 1 : 0); ++rotate) {
         LayoutStats st;
         st.planes.assign(esize, {});
-        if (consider_residual) st.channel_top.assign(size_t(period) * 256, 0);
         switch (esize) {
             case 1: sample_stats<1>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
             case 2: sample_stats<2>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
@@ -118,30 +128,37 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
             cand.plane_entropy[p] = entropy_bits(st.planes[p].data());
             bits += std::min(8.0, cand.plane_entropy[p]);
         }
-        if (consider_residual) {
-            // Subtract each channel's most common top byte and measure again.
-            std::vector<uint8_t> residual(period);
-            std::array<uint32_t, 256> shifted{};
-            for (uint32_t c = 0; c < period; ++c) {
-                const uint32_t* h = &st.channel_top[size_t(c) * 256];
-                residual[c] = static_cast<uint8_t>(std::max_element(h, h + 256) - h);
-                for (int s = 0; s < 256; ++s) shifted[uint8_t(s - residual[c])] += h[s];
-            }
-            const double top_plain = cand.plane_entropy[esize - 1];
-            const double top_res = entropy_bits(shifted.data());
-            const double sampled = double(sample_rows) * period;
-            // Keep it when the saving over the whole tensor beats the table's size.
-            const double saving_bytes = (top_plain - top_res) / 8.0 * double(n_elems);
-            if (top_res < top_plain && saving_bytes > 2.0 * period && sampled > 0) {
-                bits += std::min(8.0, top_res) - std::min(8.0, top_plain);
-                cand.plane_entropy[esize - 1] = top_res;
-                cand.residual = std::move(residual);
-            }
-        }
         if (bits < best_bits - 1e-9) {
             best_bits = bits;
             best = std::move(cand);
         }
+    }
+
+    // Residual for the chosen layout: each channel's most common top byte, found
+    // from kResidualRows rows (enough for a mode; few enough for one-byte counts).
+    const uint64_t rows = n_elems / channels;
+    if (channels < 2 || rows < kMinRowsForResidual) return best;
+    std::vector<uint8_t> counts(size_t(channels) * 256, 0);
+    std::array<uint32_t, 256> plain{};
+    switch (esize) {
+        case 1: channel_tops<1>(src, rows, channels, best.rotate, counts.data(), plain.data()); break;
+        case 2: channel_tops<2>(src, rows, channels, best.rotate, counts.data(), plain.data()); break;
+        default: channel_tops<4>(src, rows, channels, best.rotate, counts.data(), plain.data()); break;
+    }
+    std::vector<uint8_t> residual(channels);
+    std::array<uint32_t, 256> shifted{};
+    for (uint32_t c = 0; c < channels; ++c) {
+        const uint8_t* h = &counts[size_t(c) * 256];
+        residual[c] = static_cast<uint8_t>(std::max_element(h, h + 256) - h);
+        for (int sym = 0; sym < 256; ++sym) shifted[uint8_t(sym - residual[c])] += h[sym];
+    }
+    const double top_plain = entropy_bits(plain.data());
+    const double top_res = entropy_bits(shifted.data());
+    // Keep it when the saving over the whole tensor beats the table's size.
+    const double saving_bytes = (top_plain - top_res) / 8.0 * double(n_elems);
+    if (top_res < top_plain && saving_bytes > 2.0 * channels) {
+        best.plane_entropy[esize - 1] += top_res - top_plain;
+        best.residual = std::move(residual);
     }
     return best;
 }
