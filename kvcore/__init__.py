@@ -13,9 +13,11 @@ from ._isa import isa_variant, set_disabled_isa
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _error_names
 from .features import features
+from .tiers import Namespace, RemoteConfig, TierConfig, TierManager
 
 _isa._apply_environment()
 
 __version__ = "0.1.0"
 
-__all__ = ["features", "isa_variant", "set_disabled_isa", *_error_names]
+__all__ = ["features", "isa_variant", "set_disabled_isa", *_error_names,
+           "TierManager", "TierConfig", "RemoteConfig", "Namespace"]

@@ -1,0 +1,348 @@
+"""The SSD tier: one directory, one file per chunk, durable and self-checking.
+
+- Writes are atomic: temporary file, write, fsync, rename, fsync of the directory.
+  The written pages are then dropped from the page cache (the SSD tier must not
+  silently occupy host memory).
+- Reads verify the blob checksum; a corrupt or partial file is a miss and is removed.
+- Large reads use O_DIRECT into page-aligned memory where the filesystem allows it
+  (``direct_io="auto"``), else buffered reads.
+- A byte capacity: the oldest (policy order) files are removed to make room; a write
+  that cannot fit, or that fails (ENOSPC, EIO), is skipped cleanly and counted.
+- The index is rebuilt from the directory at start, so a restart keeps the cache.
+
+File layout: ``<dir>/kvcore-v1/<namespace tag>/<key hex>.<start>.<ntokens>.<expires>.kvc``
+(expires: unix time in ms, 0 = never).
+
+>>> import tempfile
+>>> from kvcore.tiers.ssd import SSDTier
+>>> d = tempfile.mkdtemp()
+>>> t = SSDTier(d, 1 << 20)
+>>> t.write(b"k" * 16, b"not a real blob", ns_tag="00", verify_blob=False)
+True
+>>> SSDTier(d, 1 << 20).contains(b"k" * 16)  # a new process finds it
+True
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+from ..errors import CorruptFrameError, InvalidArgumentError
+from .blob import BlobHeader
+from .metrics import Metrics
+from .policy import LRUPolicy, Policy
+
+LAYOUT_DIR = "kvcore-v1"
+_NAME = re.compile(r"^([0-9a-f]{32})\.(\d+)\.(\d+)\.(\d+)\.kvc$")
+_ALIGN = 4096
+DIRECT_MIN_BYTES = 1 << 20  # below this, buffered reads
+
+
+@dataclass
+class SSDEntry:
+    path: Path
+    size: int
+    ns_tag: str
+    start: int
+    ntokens: int
+    expires_ms: int
+
+    def expired(self, now_ms: Optional[int] = None) -> bool:
+        return bool(self.expires_ms) and (now_ms or int(time.time() * 1000)) >= self.expires_ms
+
+
+class SSDTier:
+    """Chunk blobs as files under ``directory`` within ``capacity_bytes``. Thread-safe."""
+
+    name = "ssd"
+
+    def __init__(self, directory: Union[str, os.PathLike], capacity_bytes: int, *,
+                 direct_io: Union[bool, str] = "auto", fsync: bool = True, drop_cache: bool = True,
+                 policy: Optional[Policy] = None, metrics: Optional[Metrics] = None,
+                 evictable: Optional[Callable[[bytes], bool]] = None,
+                 on_evict: Optional[Callable[[bytes, "SSDEntry"], None]] = None):
+        if capacity_bytes < 0:
+            raise InvalidArgumentError("capacity_bytes must be >= 0")
+        if direct_io not in (True, False, "auto"):
+            raise InvalidArgumentError("direct_io must be True, False or 'auto'")
+        self.root = Path(directory) / LAYOUT_DIR
+        self.capacity_bytes = int(capacity_bytes)
+        self.direct_io = direct_io
+        self.fsync = fsync
+        self.drop_cache = drop_cache
+        self.policy = policy or LRUPolicy()
+        self.metrics = metrics or Metrics()
+        self.evictable = evictable
+        self.on_evict = on_evict  # called (lock held) before an evicted file is removed
+        self.index: dict[bytes, SSDEntry] = {}
+        self.last_error: Optional[str] = None
+        self.used_bytes = 0  # bytes of indexed files plus writes in flight
+        self._lock = threading.Lock()
+        self._direct_ok = hasattr(os, "O_DIRECT") and direct_io is not False
+        self._tmp = self.root / "tmp"
+        self._tmp.mkdir(parents=True, exist_ok=True)
+        self.rebuild_index()
+
+    # ---- index ----
+    def rebuild_index(self) -> None:
+        """Scans the directory: indexes every well-named file, removes leftovers."""
+        for leftover in self._tmp.iterdir():
+            _unlink(leftover)
+        found = []
+        now_ms = int(time.time() * 1000)
+        for nsdir in self.root.iterdir():
+            if nsdir == self._tmp or not nsdir.is_dir():
+                continue
+            for f in nsdir.iterdir():
+                m = _NAME.match(f.name)
+                try:
+                    st = f.stat()
+                except OSError:
+                    continue
+                if m is None or st.st_size == 0:
+                    _unlink(f)
+                    continue
+                e = SSDEntry(f, st.st_size, nsdir.name, int(m.group(2)), int(m.group(3)), int(m.group(4)))
+                if e.expired(now_ms):
+                    _unlink(f)
+                    continue
+                found.append((st.st_mtime, bytes.fromhex(m.group(1)), e))
+        found.sort(key=lambda x: x[0])
+        with self._lock:
+            self.index.clear()
+            self.policy.clear()
+            self.used_bytes = 0
+            for _, key, e in found:
+                self.index[key] = e
+                self.used_bytes += e.size
+                self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens)
+            self._make_room(0)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def contains(self, key: bytes) -> bool:
+        e = self.index.get(key)
+        if e is None:
+            return False
+        if e.expired():
+            self.remove(key)
+            return False
+        return True
+
+    def entry(self, key: bytes) -> Optional[SSDEntry]:
+        return self.index.get(key)
+
+    def keys(self, ns_tag: Optional[str] = None) -> list[bytes]:
+        with self._lock:
+            return [k for k, e in self.index.items() if ns_tag is None or e.ns_tag == ns_tag]
+
+    # ---- capacity ----
+    def _make_room(self, nbytes: int) -> bool:
+        """Evicts until nbytes more fit (lock held). False when impossible."""
+        if nbytes > self.capacity_bytes:
+            return False
+        if self.used_bytes + nbytes <= self.capacity_bytes:
+            return True
+        for key in self.policy.victims(evictable=self.evictable):
+            e = self.index.pop(key, None)
+            self.policy.remove(key)
+            if e is None:
+                continue
+            if self.on_evict is not None:
+                try:
+                    self.on_evict(key, e)
+                except Exception:
+                    self.metrics.inc(self.name, "errors")
+            _unlink(e.path)
+            self.used_bytes -= e.size
+            self.metrics.inc(self.name, "evictions")
+            if self.used_bytes + nbytes <= self.capacity_bytes:
+                return True
+        return False
+
+    # ---- write ----
+    def write(self, key: bytes, blob, *, ns_tag: str, start: int = 0, ntokens: int = 0,
+              expires_ms: int = 0, verify_blob: bool = True) -> bool:
+        """Stores blob under key durably. Returns False (and counts why) when it was skipped."""
+        view = memoryview(blob).cast("B")
+        size = view.nbytes
+        if verify_blob:
+            BlobHeader.parse(view)  # refuse to persist garbage
+        with self._lock:
+            old = self.index.pop(key, None)
+            if old is not None:
+                self.policy.remove(key)
+                self.used_bytes -= old.size
+                _unlink(old.path)
+            if not self._make_room(size):
+                self.metrics.inc(self.name, "rejected")
+                return False
+            self.used_bytes += size  # reserved while the file is written
+        t0 = time.perf_counter()
+        nsdir = self.root / ns_tag
+        final = nsdir / f"{key.hex()}.{start}.{ntokens}.{expires_ms}.kvc"
+        tmp = self._tmp / f"{key.hex()}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            nsdir.mkdir(exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                pos = 0
+                while pos < size:
+                    pos += os.write(fd, view[pos:])
+                if self.fsync:
+                    os.fsync(fd)
+                if self.drop_cache and hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+            os.rename(tmp, final)
+            if self.fsync:
+                _fsync_dir(nsdir)
+        except OSError as exc:
+            _unlink(tmp)
+            with self._lock:
+                self.used_bytes -= size
+            self.metrics.inc(self.name, "errors")
+            self.last_error = f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)})"
+            return False
+        entry = SSDEntry(final, size, ns_tag, start, ntokens, expires_ms)
+        with self._lock:
+            self.index[key] = entry
+            self.policy.add(key, size=size, start=start, ntokens=ntokens)
+        self.metrics.inc(self.name, "stores")
+        self.metrics.inc(self.name, "bytes_in", size)
+        self.metrics.observe("ssd_write", time.perf_counter() - t0)
+        return True
+
+    # ---- read ----
+    def read(self, key: bytes, *, direct: Optional[bool] = None) -> Optional[memoryview]:
+        """The verified blob, or None (a miss; corrupt or partial files are removed)."""
+        e = self.index.get(key)
+        if e is None or e.expired():
+            if e is not None:
+                self.remove(key)
+            self.metrics.inc(self.name, "misses")
+            return None
+        t0 = time.perf_counter()
+        use_direct = self._direct_ok if direct is None else direct
+        try:
+            data = self._read_file(e.path, e.size, use_direct and e.size >= DIRECT_MIN_BYTES)
+        except FileNotFoundError:
+            self._forget(key, e)
+            self.metrics.inc(self.name, "misses")
+            return None
+        except OSError:
+            self.metrics.inc(self.name, "errors")
+            self.metrics.inc(self.name, "misses")
+            return None
+        try:
+            if data.nbytes != e.size:
+                raise CorruptFrameError("short file")
+            h = BlobHeader.parse(data, verify=True)
+            if h.key != key:
+                raise CorruptFrameError("file holds another key")
+        except CorruptFrameError:
+            self.metrics.inc(self.name, "corrupt")
+            self.metrics.inc(self.name, "misses")
+            self._forget(key, e)
+            return None
+        self.policy.touch(key)
+        self.metrics.inc(self.name, "hits")
+        self.metrics.inc(self.name, "bytes_out", e.size)
+        self.metrics.observe("ssd_read", time.perf_counter() - t0)
+        return data
+
+    def _read_file(self, path: Path, size: int, direct: bool) -> memoryview:
+        if direct:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
+            else:
+                try:
+                    aligned = (size + _ALIGN - 1) // _ALIGN * _ALIGN
+                    buf = mmap.mmap(-1, aligned)
+                    mv = memoryview(buf)
+                    got = 0
+                    while got < size:
+                        n = os.preadv(fd, [mv[got:]], got)
+                        if n <= 0:
+                            break
+                        got += n
+                    return mv[:min(got, size)]
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    self._direct_ok = False
+                finally:
+                    os.close(fd)
+        buf = bytearray(size)
+        with open(path, "rb", buffering=0) as f:
+            got = 0
+            mv = memoryview(buf)
+            while got < size:
+                n = f.readinto(mv[got:])
+                if not n:
+                    break
+                got += n
+        return mv[:got]
+
+    # ---- removal ----
+    def _forget(self, key: bytes, e: SSDEntry) -> None:
+        with self._lock:
+            if self.index.get(key) is e:
+                del self.index[key]
+                self.policy.remove(key)
+                self.used_bytes -= e.size
+        _unlink(e.path)
+
+    def remove(self, key: bytes) -> bool:
+        e = self.index.get(key)
+        if e is None:
+            return False
+        self._forget(key, e)
+        return True
+
+    def clear(self, ns_tag: Optional[str] = None) -> int:
+        keys = self.keys(ns_tag)
+        for k in keys:
+            self.remove(k)
+        return len(keys)
+
+    def drop_page_cache(self) -> None:
+        """Drops every indexed file from the page cache (so the next reads are cold)."""
+        for e in list(self.index.values()):
+            try:
+                fd = os.open(e.path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def _unlink(p: Path) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
