@@ -420,25 +420,23 @@ class TierManager:
         keys = self._keys_for(tokens)
         hit = Hit(0)
         now = time.time()
-        i = 0
-        while i < len(keys):
-            ck = keys[i]
+        local: list = []
+        for ck in keys:
             if self._expired(ck.digest, now):
                 self._drop_expired(ck.digest)
                 break
-            tier = self._local_tier(ck.digest)
+            local.append(self._local_tier(ck.digest))
+        below = [i for i, t in enumerate(local) if t is None]
+        if below and self.remote is not None:
+            present = self.remote.exists_many(self._ns_tag, [keys[i].digest for i in below])
+            for i, p in zip(below, present):
+                if p:
+                    local[i] = "remote"
+        for ck, tier in zip(keys, local):
             if tier is None:
                 break
             hit.tiers.append(tier)
             hit.chunks.append(ck)
-            i += 1
-        if i < len(keys) and self.remote is not None and not self._expired(keys[i].digest, now):
-            present = self.remote.exists_many(self._ns_tag, [ck.digest for ck in keys[i:]])
-            for ck, p in zip(keys[i:], present):
-                if not p:
-                    break
-                hit.tiers.append("remote")
-                hit.chunks.append(ck)
         hit.tokens = hit.chunks[-1].end if hit.chunks else 0
         self.metrics.observe("lookup", time.perf_counter() - t0)
         return hit
