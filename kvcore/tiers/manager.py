@@ -284,8 +284,13 @@ class TierManager:
         t0 = time.perf_counter()
         try:
             holder: dict = {}
-            view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
-                                alloc=lambda n: self._alloc_blob(n, holder))
+            try:
+                view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
+                                    alloc=lambda n: self._alloc_blob(n, holder))
+            except BaseException:
+                if "block" in holder:
+                    holder["block"].free()
+                raise
             raw = part.numel() * part.element_size()
             self.metrics.add_encoded(raw, view.nbytes)
             self._ratio_seen = self.metrics.compression_ratio
@@ -811,7 +816,7 @@ class TierManager:
         if self._closed:
             raise InvalidArgumentError("the TierManager is closed")
 
-    def close(self, timeout: float = 5.0) -> bool:
+    def close(self, timeout: float = 4.0) -> bool:
         """Finishes queued work (up to timeout seconds), stops the worker, releases memory.
 
         Never waits on a dead or slow remote server beyond its timeouts. Returns True

@@ -92,6 +92,12 @@ class CircuitBreaker:
             self._failures = 0
             self._probing = False
 
+    def trip(self) -> None:
+        """Opens the breaker at once (a timeout: the server is hung or overloaded)."""
+        with self._lock:
+            self._failures = max(self._failures, self.failure_threshold - 1)
+        self.failure()
+
     def failure(self) -> None:
         with self._lock:
             self._failures += 1
@@ -131,6 +137,7 @@ class RemoteTier:
         else:
             self.client = redis.Redis.from_url(url, health_check_interval=0, **common)
         self._errors = (redis.RedisError, OSError, cf.TimeoutError)
+        self._timeout_error = redis.TimeoutError
         self._pool = cf.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="kvcore-remote")
         self._closed = False
 
@@ -145,9 +152,12 @@ class RemoteTier:
         fut = self._pool.submit(fn)
         try:
             result = fut.result(timeout=timeout)
-        except self._errors:
+        except self._errors as exc:
             fut.cancel()
-            self.breaker.failure()
+            if isinstance(exc, (cf.TimeoutError, self._timeout_error)):
+                self.breaker.trip()
+            else:
+                self.breaker.failure()
             self.metrics.inc(self.name, "errors")
             raise
         self.breaker.success()
