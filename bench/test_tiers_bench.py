@@ -1,0 +1,382 @@
+"""Tier manager throughput per tier, side by side with LMCache 0.5.6 in the same run.
+
+One chunk = 256 tokens of a Qwen3-8B-shaped KV cache (36 layers x 2 x 8 KV heads x 128
+dims, bf16, 37.7 MB) built from the real values in ../shared/kvdata. Throughput is GB/s
+of original (uncompressed) KV bytes. LMCache is benchmark-only: its part is skipped
+when ``import lmcache`` fails (install: ``pip install --no-deps lmcache==0.5.6`` plus
+the pure-Python modules its import asks for; see bench/README-tiers.md). Run:
+
+    python -m pytest -q bench/test_tiers_bench.py -s
+
+The summary test prints the kvcore/LMCache ratios and checks the issue's targets.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvcore.tiers import Namespace, RemoteConfig, TierManager
+
+ROOT = Path(__file__).resolve().parent.parent
+KVDATA = ROOT.parent / "shared" / "kvdata"
+L, H, D, T = 36, 8, 128, 256
+CHUNK_BYTES = L * 2 * T * H * D * 2
+ROUNDS = 3
+RESULTS: dict = {}
+
+
+# ---------------------------------------------------------------------------- data
+def qwen_chunk(seed: int = 0) -> torch.Tensor:
+    """[36, 2, 256, 8, 128] bf16 of real values: rows of MiniLM's K/V regrouped."""
+    from safetensors.torch import load_file
+
+    path = KVDATA / "minilm_l6_kv_bf16.safetensors"
+    if not path.is_file():
+        pytest.skip(f"{path} is not present")
+    d = load_file(str(path))
+    out = torch.empty(L, 2, T, H, D, dtype=torch.bfloat16)
+    for l in range(L):
+        for j, kv in enumerate("kv"):
+            rows = d[f"layer{l % 6}.{kv}"].reshape(-1, H * D)  # [1536, 1024]
+            off = (seed * 97 + l * 37 + j * 11) % (rows.shape[0] - T)
+            out[l, j] = rows[off:off + T].reshape(T, H, D)
+    return out
+
+
+def toks(i: int) -> list:
+    return [(i * 1_000_003 + k * 7919) % 151_936 for k in range(T)]
+
+
+@pytest.fixture(scope="module")
+def chunk():
+    return qwen_chunk()
+
+
+def gbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9
+
+
+def record(system: str, tier: str, op: str, value: float, **extra) -> None:
+    RESULTS.setdefault(system, {}).setdefault(tier, {})[op] = round(value, 4)
+    for k, v in extra.items():
+        RESULTS[system][tier][k] = v
+
+
+def drop_cache(directory: Path) -> None:
+    for p in directory.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+# ---------------------------------------------------------------------------- redis
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = _free_port()
+    d = tempfile.mkdtemp()
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", d], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}"
+    p.kill()
+    p.wait()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- kvcore
+def _kvcore_store(tm, chunk, first: int, n: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(first, first + n):
+        tm.store(toks(i), chunk, copy=False)
+    tm.flush()
+    return time.perf_counter() - t0
+
+
+def _kvcore_retrieve(tm, chunk, first: int, n: int, before=None) -> float:
+    out = torch.empty_like(chunk)
+    total = 0.0
+    for i in range(first, first + n):
+        if before:
+            before()
+        t0 = time.perf_counter()
+        got = tm.retrieve(toks(i), out)
+        total += time.perf_counter() - t0
+        assert got == T
+    assert torch.equal(out.view(torch.int16), chunk.view(torch.int16))
+    return total
+
+
+def test_kvcore_ddr(chunk, benchmark):
+    tm = TierManager(ddr_bytes=2 << 30, namespace=Namespace("qwen3-8b", "bfloat16"))
+    st = _kvcore_store(tm, chunk, 0, ROUNDS)
+    benchmark.pedantic(lambda: _kvcore_retrieve(tm, chunk, 0, 1), rounds=ROUNDS, iterations=1)
+    rt = benchmark.stats.stats.mean
+    ratio = tm.status()["compression_ratio"]
+    record("kvcore", "ddr", "store_GBps", gbps(CHUNK_BYTES * ROUNDS, st))
+    record("kvcore", "ddr", "retrieve_GBps", gbps(CHUNK_BYTES, rt), codec=tm.codec.name, ratio=round(ratio, 4))
+    benchmark.extra_info.update(RESULTS["kvcore"]["ddr"])
+    tm.close()
+
+
+def test_kvcore_ddr_density(chunk):
+    cap = int(CHUNK_BYTES * 6.5)  # LMCache's CPU tier holds 6 raw chunks in these bytes
+    tm = TierManager(ddr_bytes=cap, namespace=Namespace("qwen3-8b", "bfloat16"))
+    for i in range(12):
+        tm.store(toks(100 + i), qwen_chunk(i), copy=False)
+    tm.flush()
+    held = sum(tm.lookup(toks(100 + i)).tiers == ["ddr"] for i in range(12))
+    record("kvcore", "ddr", "chunks_in_6.5_raw_chunk_bytes", held)
+    assert tm.ddr.allocator.used_bytes <= cap
+    tm.close()
+
+
+def test_kvcore_ssd(chunk, benchmark, tmp_path):
+    tm = TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=4 << 30, promote_on_hit=False,
+                     namespace=Namespace("qwen3-8b", "bfloat16"))
+    st = _kvcore_store(tm, chunk, 0, ROUNDS)  # durable: fsync + rename + directory fsync
+    record("kvcore", "ssd", "store_fsync_GBps", gbps(CHUNK_BYTES * ROUNDS, st))
+    benchmark.pedantic(lambda: _kvcore_retrieve(tm, chunk, 0, 1, before=lambda: tm.ssd.drop_page_cache()),
+                       rounds=ROUNDS, iterations=1)
+    record("kvcore", "ssd", "retrieve_cold_GBps", gbps(CHUNK_BYTES, benchmark.stats.stats.mean),
+           direct_io=tm.ssd._direct_ok)
+    # the SSD read path alone: O_DIRECT vs page-cache reads, cold
+    key = tm.keys(toks(0))[0].digest
+    size = tm.ssd.entry(key).size
+    for direct in (True, False):
+        t = 0.0
+        for _ in range(ROUNDS):
+            tm.ssd.drop_page_cache()
+            t0 = time.perf_counter()
+            assert tm.ssd.read(key, direct=direct) is not None
+            t += time.perf_counter() - t0
+        record("kvcore", "ssd", f"read_cold_{'direct' if direct else 'buffered'}_GBps", gbps(size * ROUNDS, t))
+    t = 0.0
+    tm.ssd.read(key, direct=False)
+    for _ in range(ROUNDS):
+        t0 = time.perf_counter()
+        tm.ssd.read(key, direct=False)
+        t += time.perf_counter() - t0
+    record("kvcore", "ssd", "read_warm_buffered_GBps", gbps(size * ROUNDS, t))
+    benchmark.extra_info.update(RESULTS["kvcore"]["ssd"])
+    tm.close()
+
+
+def test_kvcore_remote(chunk, benchmark, redis_url):
+    tm = TierManager(ddr_bytes=0, remote_url=redis_url, promote_on_hit=False,
+                     namespace=Namespace("qwen3-8b", "bfloat16"))
+    st = _kvcore_store(tm, chunk, 0, ROUNDS)
+    benchmark.pedantic(lambda: _kvcore_retrieve(tm, chunk, 0, 1), rounds=ROUNDS, iterations=1)
+    record("kvcore", "remote", "store_GBps", gbps(CHUNK_BYTES * ROUNDS, st))
+    record("kvcore", "remote", "retrieve_GBps", gbps(CHUNK_BYTES, benchmark.stats.stats.mean))
+    # close() with the server dead
+    dead = TierManager(ddr_bytes=0, remote_url=f"redis://127.0.0.1:{_free_port()}",
+                       remote=RemoteConfig(), namespace="x")
+    dead.store(toks(5), chunk)
+    t0 = time.perf_counter()
+    dead.close()
+    record("kvcore", "remote", "close_dead_server_s", time.perf_counter() - t0)
+    benchmark.extra_info.update(RESULTS["kvcore"]["remote"])
+    tm.close()
+
+
+# ---------------------------------------------------------------------------- LMCache
+_LMCACHE_CHILD = r'''
+import json, os, sys, time, threading, torch
+sys.path.insert(0, sys.argv[1])
+from test_tiers_bench import qwen_chunk, toks, drop_cache, CHUNK_BYTES, L, H, D, T, ROUNDS
+from pathlib import Path
+from lmcache.v1.cache_engine import LMCacheEngineBuilder
+from lmcache.v1.config import LMCacheEngineConfig
+from lmcache.v1.metadata import LMCacheMetadata
+from lmcache.v1.gpu_connector.gpu_connectors import GPUConnectorInterface
+
+class CopyConnector(GPUConnectorInterface):
+    """LMCache's GPU connector, with CPU tensors standing in for GPU memory."""
+    def from_gpu(self, obj, start, end, **kw):
+        n = end - start
+        obj.tensor.view(2, L, n, H, D).copy_(kw["kvcaches"][:, :, start:end].transpose(0, 1))
+    def to_gpu(self, obj, start, end, **kw):
+        n = end - start
+        kw["kvcaches"][:, :, start:end].copy_(obj.tensor.view(2, L, n, H, D).transpose(0, 1))
+    def batched_from_gpu(self, objs, starts, ends, **kw):
+        for o, s, e in zip(objs, starts, ends): self.from_gpu(o, s, e, **kw)
+    def batched_to_gpu(self, objs, starts, ends, **kw):
+        for o, s, e in zip(objs, starts, ends): self.to_gpu(o, s, e, **kw)
+    def get_shape(self, n):
+        return torch.Size([2, L, n, H * D])
+
+kind, arg = sys.argv[2], sys.argv[3]
+chunk = qwen_chunk()
+opts = dict(chunk_size=256, save_unfull_chunk=True)
+if kind == "cpu":
+    opts.update(local_cpu=True, max_local_cpu_size=float(arg))
+elif kind == "disk":
+    opts.update(local_cpu=False, max_local_cpu_size=0.5, local_disk=f"file://{arg}/", max_local_disk_size=4.0)
+else:
+    opts.update(local_cpu=False, max_local_cpu_size=0.5, remote_url=arg, remote_serde="naive")
+cfg = LMCacheEngineConfig.from_defaults(**opts)
+meta = LMCacheMetadata(model_name="qwen3-8b", world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
+                       kv_dtype=torch.bfloat16, kv_shape=(L, 2, T, H, D))
+eng = LMCacheEngineBuilder.get_or_create("bench", cfg, meta, CopyConnector(), None, None)
+eng.post_init()
+res = {}
+def present(i):
+    return eng.lookup(torch.tensor(toks(i))) == T
+if kind == "cpu" and float(arg) < 1.0:  # density: how many chunks fit
+    for i in range(12):
+        eng.store(torch.tensor(toks(100 + i)), kvcaches=qwen_chunk(i))
+    time.sleep(0.5)
+    res["chunks_held"] = sum(present(100 + i) for i in range(12))
+else:
+    t0 = time.perf_counter()
+    for i in range(ROUNDS):
+        eng.store(torch.tensor(toks(i)), kvcaches=chunk)
+    deadline = time.monotonic() + 60
+    while not all(present(i) for i in range(ROUNDS)) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    res["store_GBps"] = CHUNK_BYTES * ROUNDS / (time.perf_counter() - t0) / 1e9
+    out = torch.empty_like(chunk)
+    total = 0.0
+    for i in range(ROUNDS):
+        if kind == "disk":
+            drop_cache(Path(arg))
+        t0 = time.perf_counter()
+        mask = eng.retrieve(torch.tensor(toks(i)), kvcaches=out)
+        total += time.perf_counter() - t0
+        assert int(mask.sum()) == T, int(mask.sum())
+    assert torch.equal(out.view(torch.int16), chunk.view(torch.int16))
+    res["retrieve_GBps" if kind != "disk" else "retrieve_cold_GBps"] = CHUNK_BYTES * ROUNDS / total / 1e9
+print("RESULT " + json.dumps(res), flush=True)
+t0 = time.perf_counter()
+LMCacheEngineBuilder.destroy("bench")
+print("CLOSED %.3f" % (time.perf_counter() - t0), flush=True)
+os._exit(0)
+'''
+
+
+def _lmcache_python() -> str | None:
+    """An interpreter that can import lmcache: this one, else LMCACHE_PYTHON... none: skip."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("lmcache") is not None:
+        return sys.executable
+    return None
+
+
+def _run_lmcache(kind: str, arg: str, timeout: float = 240.0) -> dict:
+    py = _lmcache_python()
+    if py is None:
+        pytest.skip("lmcache is not importable (benchmark-only: pip install --no-deps lmcache==0.5.6 ...)")
+    p = subprocess.Popen([py, "-c", _LMCACHE_CHILD, str(Path(__file__).parent), kind, arg],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+                         start_new_session=True)
+    res: dict = {}
+    t_end = time.monotonic() + timeout
+    closed = None
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    close_deadline = None
+    while True:
+        now = time.monotonic()
+        limit = close_deadline if close_deadline else t_end
+        if now >= limit:
+            break
+        if not sel.select(timeout=limit - now):
+            continue
+        line = p.stdout.readline()
+        if not line:
+            break
+        if line.startswith("RESULT "):
+            res = json.loads(line[7:])
+            close_deadline = time.monotonic() + 10.0  # shutdown gets 10 s
+        elif line.startswith("CLOSED "):
+            closed = float(line.split()[1])
+            break
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    if not res:
+        pytest.fail(f"LMCache {kind} run produced no result")
+    res["close_s"] = closed if closed is not None else "hung (>10 s, killed)"
+    return res
+
+
+def _record_all(tier: str, res: dict) -> None:
+    RESULTS.setdefault("lmcache", {}).setdefault(tier, {}).update(
+        {k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()})
+
+
+def test_lmcache_cpu():
+    _record_all("cpu", _run_lmcache("cpu", "2.0"))
+    held = _run_lmcache("cpu", str(CHUNK_BYTES * 6.5 / 1e9))["chunks_held"]
+    _record_all("cpu", {"chunks_in_6.5_raw_chunk_bytes": held})
+
+
+def test_lmcache_disk(tmp_path):
+    _record_all("disk", _run_lmcache("disk", str(tmp_path)))
+
+
+def test_lmcache_redis(redis_url):
+    _record_all("redis", _run_lmcache("remote", redis_url))
+
+
+# ---------------------------------------------------------------------------- summary
+def test_summary_ratios():
+    """Prints every measurement and the kvcore/LMCache ratios; checks the issue's targets."""
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "tiers_bench.json").write_text(json.dumps(RESULTS, indent=1))
+    print("\n" + json.dumps(RESULTS, indent=1))
+    k, m = RESULTS.get("kvcore", {}), RESULTS.get("lmcache", {})
+    if not k or not m:
+        pytest.skip("needs both the kvcore and the LMCache measurements of this run")
+    ratios = {
+        "ssd_store_fsync_vs_lmcache_disk_store": k["ssd"]["store_fsync_GBps"] / m["disk"]["store_GBps"],
+        "ssd_cold_retrieve_vs_lmcache_disk": k["ssd"]["retrieve_cold_GBps"] / m["disk"]["retrieve_cold_GBps"],
+        "remote_retrieve_vs_lmcache_redis": k["remote"]["retrieve_GBps"] / m["redis"]["retrieve_GBps"],
+        "remote_store_vs_lmcache_redis": k["remote"]["store_GBps"] / m["redis"]["store_GBps"],
+        "ddr_chunks_vs_lmcache_cpu": k["ddr"]["chunks_in_6.5_raw_chunk_bytes"]
+        / max(1, m["cpu"]["chunks_in_6.5_raw_chunk_bytes"]),
+        "ddr_retrieve_vs_lmcache_cpu": k["ddr"]["retrieve_GBps"] / m["cpu"]["retrieve_GBps"],
+    }
+    RESULTS["ratios"] = {n: round(v, 3) for n, v in ratios.items()}
+    (out / "tiers_bench.json").write_text(json.dumps(RESULTS, indent=1))
+    print(json.dumps(RESULTS["ratios"], indent=1))
+    targets = {"ssd_store_fsync_vs_lmcache_disk_store": 1.0, "ssd_cold_retrieve_vs_lmcache_disk": 1.3,
+               "remote_retrieve_vs_lmcache_redis": 2.0, "ddr_chunks_vs_lmcache_cpu": 1.45,
+               "ddr_retrieve_vs_lmcache_cpu": 0.5}
+    missed = {n: (round(ratios[n], 3), t) for n, t in targets.items() if ratios[n] < t}
+    assert k["remote"]["close_dead_server_s"] < 5.0
+    assert not missed, f"targets missed (ratio, target): {missed}"
