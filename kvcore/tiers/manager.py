@@ -32,7 +32,7 @@ from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
 from .metrics import Metrics
 from .policy import make_policy
 from .remote import RemoteConfig, RemoteTier
-from .ssd import SSDTier
+from .ssd import ScratchPool, SSDTier
 
 log = logging.getLogger("kvcore.tiers")
 
@@ -157,6 +157,7 @@ class TierManager:
             self.ssd = SSDTier(config.ssd_dir, config.ssd_bytes, direct_io=config.direct_io,
                                fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
                                evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
+        self._scratch = ScratchPool(keep=max(2, config.queue_chunks))
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
             rc = config.remote or RemoteConfig()
@@ -385,6 +386,12 @@ class TierManager:
         self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
 
     def _job_promote(self, ck: ChunkKey, blob) -> None:
+        try:
+            self._promote(ck, blob)
+        finally:
+            self._scratch.put(getattr(blob, "obj", None))
+
+    def _promote(self, ck: ChunkKey, blob) -> None:
         view = memoryview(blob).cast("B")
         with self._lock:
             if ck.digest in self.ddr or self._expired(ck.digest):
@@ -470,7 +477,7 @@ class TierManager:
         """(tier, verified blob) from SSD or remote, or (None, None)."""
         if self.ssd is not None:
             t0 = time.perf_counter()
-            blob = self.ssd.read(ck.digest)
+            blob = self.ssd.read(ck.digest, scratch=self._scratch)
             if blob is not None:
                 self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
                 return "ssd", blob
@@ -548,10 +555,10 @@ class TierManager:
                         self.ddr_policy.touch(ck.digest)
                         self.metrics.inc("ddr", "hits")
                         self.metrics.inc("ddr", "bytes_out", entry.size)
-        if self.config.promote_on_hit:
-            for ck, tier, blob, _ in fetched:
-                if tier in ("ssd", "remote"):
-                    self._put(("promote", ck, blob), block=False)
+        for ck, tier, blob, _ in fetched:
+            if tier in ("ssd", "remote"):
+                if not (self.config.promote_on_hit and self._put(("promote", ck, blob), block=False)):
+                    self._scratch.put(getattr(blob, "obj", None))
         self.metrics.observe("retrieve", time.perf_counter() - t0)
         return restored
 

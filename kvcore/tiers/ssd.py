@@ -224,8 +224,13 @@ class SSDTier:
         return True
 
     # ---- read ----
-    def read(self, key: bytes, *, direct: Optional[bool] = None) -> Optional[memoryview]:
-        """The verified blob, or None (a miss; corrupt or partial files are removed)."""
+    def read(self, key: bytes, *, direct: Optional[bool] = None,
+             scratch: Optional["ScratchPool"] = None) -> Optional[memoryview]:
+        """The verified blob, or None (a miss; corrupt or partial files are removed).
+
+        scratch: a ScratchPool to read into (reused, already-faulted memory); give the
+        buffer back with ``scratch.put(view.obj)`` when done with the view.
+        """
         e = self.index.get(key)
         if e is None or e.expired():
             if e is not None:
@@ -235,7 +240,7 @@ class SSDTier:
         t0 = time.perf_counter()
         use_direct = self._direct_ok if direct is None else direct
         try:
-            data = self._read_file(e.path, e.size, use_direct and e.size >= DIRECT_MIN_BYTES)
+            data = self._read_file(e.path, e.size, use_direct and e.size >= DIRECT_MIN_BYTES, scratch)
         except FileNotFoundError:
             self._forget(key, e)
             self.metrics.inc(self.name, "misses")
@@ -261,7 +266,7 @@ class SSDTier:
         self.metrics.observe("ssd_read", time.perf_counter() - t0)
         return data
 
-    def _read_file(self, path: Path, size: int, direct: bool) -> memoryview:
+    def _read_file(self, path: Path, size: int, direct: bool, scratch=None) -> memoryview:
         if direct:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
@@ -272,7 +277,7 @@ class SSDTier:
             else:
                 try:
                     aligned = (size + _ALIGN - 1) // _ALIGN * _ALIGN
-                    buf = mmap.mmap(-1, aligned)
+                    buf = scratch.get(aligned) if scratch is not None else mmap.mmap(-1, aligned)
                     mv = memoryview(buf)
                     got = 0
                     while got < size:
@@ -287,7 +292,7 @@ class SSDTier:
                     self._direct_ok = False
                 finally:
                     os.close(fd)
-        buf = bytearray(size)
+        buf = scratch.get(size) if scratch is not None else bytearray(size)
         with open(path, "rb", buffering=0) as f:
             got = 0
             mv = memoryview(buf)
@@ -331,6 +336,35 @@ class SSDTier:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+class ScratchPool:
+    """Reusable page-aligned read buffers: a cold read then costs no page faults.
+
+    Keeps at most ``keep`` free buffers; get() returns one at least n bytes long.
+    """
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self._free: list = []
+        self._lock = threading.Lock()
+
+    def get(self, n: int):
+        with self._lock:
+            best = None
+            for i, b in enumerate(self._free):
+                if len(b) >= n and (best is None or len(b) < len(self._free[best])):
+                    best = i
+            if best is not None:
+                return self._free.pop(best)
+        return mmap.mmap(-1, (n + _ALIGN - 1) // _ALIGN * _ALIGN)
+
+    def put(self, buf) -> None:
+        if not isinstance(buf, mmap.mmap):
+            return
+        with self._lock:
+            if len(self._free) < self.keep:
+                self._free.append(buf)
 
 
 def _unlink(p: Path) -> None:
