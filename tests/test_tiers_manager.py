@@ -396,3 +396,75 @@ def test_config_object_and_export():
     with kvcore.TierManager(config=cfg) as tm:
         assert tm.chunk_tokens == 64 and tm.status()["policy"] == "cost"
     assert kvcore.TierConfig is TierConfig
+
+
+class _FakeBuf(bytearray):
+    """A pool buffer that refuses free() while a view of it is exported (as PinnedBuffer does)."""
+
+    def free(self):
+        try:
+            self.append(0)  # a bytearray cannot resize while a memoryview of it is exported
+            self.pop()
+        except BufferError:
+            raise kvcore.InvalidArgumentError("view alive") from None
+        self.pool.live -= len(self)
+
+
+class _FakePool:
+    def __init__(self, cap):
+        self.cap, self.live = cap, 0
+
+    def alloc(self, n):
+        if self.live + n > self.cap:
+            raise kvcore.PoolExhausted("full")
+        self.live += n
+        buf = _FakeBuf(n)
+        buf.pool = self
+        return buf
+
+
+def test_pinned_allocator_defers_free_while_exported():
+    from kvcore.tiers.ddr import PinnedPoolAllocator
+
+    pool = _FakePool(100)
+    a = PinnedPoolAllocator(100, pool=pool)
+    b = a.alloc(60)
+    held = b.view[:10]  # e.g. a network send still holding the memory
+    b.free()
+    assert a.used_bytes == 60 and pool.live == 60
+    with pytest.raises(kvcore.PoolExhausted):
+        a.alloc(60)
+    held.release()
+    c = a.alloc(60)  # the deferred block went back first
+    assert a.used_bytes == 60 and pool.live == 60
+    c.free()
+    assert a.used_bytes == 0 and pool.live == 0
+
+
+def test_manager_over_pool_allocator(tmp_path, kv):
+    """The DDR tier over a pool whose blocks refuse free() while exported (PinnedPool semantics)."""
+    from kvcore.tiers.ddr import PinnedPoolAllocator
+
+    cap = 6 << 20
+    alloc = PinnedPoolAllocator(cap, pool=_FakePool(cap))
+    toks = tokens_for(1024, 17)
+    with TierManager(ddr_bytes=cap, allocator=alloc, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
+                     namespace=NS) as tm:
+        assert tm.status()["allocator"] == "pinned"
+        tm.store(toks, kv)
+        tm.flush()
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+        assert alloc.pool.live <= cap and alloc.used_bytes <= cap
+
+
+@pytest.mark.skipif(not hasattr(kvcore, "PinnedPool"), reason="kvcore.PinnedPool is not in this build yet")
+def test_manager_over_real_pinned_pool(kv):
+    toks = tokens_for(512, 18)
+    with TierManager(ddr_bytes=32 << 20, allocator="pinned", namespace=NS) as tm:
+        assert tm.status()["allocator"] == "pinned"
+        tm.store(toks, kv[:, :, :512])
+        tm.flush()
+        out = torch.zeros_like(kv[:, :, :512])
+        assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+        assert tm.evict(count=2) == 2

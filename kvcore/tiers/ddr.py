@@ -92,15 +92,16 @@ class _PinnedBlock:
             self.view.release()
             self.view = memoryview(b"")
             buf, self._buf = self._buf, None
-            if hasattr(buf, "free"):
-                buf.free()
-            else:
-                self._alloc.pool.free(buf)
-            self._alloc.used_bytes -= self._n
+            self._alloc._release(buf, self._n)
 
 
 class PinnedPoolAllocator:
-    """Blocks from a kvcore.PinnedPool (pinned host memory)."""
+    """Blocks from a kvcore.PinnedPool (pinned host memory).
+
+    A block whose memory is still exported (a view held by a slow network send)
+    cannot go back to the pool yet: it is kept, still counted as used, and
+    returned as soon as it can be (retried on every alloc).
+    """
 
     name = "pinned"
 
@@ -115,8 +116,36 @@ class PinnedPoolAllocator:
         self.pool = pool
         self.capacity_bytes = int(capacity_bytes)
         self.used_bytes = 0
+        self._deferred: list = []  # (buffer, nbytes) whose free was refused
+
+    def _try_free(self, buf) -> bool:
+        try:
+            if hasattr(buf, "free"):
+                buf.free()
+            else:
+                self.pool.free(buf)
+            return True
+        except (InvalidArgumentError, BufferError):
+            return False
+
+    def _release(self, buf, n: int) -> None:
+        if self._try_free(buf):
+            self.used_bytes -= n
+        else:
+            self._deferred.append((buf, n))
+
+    def _retry_deferred(self) -> None:
+        if self._deferred:
+            keep = []
+            for buf, n in self._deferred:
+                if self._try_free(buf):
+                    self.used_bytes -= n
+                else:
+                    keep.append((buf, n))
+            self._deferred = keep
 
     def alloc(self, nbytes: int) -> Block:
+        self._retry_deferred()
         if self.used_bytes + nbytes > self.capacity_bytes:
             raise PoolExhausted(f"pinned pool: {nbytes} bytes requested, "
                                 f"{self.capacity_bytes - self.used_bytes} free")
@@ -125,8 +154,11 @@ class PinnedPoolAllocator:
         return _PinnedBlock(self, buf, nbytes)
 
 
-def make_allocator(capacity_bytes: int, kind: str = "auto") -> Allocator:
-    """"auto" (PinnedPool when this build has it, else bytes), "pinned" or "bytes"."""
+def make_allocator(capacity_bytes: int, kind="auto") -> Allocator:
+    """"auto" (PinnedPool when this build has it, else bytes), "pinned", "bytes", or an
+    Allocator object (used as it is)."""
+    if not isinstance(kind, str):
+        return kind
     if kind == "bytes":
         return BytesArena(capacity_bytes)
     if kind in ("auto", "pinned"):

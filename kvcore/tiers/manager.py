@@ -48,7 +48,7 @@ class TierConfig:
     remote: its details (timeouts, TTL, cluster); chunk_tokens: tokens per chunk (a
     multiple of the engine's block size); namespace: a Namespace or a model id;
     policy: "lru" or "cost"; codec: "auto", "dense", "fast" or "raw"; allocator: "auto"
-    (PinnedPool when built), "pinned" or "bytes"; queue_chunks: store queue bound
+    (PinnedPool when built), "pinned", "bytes" or an Allocator object; queue_chunks: store queue bound
     (back-pressure); store_partial: also store the shorter last chunk;
     promote_on_hit: copy SSD/remote hits into DDR; demote_on_pressure: DDR victims go
     to SSD (else remote) instead of being dropped; write_through: every stored chunk
@@ -65,7 +65,7 @@ class TierConfig:
     policy: str = "lru"
     codec: str = "auto"
     codec_threads: Optional[int] = None
-    allocator: str = "auto"
+    allocator: object = "auto"  # "auto" | "pinned" | "bytes" | an Allocator (kvcore.tiers.ddr)
     queue_chunks: int = 4
     store_partial: bool = True
     promote_on_hit: bool = True
