@@ -9,7 +9,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import CircuitBreaker, RemoteConfig, RemoteTier
-from tiers_support import load_kv, redis_server  # noqa: F401
+from tiers_support import load_kv, redis_cluster, redis_server  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -156,3 +156,18 @@ def test_breaker_states():
     assert b.allow()
     b.success()
     assert b.state == "closed" and b.allow()
+
+
+def test_cluster_mode_hash_tags(redis_cluster, chunks):
+    kv, keys, blobs = chunks
+    t = RemoteTier(RemoteConfig(url=redis_cluster, part_bytes=100_000))  # ~10 parts per chunk, one slot
+    for k, b in zip(keys, blobs):
+        assert t.put("ns", k.digest, b)
+    assert t.exists_many("ns", [k.digest for k in keys]) == [True] * 4
+    for k, b in zip(keys, blobs):
+        assert bytes(t.get("ns", k.digest)) == b
+    assert t.delete("ns", [keys[0].digest]) == 1 and t.get("ns", keys[0].digest) is None
+    assert t.clear("ns") == 3
+    assert t.exists_many("ns", [k.digest for k in keys]) == [False] * 4
+    assert t.metrics.snapshot()["tiers"]["remote"]["errors"] == 0
+    t.close()

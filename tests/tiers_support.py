@@ -105,3 +105,43 @@ def redis_server(tmp_path):
         except OSError:
             pass
     server.kill()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    """Three redis-server nodes in cluster mode (no replicas) on loopback ports."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server / redis-cli are not installed")
+    ports = [free_port() for _ in range(3)]
+    procs = []
+    for p in ports:
+        d = tmp_path / str(p)
+        d.mkdir()
+        procs.append(subprocess.Popen(
+            ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+             "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no", "--dir", str(d)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        for p in ports:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", p), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        r = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                            "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, timeout=60)
+        if r.returncode != 0:
+            pytest.skip(f"could not create a redis cluster: {r.stderr.decode()[-200:]}")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            info = subprocess.run(["redis-cli", "-p", str(ports[0]), "cluster", "info"], capture_output=True)
+            if b"cluster_state:ok" in info.stdout:
+                break
+            time.sleep(0.2)
+        yield f"redis+cluster://127.0.0.1:{ports[0]}/0"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

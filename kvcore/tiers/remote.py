@@ -287,20 +287,22 @@ class RemoteTier:
             return 0
 
     def clear(self, ns_tag: Optional[str] = None) -> int:
-        """Deletes every chunk of a namespace (all kvcore chunks when ns_tag is None)."""
+        """Deletes every chunk of a namespace (all kvcore chunks when ns_tag is None);
+        returns the number of chunks."""
         pattern = f"{self.config.prefix}:{ns_tag or '*'}:*"
 
         def op():
-            n = 0
+            chunks = 0
             batch = []
             for k in self.client.scan_iter(match=pattern, count=1000):
                 batch.append(k)
+                chunks += k.endswith(b":0")
                 if len(batch) >= 1000:
-                    n += self.client.delete(*batch)
+                    self.client.delete(*batch)
                     batch = []
             if batch:
-                n += self.client.delete(*batch)
-            return n
+                self.client.delete(*batch)
+            return chunks
 
         try:
             return self._run(op, max(self.config.op_timeout_s, 30.0))
