@@ -57,7 +57,10 @@ def test_round_trip_ssd_only_and_demotion(tmp_path, kv):
         tm.flush()
         assert tm.lookup(toks).tiers == ["ssd"] * 4
         out = torch.zeros_like(kv)
-        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)  # with read-ahead
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS, read_ahead=0) as tm:
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)  # without
     with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path / "b"), ssd_bytes=1 << 30, namespace=NS) as tm:
         tm.store(toks, kv)
         tm.flush()

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import logging
 import queue
 import threading
@@ -53,7 +54,8 @@ class TierConfig:
     promote_on_hit: copy SSD/remote hits into DDR; demote_on_pressure: DDR victims go
     to SSD (else remote) instead of being dropped; write_through: every stored chunk
     also goes to SSD and remote at once; ttl_s: default per-entry TTL; direct_io,
-    fsync: SSD options.
+    fsync: SSD options; read_ahead: chunks retrieve() reads from SSD/remote ahead of
+    the one it decodes (0: none).
     """
 
     ddr_bytes: int
@@ -74,6 +76,7 @@ class TierConfig:
     ttl_s: Optional[float] = None
     direct_io: Union[bool, str] = "auto"
     fsync: bool = True
+    read_ahead: int = 2
     remote: Optional[RemoteConfig] = None
 
     def validate(self) -> None:
@@ -85,6 +88,8 @@ class TierConfig:
             raise InvalidArgumentError("queue_chunks must be positive")
         if self.ttl_s is not None and self.ttl_s <= 0:
             raise InvalidArgumentError("ttl_s must be positive")
+        if self.read_ahead < 0:
+            raise InvalidArgumentError("read_ahead must be >= 0")
 
 
 @dataclass
@@ -157,7 +162,8 @@ class TierManager:
             self.ssd = SSDTier(config.ssd_dir, config.ssd_bytes, direct_io=config.direct_io,
                                fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
                                evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
-        self._scratch = ScratchPool(keep=max(2, config.queue_chunks))
+        self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
+        self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
             rc = config.remote or RemoteConfig()
@@ -510,9 +516,16 @@ class TierManager:
         keys = [ck for ck in self._keys_for(tokens) if ck.end <= out.shape[2]]
         fetched: list = []  # (ck, tier, blob or tensor, ddr entry or None)
         restored = 0
+        ahead: dict = {}  # chunk number -> Future of _fetch_below (read-ahead from SSD/remote)
+
+        def read_ahead(j: int) -> None:
+            if (self.config.read_ahead and j < len(keys) and j not in ahead
+                    and keys[j].digest not in self.ddr and keys[j].digest not in self._pending):
+                ahead[j] = self._io.submit(self._fetch_below, keys[j])
+
         try:
             now = time.time()
-            for ck in keys:
+            for i, ck in enumerate(keys):
                 if self._expired(ck.digest, now):
                     self._drop_expired(ck.digest)
                     break
@@ -524,7 +537,10 @@ class TierManager:
                 elif pending is not None:
                     item = (ck, "pending", pending[1], None)
                 else:
-                    tier, blob = self._fetch_below(ck)
+                    fut = ahead.pop(i, None)
+                    for j in range(i + 1, i + 1 + self.config.read_ahead):
+                        read_ahead(j)  # the next chunks load while this one decodes
+                    tier, blob = fut.result() if fut is not None else self._fetch_below(ck)
                     if blob is None:
                         self.metrics.inc("ddr", "misses")
                         break
@@ -548,6 +564,9 @@ class TierManager:
                     on_layer(l)
             restored = fetched[-1][0].end if fetched else 0
         finally:
+            for fut in ahead.values():  # read ahead, not used: give the buffers back
+                fut.add_done_callback(lambda f: self._scratch.put(getattr(f.result()[1], "obj", None))
+                                      if not f.cancelled() and f.exception() is None else None)
             with self._lock:
                 for ck, tier, _, entry in reversed(fetched):  # prefix ends most recent
                     if entry is not None:
@@ -840,6 +859,7 @@ class TierManager:
             clean = False
         self._worker.join(max(0.0, deadline - time.monotonic()))
         clean = clean and not self._worker.is_alive()
+        self._io.shutdown(wait=False, cancel_futures=True)
         if self.remote is not None:
             self.remote.close()
         if clean:
