@@ -471,3 +471,27 @@ def test_manager_over_real_pinned_pool(kv):
         out = torch.zeros_like(kv[:, :, :512])
         assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
         assert tm.evict(count=2) == 2
+
+
+def test_store_queue_is_bounded(kv):
+    """Back-pressure: chunks waiting for the worker never exceed the queue bound (+ the one
+    being encoded + the one the caller is handing over)."""
+    toks = tokens_for(1024, 19)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, queue_chunks=1) as tm:
+        peak = [0]
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                peak[0] = max(peak[0], len(tm._pending))
+                time.sleep(0.0002)
+
+        w = threading.Thread(target=watch)
+        w.start()
+        for s in range(3):
+            tm.store(tokens_for(1024, 50 + s), kv)
+        tm.flush()
+        stop.set()
+        w.join()
+        assert 1 <= peak[0] <= 3
+        assert tm.status()["queue"]["capacity"] == 1 and tm.lookup(toks).tokens == 0
