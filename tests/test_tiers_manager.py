@@ -338,6 +338,10 @@ def test_ttl_expires_everywhere(tmp_path, redis_server, kv):
         assert tm.lookup(toks).tokens == 0
         out = torch.zeros_like(kv[:, :, :512])
         assert tm.retrieve(toks, out) == 0
+        tm.store(toks, kv[:, :, :512])  # stored again, without a TTL: lives on
+        tm.flush()
+        assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+        tm.evict(toks)
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
                      remote_url=redis_server.url, namespace=NS) as tm:
         assert tm.lookup(toks).tokens == 0  # expired on SSD and in Redis as well

@@ -232,21 +232,34 @@ class TierManager:
         queued = 0
         for ck in keys:
             with self._lock:
+                m = self._meta.get(ck.digest)
                 if ttl:
                     self._meta.setdefault(ck.digest, _Meta()).expires = expires
-                if ck.digest in self._pending or (ck.digest in self.ddr and not self._expired(ck.digest)):
-                    if ck.digest in self.ddr:
-                        self.ddr_policy.touch(ck.digest)
+                elif m is not None and m.expired(time.time()):
+                    m.expires = 0.0  # stored again without a TTL: no longer expired
+                if not self._needs_store(ck):
                     continue
-                if self.ssd is not None and self.ssd.contains(ck.digest) and not self._expired(ck.digest):
+            part = kv[:, :, ck.start:ck.end]
+            part = part.clone() if copy else part  # outside the lock: 38 MB copies take a while
+            with self._lock:
+                if not self._needs_store(ck):
                     continue
-                part = kv[:, :, ck.start:ck.end]
-                part = part.clone() if copy else part
                 self._pending[ck.digest] = (ck, part)
             self._put(("store", ck, part, expires))
             queued += 1
         self.metrics.observe("store", time.perf_counter() - t0)
         return queued
+
+    def _needs_store(self, ck: ChunkKey) -> bool:
+        """False when the chunk is queued or stored already (lock held); touches it in DDR."""
+        if ck.digest in self._pending:
+            return False
+        if ck.digest in self.ddr and not self._expired(ck.digest):
+            self.ddr_policy.touch(ck.digest)
+            return False
+        if self.ssd is not None and self.ssd.contains(ck.digest) and not self._expired(ck.digest):
+            return False
+        return True
 
     def _put(self, job, block: bool = True) -> bool:
         if not block:
