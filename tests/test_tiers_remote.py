@@ -75,6 +75,12 @@ def test_corrupt_value_is_miss_and_deleted(redis_server, chunks):
     assert t.get("ns", keys[0].digest) is None
     assert not r.exists(name)
     assert t.metrics.snapshot()["tiers"]["remote"]["corrupt"] == 1
+    t2 = _tier(redis_server, part_bytes=100_000)
+    t2.put("ns", keys[1].digest, blobs[1])
+    r.delete(f"kvcore:ns:{{{keys[1].hex}}}:3")  # a part lost (evicted by maxmemory, say)
+    assert t2.get("ns", keys[1].digest) is None
+    assert not r.keys(f"kvcore:ns:{{{keys[1].hex}}}:*")  # the rest was removed
+    t2.close()
     t.close()
 
 

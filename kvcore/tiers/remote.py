@@ -8,9 +8,9 @@ misses, a store is dropped), all counted in metrics. ``close()`` never waits on 
 server.
 
 Keys: ``<prefix>:<namespace tag>:{<chunk key hex>}:<part>``. The braces are a
-cluster hash tag: all parts of one chunk live in one slot, so they are written in
-one transaction and read with one MGET. A chunk blob is split into parts of
-``part_bytes``; part 0 holds the blob header, which gives the total size.
+cluster hash tag: all parts of one chunk live in one slot (one node). A chunk blob is split into parts of ``part_bytes``, moved in
+parallel over several connections; part 0 holds the blob header (which gives the total
+size) and is written last, as the commit record.
 
 >>> from kvcore.tiers.remote import CircuitBreaker
 >>> b = CircuitBreaker(failure_threshold=2, reset_after_s=60)
@@ -42,7 +42,8 @@ class RemoteConfig:
     expiry); connect_timeout_s / op_timeout_s: socket timeouts, and the longest a
     caller waits; lookup_timeout_s: the longest a lookup waits; failure_threshold:
     consecutive failures that open the breaker; reset_after_s: how long it stays open
-    before one probe; part_bytes: largest value written per key.
+    before one probe; part_bytes: largest value written per key; parallel_parts:
+    parts moved at once (each on its own connection).
     """
 
     url: str = "redis://127.0.0.1:6379/0"
@@ -53,9 +54,10 @@ class RemoteConfig:
     lookup_timeout_s: float = 0.25
     failure_threshold: int = 2
     reset_after_s: float = 2.0
-    part_bytes: int = 32 << 20
+    part_bytes: int = 2 << 20
     prefix: str = "kvcore"
     workers: int = 4
+    parallel_parts: int = 4
 
 
 class CircuitBreaker:
@@ -139,6 +141,8 @@ class RemoteTier:
         self._errors = (redis.RedisError, OSError, cf.TimeoutError)
         self._timeout_error = redis.TimeoutError
         self._pool = cf.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="kvcore-remote")
+        self._parts = cf.ThreadPoolExecutor(max_workers=max(1, config.parallel_parts),
+                                            thread_name_prefix="kvcore-remote-part")
         self._closed = False
 
     # ---- plumbing ----
@@ -191,19 +195,32 @@ class RemoteTier:
         """The verified blob or None (miss, server down, corrupt: the corrupt entry is deleted)."""
         t0 = time.perf_counter()
 
+        pb = self.config.part_bytes
+
         def op():
             first = self.client.get(self._key(ns_tag, key, 0))
             if first is None:
-                return first, []
+                return first, None
             try:
                 total = blob_total_size(first)
             except CorruptFrameError:
-                return first, []
-            nparts = -(-total // self.config.part_bytes)
-            if nparts <= 1:
-                return first, []
-            rest = self.client.mget([self._key(ns_tag, key, i) for i in range(1, nparts)])
-            return first, rest
+                return first, None
+            nparts = -(-total // pb)
+            if nparts <= 1 or len(first) != pb:
+                return first, None
+            buf = bytearray(total)
+            mv = memoryview(buf)
+            mv[:pb] = first
+
+            def fetch(i):  # parts arrive in parallel, each on its own connection
+                v = self.client.get(self._key(ns_tag, key, i))
+                if v is None or len(v) != min(pb, total - i * pb):
+                    return False
+                mv[i * pb:i * pb + len(v)] = v
+                return True
+
+            ok = all(self._parts.map(fetch, range(1, nparts)))
+            return first, (mv if ok else False)
 
         try:
             first, rest = self._run(op, self.config.op_timeout_s)
@@ -219,10 +236,9 @@ class RemoteTier:
             return None
         try:
             total = blob_total_size(first)
-            nparts = -(-total // self.config.part_bytes)
-            if any(p is None for p in rest) or len(rest) != nparts - 1:
-                raise CorruptFrameError("missing parts")
-            data = memoryview(first) if nparts <= 1 else memoryview(b"".join([first, *rest]))
+            if rest is False:
+                raise CorruptFrameError("missing or short parts")
+            data = memoryview(first) if rest is None else rest
             if data.nbytes != total:
                 raise CorruptFrameError("size mismatch")
             h = BlobHeader.parse(data, verify=True)
@@ -239,7 +255,8 @@ class RemoteTier:
         return data
 
     def put(self, ns_tag: str, key: bytes, blob, *, ttl_s: Optional[float] = None) -> bool:
-        """Stores blob (all parts in one transaction). False when skipped or failed."""
+        """Stores blob: parts 1.. in parallel, then part 0 (the commit record: a reader that
+        finds part 0 finds every part). False when skipped or failed."""
         view = memoryview(blob).cast("B")
         total = view.nbytes
         pb = self.config.part_bytes
@@ -248,11 +265,13 @@ class RemoteTier:
         px = max(1, int(ttl * 1000)) if ttl else None
         t0 = time.perf_counter()
 
+        def put_part(i):
+            self.client.set(self._key(ns_tag, key, i), view[i * pb:(i + 1) * pb], px=px)
+
         def op():
-            pipe = self.client.pipeline(transaction=True)
-            for i in range(nparts):
-                pipe.set(self._key(ns_tag, key, i), view[i * pb:(i + 1) * pb], px=px)
-            pipe.execute()
+            for _ in self._parts.map(put_part, range(1, nparts)):
+                pass
+            put_part(0)
 
         try:
             self._run(op, max(self.config.op_timeout_s, total / 50e6))
@@ -315,6 +334,7 @@ class RemoteTier:
             return
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._parts.shutdown(wait=False, cancel_futures=True)
         try:
             if hasattr(self.client, "connection_pool"):
                 self.client.connection_pool.disconnect(inuse_connections=False)
