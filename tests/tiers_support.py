@@ -107,12 +107,32 @@ def redis_server(tmp_path):
     server.kill()
 
 
+def _cluster_ports(n: int) -> list:
+    """n distinct free ports p whose cluster bus ports p + 10000 are free too."""
+    import random
+
+    rng = random.Random()
+    ports: list = []
+    while len(ports) < n:
+        p = rng.randrange(20000, 45000)
+        if p in ports:
+            continue
+        try:
+            for q in (p, p + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        ports.append(p)
+    return ports
+
+
 @pytest.fixture
 def redis_cluster(tmp_path):
     """Three redis-server nodes in cluster mode (no replicas) on loopback ports."""
     if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
         pytest.skip("redis-server / redis-cli are not installed")
-    ports = [free_port() for _ in range(3)]
+    ports = _cluster_ports(3)
     procs = []
     for p in ports:
         d = tmp_path / str(p)
