@@ -330,14 +330,16 @@ class TierManager:
                 placed = self._write_below(ck, view, expires, both=self.config.write_through)
                 if block is None and not placed:
                     self.metrics.inc("ddr", "rejected")
+            if block is None and self.remote is None:
+                self._scratch.put(view.obj)  # (a remote send that timed out may still read it)
         finally:
             with self._lock:
                 self._pending.pop(ck.digest, None)
 
     def _alloc_blob(self, nbytes: int, holder: dict) -> memoryview:
         block = self._make_room(nbytes)
-        if block is None:
-            return memoryview(bytearray(nbytes))
+        if block is None:  # not in DDR: a reusable staging buffer for the write below
+            return memoryview(self._scratch.get(nbytes))[:nbytes]
         holder["block"] = block
         return block.view
 
