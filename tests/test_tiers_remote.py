@@ -177,3 +177,32 @@ def test_cluster_mode_hash_tags(redis_cluster, chunks):
     assert t.exists_many("ns", [k.digest for k in keys]) == [False] * 4
     assert t.metrics.snapshot()["tiers"]["remote"]["errors"] == 0
     t.close()
+
+
+def test_raw_reads_with_password_and_db(tmp_path, chunks):
+    import shutil
+
+    from tiers_support import RedisServer, free_port
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    kv, keys, blobs = chunks
+    srv = RedisServer(free_port(), tmp_path, ("--requirepass", "s3cret"))
+    srv.start()
+    try:
+        url = f"redis://:s3cret@127.0.0.1:{srv.port}/3"
+        for raw in (True, False):
+            t = RemoteTier(RemoteConfig(url=url, part_bytes=300_000, raw_reads=raw))
+            assert (t._raw is not None) == raw
+            assert t.put("ns", keys[0].digest, blobs[0])
+            assert bytes(t.get("ns", keys[0].digest)) == blobs[0]
+            assert t.get("ns", keys[1].digest) is None
+            t.close()
+        import redis
+        assert redis.Redis.from_url(url).dbsize() > 0 and redis.Redis.from_url(url[:-1] + "0").dbsize() == 0
+        bad = RemoteTier(RemoteConfig(url=f"redis://:wrong@127.0.0.1:{srv.port}/3"))
+        assert bad.get("ns", keys[0].digest) is None  # auth error: a miss, counted
+        assert bad.metrics.snapshot()["tiers"]["remote"]["errors"] == 1
+        bad.close()
+    finally:
+        srv.kill()

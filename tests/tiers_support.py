@@ -54,9 +54,10 @@ def free_port() -> int:
 class RedisServer:
     """A real redis-server on a loopback port: start, kill (-9), pause (SIGSTOP), resume."""
 
-    def __init__(self, port: int, workdir: Path):
+    def __init__(self, port: int, workdir: Path, extra: tuple = ()):
         self.port = port
         self.workdir = workdir
+        self.extra = list(extra)
         self.proc = None
 
     @property
@@ -66,14 +67,14 @@ class RedisServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "yes"],
+             "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(64)[:1] in (b"+", b"-"):  # PONG, or NOAUTH with a password
                         return
             except OSError:
                 time.sleep(0.05)

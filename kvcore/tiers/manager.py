@@ -504,7 +504,7 @@ class TierManager:
                 return "ssd", blob
         if self.remote is not None:
             t0 = time.perf_counter()
-            blob = self.remote.get(self._ns_tag, ck.digest)
+            blob = self.remote.get(self._ns_tag, ck.digest, scratch=self._scratch)
             if blob is not None:
                 self._measure("remote", blob.nbytes, time.perf_counter() - t0)
                 return "remote", blob

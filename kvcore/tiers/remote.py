@@ -31,6 +31,7 @@ from typing import Callable, Optional, Sequence
 from ..errors import CorruptFrameError, InvalidArgumentError
 from .blob import BlobHeader, blob_total_size
 from .metrics import Metrics
+from .resp import RawGetter, RespError
 
 
 @dataclass
@@ -43,7 +44,9 @@ class RemoteConfig:
     caller waits; lookup_timeout_s: the longest a lookup waits; failure_threshold:
     consecutive failures that open the breaker; reset_after_s: how long it stays open
     before one probe; part_bytes: largest value written per key; parallel_parts:
-    parts moved at once (each on its own connection).
+    parts moved at once (each on its own connection); raw_reads: read values straight
+    into memory over plain sockets (standalone redis:// only; see resp.py); max_parts:
+    largest number of parts a chunk may have.
     """
 
     url: str = "redis://127.0.0.1:6379/0"
@@ -58,6 +61,8 @@ class RemoteConfig:
     prefix: str = "kvcore"
     workers: int = 4
     parallel_parts: int = 4
+    raw_reads: bool = True
+    max_parts: int = 4096
 
 
 class CircuitBreaker:
@@ -132,13 +137,16 @@ class RemoteTier:
         url = url.replace("+cluster://", "://")
         common = dict(socket_timeout=config.op_timeout_s, socket_connect_timeout=config.connect_timeout_s,
                       retry=Retry(NoBackoff(), 0))
+        self._raw: Optional[RawGetter] = None
         if cluster:
             from redis.cluster import RedisCluster
 
             self.client = RedisCluster.from_url(url, **common)
         else:
             self.client = redis.Redis.from_url(url, health_check_interval=0, **common)
-        self._errors = (redis.RedisError, OSError, cf.TimeoutError)
+            if config.raw_reads and url.startswith("redis://"):
+                self._raw = RawGetter(url, timeout=config.op_timeout_s, connect_timeout=config.connect_timeout_s)
+        self._errors = (redis.RedisError, OSError, cf.TimeoutError, ValueError)
         self._timeout_error = redis.TimeoutError
         self._pool = cf.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="kvcore-remote")
         self._parts = cf.ThreadPoolExecutor(max_workers=max(1, config.parallel_parts),
@@ -191,11 +199,30 @@ class RemoteTier:
             pass
         return [False] * len(keys)
 
-    def get(self, ns_tag: str, key: bytes) -> Optional[memoryview]:
-        """The verified blob or None (miss, server down, corrupt: the corrupt entry is deleted)."""
+    def get(self, ns_tag: str, key: bytes, *, scratch=None) -> Optional[memoryview]:
+        """The verified blob or None (miss, server down, corrupt: the corrupt entry is deleted).
+
+        scratch: a ScratchPool the value may be read into (give it back with
+        ``scratch.put(view.obj)``)."""
         t0 = time.perf_counter()
 
         pb = self.config.part_bytes
+
+        def alloc(n):
+            return memoryview(scratch.get(n) if scratch is not None else bytearray(n))[:n]
+
+        def raw_op():
+            def total_of(prefix):
+                try:
+                    return blob_total_size(prefix)
+                except CorruptFrameError:
+                    return len(prefix)
+
+            data = self._raw.get_parts(lambda i: self._key(ns_tag, key, i).encode(), total_of, pb,
+                                       alloc, self.config.max_parts)
+            if data is None or data is False:
+                return (None if data is None else b""), (None if data is None else False)
+            return data, None
 
         def op():
             first = self.client.get(self._key(ns_tag, key, 0))
@@ -223,7 +250,7 @@ class RemoteTier:
             return first, (mv if ok else False)
 
         try:
-            first, rest = self._run(op, self.config.op_timeout_s)
+            first, rest = self._run(raw_op if self._raw is not None else op, self.config.op_timeout_s)
         except _Skipped:
             self.metrics.inc(self.name, "skipped")
             self.metrics.inc(self.name, "misses")
@@ -235,9 +262,9 @@ class RemoteTier:
             self.metrics.inc(self.name, "misses")
             return None
         try:
-            total = blob_total_size(first)
             if rest is False:
                 raise CorruptFrameError("missing or short parts")
+            total = blob_total_size(first)
             data = memoryview(first) if rest is None else rest
             if data.nbytes != total:
                 raise CorruptFrameError("size mismatch")
@@ -335,6 +362,8 @@ class RemoteTier:
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._parts.shutdown(wait=False, cancel_futures=True)
+        if self._raw is not None:
+            self._raw.close()
         try:
             if hasattr(self.client, "connection_pool"):
                 self.client.connection_pool.disconnect(inuse_connections=False)
