@@ -10,6 +10,7 @@ True
 
 from . import _isa
 from ._isa import isa_variant, set_disabled_isa
+from .codec import compress, decompress, frame_desc, frame_info, max_frame_size
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _error_names
 from .features import features
@@ -19,5 +20,11 @@ _isa._apply_environment()
 
 __version__ = "0.1.0"
 
-__all__ = ["features", "isa_variant", "set_disabled_isa", *_error_names,
-           "TierManager", "TierConfig", "RemoteConfig", "Namespace"]
+__all__ = [
+    "compress",
+    "decompress",
+    "frame_desc",
+    "frame_info",
+    "max_frame_size",
+    "features", "isa_variant", "set_disabled_isa", *_error_names,
+    "TierManager", "TierConfig", "RemoteConfig", "Namespace"]

@@ -14,11 +14,51 @@
 
 namespace kvcore::entropy {
 
+// Stream layout: fastcode_format.h. Variants (portable, AVX2) are picked with
+// cpu::active_isa() and write/read identical streams.
+
+// Largest stream for n symbols at any code width (header + n literals + 7n/8).
 size_t fastcode_bound(size_t n);
 
+// Encodes src[0, n) at the code width (1..7) that gives the smallest stream.
+// `hist` may be null or hold the 256 symbol counts of src. *written = stream
+// size. kBufferTooSmall when the stream would exceed cap (pass cap = n - 1 to
+// get a stream only when it is smaller than the plane; else store it raw).
 Status fastcode_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,
                        size_t* written);
 
+// Decodes exactly n symbols into dst[0, n). kCorruptFrame on any inconsistency
+// (the stream size must match n exactly, escape codes must match the literal
+// count); never reads outside [src, src + src_size) or writes outside dst[0, n).
 Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
+
+// Additions to the fixed interface above.
+//
+// fastcode_bound(n) covers every width, so it is also the capacity that lets
+// fastcode_encode_width succeed for any n. width 0 = the smallest stream (what
+// fastcode_encode does), 1..7 forces that code width (tests, experiments).
+// kInvalidArgument when hist is given but does not describe src.
+Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist, unsigned width, uint8_t* dst,
+                             size_t cap, size_t* written);
+
+// Size of the stream fastcode_encode would write for data with this histogram
+// (n = sum of hist), without encoding; *width (optional) gets the chosen width.
+// SIZE_MAX when hist does not sum to n. For choosing a plane method cheaply.
+size_t fastcode_estimate(const uint32_t* hist, size_t n, unsigned* width);
+
+// How fastcode_decode_merge16 combines the decoded plane e with a raw plane m
+// into little-endian 16-bit elements. Values never change (they may be stored).
+enum class Merge16 : uint8_t {
+    kHighByte = 0,      // element = e << 8 | m: byte shuffle of a 2-byte type, e = high bytes
+    kBf16Exponent = 1,  // element = (m & 0x80) << 8 | e << 7 | (m & 0x7f): bf16 regrouped,
+                        // e = exponent field, m = sign << 7 | 7 mantissa bits
+};
+
+// Decodes a fastcode plane of n symbols and merges it with the raw plane
+// other[0, n) into dst[0, 2n) in one pass (decode + unshuffle fused: the decoded
+// plane only passes through an L1-sized scratch). Same checks as fastcode_decode;
+// on error dst may hold partial output.
+Status fastcode_decode_merge16(const uint8_t* src, size_t src_size, const uint8_t* other, uint8_t* dst, size_t n,
+                               Merge16 how);
 
 }  // namespace kvcore::entropy

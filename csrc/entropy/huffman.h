@@ -23,6 +23,11 @@ size_t huffman_bound(size_t n);
 Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,
                       size_t* written);
 
+// Size of the stream huffman_encode would produce for a plane of n symbols with
+// these 256 counts, without coding it: an upper bound at most 3 bytes above the
+// exact size (per-stream padding is not known in advance). Cost: building the code.
+size_t huffman_estimate(const uint32_t* hist, size_t n);
+
 // Decodes exactly n symbols. kCorruptFrame on any inconsistency.
 Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
 

@@ -60,18 +60,24 @@ struct FrameInfo {
     uint32_t block_elems = 0;
     uint32_t n_blocks = 0;
     uint32_t flags = 0;
-    uint32_t period = 0;
+    uint32_t channels = 0;
     // method_counts[m] = number of planes coded with method m, over all blocks.
     std::vector<uint64_t> method_counts;
     std::vector<uint64_t> method_bytes;
 };
 
-// Largest frame compress() can produce for this tensor (a function of size and rank).
+// Largest frame compress() can produce for this tensor: a function of its byte
+// size, rank and block size (block_bytes 0 = default). See docs/FORMAT.md.
+size_t max_frame_size(const TensorDesc& desc, uint32_t block_bytes);
 size_t max_frame_size(const TensorDesc& desc);
 
-// Compresses nbytes at src (must equal the size desc describes) into out.
+// Compresses nbytes at src (must equal the size desc describes) into dst, whose
+// capacity must be at least max_frame_size(desc, options.block_bytes).
 Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const EncodeOptions& options,
-                std::vector<uint8_t>* out);
+                uint8_t* dst, size_t cap, size_t* written);
+
+// Reads and validates the header only: what decompress will produce.
+Status read_desc(const uint8_t* frame, size_t size, TensorDesc* desc);
 
 // Reads and validates the header and block table (no plane is decoded).
 Status read_info(const uint8_t* frame, size_t size, FrameInfo* info);

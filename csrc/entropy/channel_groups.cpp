@@ -1,0 +1,249 @@
+#include "entropy/channel_groups.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <emmintrin.h>
+#include <numeric>
+#include <vector>
+
+#include "entropy/huffman.h"
+
+namespace kvcore::entropy {
+namespace {
+
+constexpr unsigned kMaxGroups = 8;  // more tables cost more to build than they save
+constexpr size_t kMinRows = 16;  // fewer rows: too few symbols per channel to rank
+constexpr size_t kRankRows = 512;  // rows sampled to rank channels
+
+// sums[c] += row[c]; restrict lets the compiler vectorize it.
+void add_row(const uint8_t* __restrict row, uint32_t channels, uint32_t* __restrict sums) {
+    for (uint32_t c = 0; c < channels; ++c) sums[c] += row[c];
+}
+
+uint32_t get_u32(const uint8_t* p) {
+    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+void put_u32(uint8_t* p, uint32_t v) {
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+size_t map_bytes(uint32_t channels) { return (size_t(channels) + 1) / 2; }
+
+// 8x8 byte transpose: rows a[0..7] (8 bytes each) become columns.
+inline void transpose8x8(const uint8_t* const* in, uint8_t* const* out) {
+    __m128i a[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in[i]));
+    const __m128i t0 = _mm_unpacklo_epi8(a[0], a[1]), t1 = _mm_unpacklo_epi8(a[2], a[3]);
+    const __m128i t2 = _mm_unpacklo_epi8(a[4], a[5]), t3 = _mm_unpacklo_epi8(a[6], a[7]);
+    const __m128i u0 = _mm_unpacklo_epi16(t0, t1), u1 = _mm_unpackhi_epi16(t0, t1);
+    const __m128i u2 = _mm_unpacklo_epi16(t2, t3), u3 = _mm_unpackhi_epi16(t2, t3);
+    const __m128i v[4] = {_mm_unpacklo_epi32(u0, u2), _mm_unpackhi_epi32(u0, u2), _mm_unpacklo_epi32(u1, u3),
+                          _mm_unpackhi_epi32(u1, u3)};
+    for (int k = 0; k < 4; ++k) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out[2 * k]), v[k]);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out[2 * k + 1]), _mm_srli_si128(v[k], 8));
+    }
+}
+
+// Row-major plane (rows x channels) -> channel-major streams: channel c's
+// symbols go to columns + slot[c] * rows.
+void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, const uint32_t* slot,
+                      uint8_t* columns) {
+    const size_t r8 = rows & ~size_t(7);
+    const uint32_t c8 = channels & ~7u;
+    const uint8_t* in[8];
+    uint8_t* out[8];
+    for (size_t r = 0; r < r8; r += 8) {
+        for (uint32_t c = 0; c < c8; c += 8) {
+            for (int i = 0; i < 8; ++i) {
+                in[i] = plane + (r + i) * channels + c;
+                out[i] = columns + size_t(slot[c + i]) * rows + r;
+            }
+            transpose8x8(in, out);
+        }
+    }
+    for (size_t r = 0; r < rows; ++r) {
+        const uint32_t c_from = r < r8 ? c8 : 0;
+        for (uint32_t c = c_from; c < channels; ++c) columns[size_t(slot[c]) * rows + r] = plane[r * channels + c];
+    }
+}
+
+// Inverse of to_channel_major.
+void to_row_major(const uint8_t* columns, size_t rows, uint32_t channels, const uint32_t* slot, uint8_t* plane) {
+    const size_t r8 = rows & ~size_t(7);
+    const uint32_t c8 = channels & ~7u;
+    const uint8_t* in[8];
+    uint8_t* out[8];
+    for (size_t r = 0; r < r8; r += 8) {
+        for (uint32_t c = 0; c < c8; c += 8) {
+            for (int i = 0; i < 8; ++i) {
+                in[i] = columns + size_t(slot[c + i]) * rows + r;
+                out[i] = plane + (r + i) * channels + c;
+            }
+            transpose8x8(in, out);
+        }
+    }
+    for (size_t r = 0; r < rows; ++r) {
+        const uint32_t c_from = r < r8 ? c8 : 0;
+        for (uint32_t c = c_from; c < channels; ++c) plane[r * channels + c] = columns[size_t(slot[c]) * rows + r];
+    }
+}
+
+// slot[c] = position of channel c when ordered by (group, channel); also
+// returns the number of channels in each group.
+void order_channels(const uint8_t* group, uint32_t channels, unsigned groups, uint32_t* slot, uint32_t* count) {
+    std::fill(count, count + groups, 0);
+    for (uint32_t c = 0; c < channels; ++c) ++count[group[c]];
+    uint32_t start[kMaxGroups];
+    uint32_t acc = 0;
+    for (unsigned g = 0; g < groups; ++g) {
+        start[g] = acc;
+        acc += count[g];
+    }
+    for (uint32_t c = 0; c < channels; ++c) slot[c] = start[group[c]]++;
+}
+
+double coded_bits(const uint32_t* hist) {
+    uint64_t total = 0;
+    unsigned present = 0;
+    for (int s = 0; s < 256; ++s) {
+        total += hist[s];
+        present += hist[s] != 0;
+    }
+    double bits = 0;
+    for (int s = 0; s < 256; ++s)
+        if (hist[s]) bits -= double(hist[s]) * std::log2(double(hist[s]) / double(total));
+    // Huffman codes cost a little above the entropy; each table costs its header.
+    return bits * 1.01 + 8.0 * (48 + present / 2.0);
+}
+
+struct Scratch {
+    std::vector<uint8_t> columns;
+    std::vector<uint32_t> slot;
+    std::vector<uint8_t> group;
+};
+
+Scratch& thread_scratch(size_t n, uint32_t channels) {
+    thread_local Scratch s;
+    if (s.columns.size() < n) s.columns.resize(n);
+    if (s.slot.size() < channels) s.slot.resize(channels);
+    if (s.group.size() < channels) s.group.resize(channels);
+    return s;
+}
+
+}  // namespace
+
+Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t* hist, uint8_t* dst,
+                      size_t cap, size_t* written) {
+    const Status not_better = make_status(Code::kBufferTooSmall, "channel grouping does not pay");
+    if (channels < 2 || rows < kMinRows) {
+        histogram(plane, rows * channels, hist);
+        return not_better;
+    }
+    const size_t n = rows * channels;
+    const unsigned groups = std::min<uint32_t>(kMaxGroups, channels);
+    Scratch& s = thread_scratch(n, channels);
+
+    // Rank channels by their mean symbol over a sample of rows; cut the ranking
+    // into equal fine groups.
+    std::vector<uint32_t> sums(channels, 0);
+    const size_t step = std::max<size_t>(1, rows / kRankRows);
+    for (size_t r = 0; r < rows; r += step) add_row(plane + r * channels, channels, sums.data());
+    std::vector<uint32_t> rank(channels);
+    std::iota(rank.begin(), rank.end(), 0);
+    std::stable_sort(rank.begin(), rank.end(), [&](uint32_t a, uint32_t b) { return sums[a] < sums[b]; });
+    for (uint32_t i = 0; i < channels; ++i) s.group[rank[i]] = static_cast<uint8_t>(uint64_t(i) * groups / channels);
+    uint32_t count[kMaxGroups];
+    order_channels(s.group.data(), channels, groups, s.slot.data(), count);
+    to_channel_major(plane, rows, channels, s.slot.data(), s.columns.data());
+
+    // Histogram of each fine group; pick the coarsening with the smallest estimate.
+    std::vector<uint32_t> fine(size_t(groups) * 256);
+    size_t offset = 0;
+    for (unsigned g = 0; g < groups; ++g) {
+        const size_t len = size_t(count[g]) * rows;
+        histogram(s.columns.data() + offset, len, &fine[size_t(g) * 256]);
+        offset += len;
+    }
+    std::fill(hist, hist + 256, 0);
+    for (unsigned g = 0; g < groups; ++g)
+        for (int sym = 0; sym < 256; ++sym) hist[sym] += fine[size_t(g) * 256 + sym];
+    double best_bits = coded_bits(hist);
+    unsigned best_k = 1;
+    for (unsigned k = 2; k <= groups; k *= 2) {
+        if (groups % k) break;
+        double bits = 8.0 * (2 + map_bytes(channels) + 4 * (k - 1));
+        for (unsigned j = 0; j < k; ++j) {
+            uint32_t merged[256] = {};
+            for (unsigned g = j * groups / k; g < (j + 1) * groups / k; ++g)
+                for (int sym = 0; sym < 256; ++sym) merged[sym] += fine[size_t(g) * 256 + sym];
+            bits += coded_bits(merged);
+        }
+        if (bits < best_bits) {
+            best_bits = bits;
+            best_k = k;
+        }
+    }
+    if (best_k == 1) return not_better;
+
+    const size_t head = 2 + map_bytes(channels) + 4 * size_t(best_k - 1);
+    if (cap < head) return make_status(Code::kBufferTooSmall, "grouped stream does not fit");
+    dst[0] = static_cast<uint8_t>(groups);
+    dst[1] = static_cast<uint8_t>(best_k);
+    uint8_t* map = dst + 2;
+    std::memset(map, 0, map_bytes(channels));
+    for (uint32_t c = 0; c < channels; ++c) map[c / 2] |= static_cast<uint8_t>(s.group[c] << (4 * (c & 1)));
+    size_t pos = head;
+    offset = 0;
+    for (unsigned j = 0; j < best_k; ++j) {
+        size_t len = 0;
+        uint32_t merged[256] = {};
+        for (unsigned g = j * groups / best_k; g < (j + 1) * groups / best_k; ++g) {
+            len += size_t(count[g]) * rows;
+            for (int sym = 0; sym < 256; ++sym) merged[sym] += fine[size_t(g) * 256 + sym];
+        }
+        size_t size = 0;
+        KVCORE_RETURN_IF_ERROR(huffman_encode(s.columns.data() + offset, len, merged, dst + pos, cap - pos, &size));
+        if (j + 1 < best_k) put_u32(dst + 2 + map_bytes(channels) + 4 * j, static_cast<uint32_t>(size));
+        pos += size;
+        offset += len;
+    }
+    *written = pos;
+    return Status::ok();
+}
+
+Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst) {
+    if (channels < 2) return corrupt("grouped plane: needs at least two channels");
+    if (size < 2) return corrupt("grouped plane: payload too short");
+    const unsigned groups = src[0], k = src[1];
+    if (groups < 2 || groups > kMaxGroups || groups > channels || k < 2 || k > groups || groups % k)
+        return corrupt("grouped plane: bad group counts");
+    const size_t head = 2 + map_bytes(channels) + 4 * size_t(k - 1);
+    if (size < head) return corrupt("grouped plane: payload too short for its map");
+    Scratch& s = thread_scratch(rows * channels, channels);
+    uint8_t* columns = s.columns.data();
+    const uint8_t* map = src + 2;
+    for (uint32_t c = 0; c < channels; ++c) {
+        s.group[c] = (map[c / 2] >> (4 * (c & 1))) & 15;
+        if (s.group[c] >= groups) return corrupt("grouped plane: channel group out of range");
+    }
+    if ((channels & 1) && (map[channels / 2] >> 4) != 0) return corrupt("grouped plane: map padding not zero");
+    uint32_t count[kMaxGroups];
+    order_channels(s.group.data(), channels, groups, s.slot.data(), count);
+
+    size_t pos = head, offset = 0;
+    for (unsigned j = 0; j < k; ++j) {
+        size_t len = 0;
+        for (unsigned g = j * groups / k; g < (j + 1) * groups / k; ++g) len += size_t(count[g]) * rows;
+        const size_t stream = j + 1 < k ? get_u32(src + 2 + map_bytes(channels) + 4 * j) : size - pos;
+        if (stream > size - pos) return corrupt("grouped plane: stream runs past the payload");
+        KVCORE_RETURN_IF_ERROR(huffman_decode(src + pos, stream, columns + offset, len));
+        pos += stream;
+        offset += len;
+    }
+    to_row_major(columns, rows, channels, s.slot.data(), dst);
+    return Status::ok();
+}
+
+}  // namespace kvcore::entropy

@@ -1,0 +1,36 @@
+// Channel-grouped Huffman coding of a plane with channel structure ("dense"
+// mode's context model).
+//
+// The top byte plane of a KV block is rows x channels (a channel is one (head,
+// dim) position), and its distribution depends strongly on the channel. The
+// encoder ranks channels by their mean symbol, cuts the ranking into G fine
+// groups of equal size (G <= 8), and codes the symbols of each of K coarse
+// groups (unions of adjacent fine groups, K dividing G, chosen by estimated
+// size) as one order-0 Huffman stream with its own table. Within the stream the
+// symbols are channel-major, so the decoder decodes K contiguous streams and
+// transposes them back into rows in one cache-blocked pass.
+//
+// Payload: [G u8][K u8][group of each channel: 4 bits, channels/2 rounded up]
+//          [size of streams 0..K-2: u32 each][K huffman streams (huffman.h)].
+// Channels are ordered by (fine group, channel index); coarse group k holds the
+// fine groups [k*G/K, (k+1)*G/K).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace kvcore::entropy {
+
+// Encodes rows x channels symbols (row-major). Always fills hist[256] with the
+// plane's symbol counts. kBufferTooSmall when grouping does not beat one table
+// by the estimate, or the result does not fit in cap: the caller then codes the
+// plane with plain huffman, using hist.
+Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t* hist, uint8_t* dst,
+                      size_t cap, size_t* written);
+
+// Decodes exactly rows x channels symbols into dst.
+Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst);
+
+}  // namespace kvcore::entropy

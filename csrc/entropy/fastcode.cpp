@@ -1,0 +1,767 @@
+// "fast" mode plane coder: fixed-width codes + escape list (fastcode.h).
+// Layout in fastcode_format.h. Portable (64-bit SWAR) and AVX2 variants of the
+// encoder's packing and of the decoder; both produce identical bytes.
+#include "entropy/fastcode.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "cpu/cpu_features.h"
+#include "entropy/fastcode_format.h"
+
+#define KV_AVX2 __attribute__((target("avx2,bmi,bmi2")))
+#define KV_AVX2_LAMBDA __attribute__((target("avx2,bmi,bmi2"), always_inline))
+#define KV_AVX2_INLINE __attribute__((target("avx2,bmi,bmi2"), always_inline)) inline
+
+namespace kvcore::entropy {
+
+using namespace fastcode_detail;
+
+namespace {
+
+// ---------------------------------------------------------------- helpers
+
+inline uint64_t load64(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+}
+inline void store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+constexpr uint64_t bcast8(unsigned b) { return 0x0101010101010101ull * (b & 0xff); }
+
+// Component (c bits at code offset o) of a width: bits of w taken 4, 2, 1.
+constexpr bool has_comp(unsigned w, unsigned c) { return (w & c) != 0; }
+constexpr unsigned comp_offset(unsigned w, unsigned c) {
+    return c == 4 ? 0 : c == 2 ? (w & 4) : (w & 6);
+}
+
+// Symbol table as decoded: full[c] for every code c < 128; the escape code and
+// unused codes map to the escape marker, the smallest byte not in the table.
+struct Table {
+    uint8_t full[128];
+    uint8_t marker;
+};
+
+void build_table(unsigned w, const uint8_t* table, Table* t) {
+    bool used[256] = {};
+    const unsigned entries = (1u << w) - 1;
+    for (unsigned c = 0; c < entries; ++c) used[table[c]] = true;
+    unsigned marker = 0;
+    while (used[marker]) ++marker;  // entries <= 127, so a free value exists
+    t->marker = static_cast<uint8_t>(marker);
+    for (unsigned c = 0; c < 128; ++c) t->full[c] = c < entries ? table[c] : t->marker;
+}
+
+struct Parsed {
+    unsigned w = 0;
+    uint64_t nexc = 0;
+    const uint8_t* table = nullptr;
+    const uint8_t* lit = nullptr;
+    const uint8_t* codes = nullptr;   // groups, then the tail
+    size_t after_lit = 0;             // bytes from lit to the end of the stream
+    size_t groups = 0;
+    size_t tail = 0;                  // symbols in the tail
+};
+
+Status parse(const uint8_t* src, size_t src_size, size_t n, Parsed* p) {
+    if (src_size < 1) return corrupt("fastcode: empty stream");
+    const uint8_t b0 = src[0];
+    if (b0 >> 4) return corrupt("fastcode: unknown format version " + std::to_string(b0 >> 4));
+    p->w = b0 & 15;
+    if (p->w < 1 || p->w > kMaxWidth) return corrupt("fastcode: bad code width " + std::to_string(p->w));
+    size_t pos = 1;
+    uint64_t v = 0;
+    unsigned shift = 0;
+    for (;;) {
+        if (pos >= src_size) return corrupt("fastcode: truncated header");
+        if (shift > 63) return corrupt("fastcode: bad escape count");
+        const uint8_t b = src[pos++];
+        const uint64_t bits = uint64_t(b & 0x7f);
+        if (shift == 63 && bits > 1) return corrupt("fastcode: bad escape count");
+        v |= bits << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+    }
+    if (varint_size(v) != pos - 1) return corrupt("fastcode: non-canonical escape count");
+    if (v > n) return corrupt("fastcode: escape count exceeds symbol count");
+    p->nexc = v;
+    const size_t entries = (size_t(1) << p->w) - 1;
+    if (src_size - pos < entries) return corrupt("fastcode: truncated symbol table");
+    p->table = src + pos;
+    pos += entries;
+    const size_t body = static_cast<size_t>(v) + code_bytes(p->w, n);
+    if (src_size - pos != body)
+        return corrupt("fastcode: stream size " + std::to_string(src_size) + " does not match " +
+                       std::to_string(n) + " symbols (expected " + std::to_string(pos + body) + ")");
+    p->lit = src + pos;
+    p->codes = p->lit + v;
+    p->after_lit = body;
+    p->groups = n / kGroup;
+    p->tail = n % kGroup;
+    return Status::ok();
+}
+
+// The tail: r < 256 codes packed LSB first. Decoded scalar by every variant.
+Status decode_tail(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
+    const size_t r = p.tail;
+    if (r == 0) return Status::ok();
+    const unsigned w = p.w;
+    const size_t bytes = (r * w + 7) / 8;
+    const uint8_t* src = p.codes + p.groups * 32 * w;
+    uint8_t buf[kGroup * kMaxWidth / 8 + 8] = {};
+    std::memcpy(buf, src, bytes);
+    const size_t used_bits = r * w;
+    if (used_bits % 8 && (buf[bytes - 1] >> (used_bits % 8))) return corrupt("fastcode: nonzero padding bits");
+    const unsigned esc = (1u << w) - 1;
+    uint64_t k = *k_io;
+    for (size_t j = 0; j < r; ++j) {
+        const size_t bp = j * w;
+        const unsigned two = buf[bp >> 3] | (unsigned(buf[(bp >> 3) + 1]) << 8);
+        const unsigned code = (two >> (bp & 7)) & esc;
+        if (code == esc) {
+            if (k >= p.nexc) return corrupt("fastcode: more escapes than literals");
+            dst[j] = p.lit[k++];
+        } else {
+            dst[j] = t.full[code];
+        }
+    }
+    *k_io = k;
+    return Status::ok();
+}
+
+// ---------------------------------------------------------------- scalar
+
+// Code bits of component (c, o) for output vector i, from its 64-bit word x,
+// placed at bit `to` of each byte.
+inline uint64_t take_field(uint64_t x, unsigned c, unsigned f, unsigned to) {
+    const int s = int(c * f) - int(to);
+    const uint64_t v = s >= 0 ? x >> s : x << -s;
+    return v & bcast8(((1u << c) - 1) << to);
+}
+
+template <unsigned W>
+inline uint64_t scalar_code_word(const uint8_t* g, unsigned i, unsigned q) {
+    uint64_t code = 0;
+    for (unsigned c = 4; c >= 1; c >>= 1) {
+        if (!has_comp(W, c)) continue;
+        const unsigned o = comp_offset(W, c), per = 8 / c;
+        code |= take_field(load64(g + 32 * (o + i / per) + 8 * q), c, i % per, o);
+    }
+    return code;
+}
+
+template <unsigned W>
+Status decode_groups_scalar(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
+    constexpr unsigned esc = (1u << W) - 1;
+    uint64_t k = *k_io;
+    for (size_t gi = 0; gi < p.groups; ++gi) {
+        const uint8_t* g = p.codes + gi * 32 * W;
+        uint8_t* out = dst + gi * kGroup;
+        for (unsigned i = 0; i < 8; ++i) {
+            for (unsigned q = 0; q < 4; ++q) {
+                uint64_t code = scalar_code_word<W>(g, i, q);
+                uint8_t* o8 = out + 32 * i + 8 * q;
+                for (unsigned b = 0; b < 8; ++b, code >>= 8) {
+                    const unsigned c = code & 0xff;
+                    if (c == esc) {
+                        if (k >= p.nexc) return corrupt("fastcode: more escapes than literals");
+                        o8[b] = p.lit[k++];
+                    } else {
+                        o8[b] = t.full[c];
+                    }
+                }
+            }
+        }
+    }
+    *k_io = k;
+    return Status::ok();
+}
+
+// Packs 256 codes (bytes < 2^W) into 32 * W bytes.
+template <unsigned W>
+void pack_group_scalar(const uint8_t* codes, uint8_t* g) {
+    for (unsigned c = 4; c >= 1; c >>= 1) {
+        if (!has_comp(W, c)) continue;
+        const unsigned o = comp_offset(W, c), per = 8 / c;
+        for (unsigned j = 0; j < c; ++j) {
+            for (unsigned q = 0; q < 4; ++q) {
+                uint64_t x = 0;
+                for (unsigned f = 0; f < per; ++f) {
+                    const uint64_t cw = load64(codes + 32 * (j * per + f) + 8 * q);
+                    const int s = int(c * f) - int(o);
+                    const uint64_t v = s >= 0 ? cw << s : cw >> -s;
+                    x |= v & bcast8(((1u << c) - 1) << (c * f));
+                }
+                store64(g + 32 * (o + j) + 8 * q, x);
+            }
+        }
+    }
+}
+
+// Maps and packs whole groups; escaped symbols go to lit[*k..nexc). False when
+// there are more escapes than nexc (a histogram that does not match the data).
+template <unsigned W>
+bool encode_groups_scalar(const uint8_t* src, size_t groups, const uint8_t* code_of, uint8_t* lit, uint64_t nexc,
+                          uint64_t* k_io, uint8_t* out) {
+    constexpr unsigned esc = (1u << W) - 1;
+    alignas(32) uint8_t codes[kGroup];
+    uint64_t k = *k_io;
+    for (size_t gi = 0; gi < groups; ++gi) {
+        const uint8_t* s = src + gi * kGroup;
+        for (size_t i = 0; i < kGroup; ++i) {
+            const uint8_t c = code_of[s[i]];
+            codes[i] = c;
+            if (c == esc) {
+                if (k >= nexc) return false;
+                lit[k++] = s[i];
+            }
+        }
+        pack_group_scalar<W>(codes, out + gi * 32 * W);
+    }
+    *k_io = k;
+    return true;
+}
+
+// ---------------------------------------------------------------- AVX2
+
+KV_AVX2_INLINE __m256i shift16(__m256i x, int s) {
+    return s >= 0 ? _mm256_slli_epi16(x, s) : _mm256_srli_epi16(x, -s);
+}
+
+template <int S>
+KV_AVX2_INLINE __m256i shift16c(__m256i x) {
+    if constexpr (S > 0) return _mm256_slli_epi16(x, S);
+    else if constexpr (S < 0) return _mm256_srli_epi16(x, -S);
+    else return x;
+}
+
+// Code bits of component C (at code offset comp_offset) for output vector I,
+// moved to bit TO of each byte; everything known at compile time.
+template <unsigned W, unsigned C, unsigned I, unsigned TO>
+KV_AVX2_INLINE __m256i take_field_c(const __m256i* V) {
+    constexpr unsigned o = comp_offset(W, C), per = 8 / C, f = I % per;
+    const __m256i v = shift16c<int(TO) - int(C * f)>(V[o + I / per]);
+    return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(((1u << C) - 1) << TO)));
+}
+
+constexpr unsigned comp_of_bit(unsigned w, unsigned b) {
+    for (unsigned c = 4; c >= 1; c >>= 1)
+        if (has_comp(w, c) && comp_offset(w, c) <= b && b < comp_offset(w, c) + c) return c;
+    return 0;
+}
+
+// Code bit B of output vector I moved to bit 7 of each byte (a blendv mask;
+// the other bits are don't-care).
+template <unsigned W, unsigned I, unsigned B>
+KV_AVX2_INLINE __m256i code_bit_msb(const __m256i* V) {
+    constexpr unsigned c = comp_of_bit(W, B);
+    constexpr unsigned o = comp_offset(W, c), per = 8 / c;
+    constexpr unsigned bytebit = c * (I % per) + (B - o);
+    return shift16c<int(7 - bytebit)>(V[o + I / per]);
+}
+
+template <unsigned N>
+KV_AVX2_INLINE void blend_level(__m256i* r, __m256i m) {
+#pragma GCC unroll 8
+    for (unsigned j = 0; j < N / 2; ++j) r[j] = _mm256_blendv_epi8(r[2 * j], r[2 * j + 1], m);
+}
+
+template <unsigned W, unsigned I>
+KV_AVX2_INLINE __m256i decode_vec_avx2(const __m256i* V, const __m256i* T) {
+    if constexpr (W <= 4) {
+        __m256i code = _mm256_setzero_si256();
+        if constexpr (has_comp(W, 4)) code = _mm256_or_si256(code, take_field_c<W, 4, I, comp_offset(W, 4)>(V));
+        if constexpr (has_comp(W, 2)) code = _mm256_or_si256(code, take_field_c<W, 2, I, comp_offset(W, 2)>(V));
+        if constexpr (has_comp(W, 1)) code = _mm256_or_si256(code, take_field_c<W, 1, I, comp_offset(W, 1)>(V));
+        return _mm256_shuffle_epi8(T[0], code);
+    } else {
+        const __m256i lo4 = take_field_c<W, 4, I, 0>(V);
+        constexpr unsigned ntab = 1u << (W - 4);
+        __m256i r[ntab];
+#pragma GCC unroll 8
+        for (unsigned j = 0; j < ntab; ++j) r[j] = _mm256_shuffle_epi8(T[j], lo4);
+        blend_level<ntab>(r, code_bit_msb<W, I, 4>(V));
+        if constexpr (W >= 6) blend_level<ntab / 2>(r, code_bit_msb<W, I, 5>(V));
+        if constexpr (W >= 7) blend_level<ntab / 4>(r, code_bit_msb<W, I, 6>(V));
+        return r[0];
+    }
+}
+
+// Decodes output vector I of a group: stores it, returns its escape mask.
+template <unsigned W, unsigned I>
+KV_AVX2_INLINE uint32_t decode_store(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out) {
+    const __m256i r = decode_vec_avx2<W, I>(V, T);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * I), r);
+    return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(r, marker)));
+}
+
+template <unsigned W, size_t... I>
+KV_AVX2_INLINE void decode_group(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out, uint32_t* m,
+                                 std::index_sequence<I...>) {
+    ((m[I] = decode_store<W, I>(V, T, marker, out)), ...);
+}
+
+// Expands the next literals into the escape positions of r (bytes equal to the
+// marker), 16 at a time: the inclusive prefix count of escapes in each 128-bit
+// lane indexes a 16-byte load of literals. Reads lit[k, k + popcount + 16).
+KV_AVX2_INLINE __m256i patch_vec(__m256i r, __m256i marker, const uint8_t* lit, uint64_t& k) {
+    const __m256i eq = _mm256_cmpeq_epi8(r, marker);
+    const uint32_t m = static_cast<uint32_t>(_mm256_movemask_epi8(eq));
+    __m256i s = eq;  // -1 per escape: running sum = -(count so far)
+    s = _mm256_add_epi8(s, _mm256_slli_si256(s, 1));
+    s = _mm256_add_epi8(s, _mm256_slli_si256(s, 2));
+    s = _mm256_add_epi8(s, _mm256_slli_si256(s, 4));
+    s = _mm256_add_epi8(s, _mm256_slli_si256(s, 8));
+    const __m256i idx = _mm256_xor_si256(s, _mm256_set1_epi8(-1));  // count - 1 at escapes
+    const unsigned c0 = static_cast<unsigned>(_mm_popcnt_u32(m & 0xffff));
+    const __m256i L = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(lit + k + c0),
+                                          reinterpret_cast<const __m128i*>(lit + k));
+    k += static_cast<unsigned>(_mm_popcnt_u32(m));
+    return _mm256_blendv_epi8(r, _mm256_shuffle_epi8(L, idx), eq);
+}
+
+template <unsigned W, unsigned I>
+KV_AVX2_INLINE void decode_patch_store(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out,
+                                       const uint8_t* lit, uint64_t& k) {
+    const __m256i r = patch_vec(decode_vec_avx2<W, I>(V, T), marker, lit, k);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * I), r);
+}
+
+template <unsigned W, size_t... I>
+KV_AVX2_INLINE void decode_patch_group(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out,
+                                       const uint8_t* lit, uint64_t& k, std::index_sequence<I...>) {
+    (decode_patch_store<W, I>(V, T, marker, out, lit, k), ...);
+}
+
+template <unsigned W>
+KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
+    __m256i T[8];
+    for (unsigned j = 0; j < 8; ++j)
+        T[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.full + 16 * j)));
+    const __m256i marker = _mm256_set1_epi8(static_cast<char>(t.marker));
+    const uint8_t* lit = p.lit;
+    const uint64_t nexc = p.nexc;
+    // Escapes in most groups (rate >= 1/64): decode and patch in one pass while
+    // a whole group's literal reads (<= 256 + 16 bytes) stay inside the stream;
+    // else decode, and patch only groups that have escapes, after counting them.
+    const bool one_pass = nexc * 64 >= p.groups * kGroup + p.tail;
+    uint64_t k = *k_io;
+    size_t gi = 0;
+    if (one_pass) {
+        for (; gi < p.groups && k + kGroup + 16 <= p.after_lit; ++gi) {
+            const uint8_t* g = p.codes + gi * 32 * W;
+            __m256i V[W];
+#pragma GCC unroll 8
+            for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
+            decode_patch_group<W>(V, T, marker, dst + gi * kGroup, lit, k, std::make_index_sequence<8>{});
+        }
+        if (k > nexc) return corrupt("fastcode: more escapes than literals");
+    }
+    for (; gi < p.groups; ++gi) {
+        const uint8_t* g = p.codes + gi * 32 * W;
+        uint8_t* out = dst + gi * kGroup;
+        __m256i V[W];
+#pragma GCC unroll 8
+        for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
+        uint32_t m[8];
+        decode_group<W>(V, T, marker, out, m, std::make_index_sequence<8>{});
+        uint64_t cnt = 0;
+#pragma GCC unroll 8
+        for (unsigned i = 0; i < 8; ++i) cnt += static_cast<unsigned>(_mm_popcnt_u32(m[i]));
+        if (cnt == 0) continue;
+        if (cnt > nexc - k) return corrupt("fastcode: more escapes than literals");
+        // Reads stay inside the stream: k + cnt <= nexc, and the literals are
+        // followed by at least 32 bytes of codes (this group).
+#pragma GCC unroll 8
+        for (unsigned i = 0; i < 8; ++i) {
+            uint8_t* o = out + 32 * i;
+            const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), patch_vec(r, marker, lit, k));
+        }
+    }
+    *k_io = k;
+    return Status::ok();
+}
+
+template <unsigned W>
+KV_AVX2 void pack_group_avx2(const uint8_t* codes, uint8_t* g) {
+    __m256i C[8];
+#pragma GCC unroll 8
+    for (unsigned i = 0; i < 8; ++i) C[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * i));
+#pragma GCC unroll 4
+    for (unsigned c = 4; c >= 1; c >>= 1) {
+        if (!has_comp(W, c)) continue;
+        const unsigned o = comp_offset(W, c), per = 8 / c;
+#pragma GCC unroll 4
+        for (unsigned j = 0; j < c; ++j) {
+            __m256i x = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (unsigned f = 0; f < per; ++f) {
+                const __m256i v = shift16(C[j * per + f], int(c * f) - int(o));
+                x = _mm256_or_si256(x, _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(((1u << c) - 1) << (c * f)))));
+            }
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(g + 32 * (o + j)), x);
+        }
+    }
+}
+
+template <unsigned W>
+KV_AVX2 bool encode_groups_avx2(const uint8_t* src, size_t groups, const uint8_t* code_of, uint8_t* lit,
+                                uint64_t nexc, uint64_t* k_io, uint8_t* out) {
+    const __m256i escv = _mm256_set1_epi8(static_cast<char>((1u << W) - 1));
+    __m256i sym[15], flip[15];  // table symbols, code ^ escape
+    if constexpr (W <= 4) {
+        unsigned found = 0;
+        for (unsigned v = 0; v < 256; ++v) {
+            const unsigned c = code_of[v];
+            if (c < (1u << W) - 1) {
+                sym[c] = _mm256_set1_epi8(static_cast<char>(v));
+                flip[c] = _mm256_set1_epi8(static_cast<char>(c ^ ((1u << W) - 1)));
+                ++found;
+            }
+        }
+        if (found != (1u << W) - 1) return false;  // every code has its symbol (encoder invariant)
+    }
+    alignas(32) uint8_t codes[kGroup];
+    uint8_t lbuf[kGroup + 8];
+    uint64_t k = *k_io;
+    for (size_t gi = 0; gi < groups; ++gi) {
+        const uint8_t* s = src + gi * kGroup;
+        if constexpr (W <= 4) {
+            // at most 15 table symbols: compare against each (they are distinct)
+#pragma GCC unroll 8
+            for (unsigned v = 0; v < 8; ++v) {
+                const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32 * v));
+                __m256i c = escv;
+#pragma GCC unroll 15
+                for (unsigned r = 0; r < (1u << W) - 1; ++r)
+                    c = _mm256_xor_si256(c, _mm256_and_si256(_mm256_cmpeq_epi8(x, sym[r]), flip[r]));
+                _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 32 * v), c);
+            }
+        } else {
+            for (size_t i = 0; i < kGroup; i += 8) {
+                const uint64_t x = load64(s + i);
+                uint64_t c = 0;
+#pragma GCC unroll 8
+                for (unsigned b = 0; b < 8; ++b) c |= uint64_t(code_of[(x >> (8 * b)) & 0xff]) << (8 * b);
+                store64(codes + i, c);
+            }
+        }
+        uint32_t m[8], any = 0;
+#pragma GCC unroll 8
+        for (unsigned v = 0; v < 8; ++v) {
+            const __m256i c = _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 32 * v));
+            m[v] = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(c, escv)));
+            any |= m[v];
+        }
+        if (any) {
+            size_t e = 0;
+            for (unsigned v = 0; v < 8; ++v) {
+#pragma GCC unroll 4
+                for (unsigned q = 0; q < 4; ++q) {
+                    const uint64_t m8 = (m[v] >> (8 * q)) & 0xff;
+                    const uint64_t bytes = _pdep_u64(m8, 0x0101010101010101ull) * 0xff;
+                    store64(lbuf + e, _pext_u64(load64(s + 32 * v + 8 * q), bytes));
+                    e += static_cast<size_t>(_mm_popcnt_u64(m8));
+                }
+            }
+            if (e > nexc - k) return false;
+            std::memcpy(lit + k, lbuf, e);
+            k += e;
+        }
+        pack_group_avx2<W>(codes, out + gi * 32 * W);
+    }
+    *k_io = k;
+    return true;
+}
+
+// Merge of a decoded plane e with a raw plane m into 16-bit elements (see
+// fastcode_decode_merge16 in fastcode.h).
+void merge16_scalar(const uint8_t* e, const uint8_t* m, uint8_t* dst, size_t count, Merge16 how) {
+    if (how == Merge16::kHighByte) {
+        for (size_t i = 0; i < count; ++i) {
+            dst[2 * i] = m[i];
+            dst[2 * i + 1] = e[i];
+        }
+    } else {
+        for (size_t i = 0; i < count; ++i) {
+            dst[2 * i] = static_cast<uint8_t>((e[i] << 7) | (m[i] & 0x7f));
+            dst[2 * i + 1] = static_cast<uint8_t>((m[i] & 0x80) | (e[i] >> 1));
+        }
+    }
+}
+
+KV_AVX2 void merge16_avx2(const uint8_t* e, const uint8_t* m, uint8_t* dst, size_t count, Merge16 how) {
+    size_t i = 0;
+    const __m256i m7f = _mm256_set1_epi8(0x7f), m80 = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (; i + 32 <= count; i += 32) {
+        // vpermq 0xD8 puts 64-bit quarters (0, 2, 1, 3) so the in-lane unpacks come out in order
+        __m256i hi = _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i)), 0xD8);
+        __m256i lo = _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + i)), 0xD8);
+        if (how == Merge16::kBf16Exponent) {
+            const __m256i ex = hi;
+            hi = _mm256_or_si256(_mm256_and_si256(lo, m80), _mm256_and_si256(_mm256_srli_epi16(ex, 1), m7f));
+            lo = _mm256_or_si256(_mm256_and_si256(lo, m7f), _mm256_and_si256(_mm256_slli_epi16(ex, 7), m80));
+        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i), _mm256_unpacklo_epi8(lo, hi));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i + 32), _mm256_unpackhi_epi8(lo, hi));
+    }
+    merge16_scalar(e + i, m + i, dst + 2 * i, count - i, how);
+}
+
+// ---------------------------------------------------------------- dispatch
+
+using DecodeFn = Status (*)(const Parsed&, const Table&, uint64_t*, uint8_t*);
+using EncodeFn = bool (*)(const uint8_t*, size_t, const uint8_t*, uint8_t*, uint64_t, uint64_t*, uint8_t*);
+
+DecodeFn pick_decoder(unsigned w, bool avx2) {
+    static const DecodeFn scalar[8] = {nullptr,
+                                       decode_groups_scalar<1>,
+                                       decode_groups_scalar<2>,
+                                       decode_groups_scalar<3>,
+                                       decode_groups_scalar<4>,
+                                       decode_groups_scalar<5>,
+                                       decode_groups_scalar<6>,
+                                       decode_groups_scalar<7>};
+    static const DecodeFn simd[8] = {nullptr,
+                                     decode_groups_avx2<1>,
+                                     decode_groups_avx2<2>,
+                                     decode_groups_avx2<3>,
+                                     decode_groups_avx2<4>,
+                                     decode_groups_avx2<5>,
+                                     decode_groups_avx2<6>,
+                                     decode_groups_avx2<7>};
+    return avx2 ? simd[w] : scalar[w];
+}
+
+EncodeFn pick_encoder(unsigned w, bool avx2) {
+    static const EncodeFn scalar[8] = {nullptr,
+                                       encode_groups_scalar<1>,
+                                       encode_groups_scalar<2>,
+                                       encode_groups_scalar<3>,
+                                       encode_groups_scalar<4>,
+                                       encode_groups_scalar<5>,
+                                       encode_groups_scalar<6>,
+                                       encode_groups_scalar<7>};
+    static const EncodeFn simd[8] = {nullptr,
+                                     encode_groups_avx2<1>,
+                                     encode_groups_avx2<2>,
+                                     encode_groups_avx2<3>,
+                                     encode_groups_avx2<4>,
+                                     encode_groups_avx2<5>,
+                                     encode_groups_avx2<6>,
+                                     encode_groups_avx2<7>};
+    return avx2 ? simd[w] : scalar[w];
+}
+
+// ---------------------------------------------------------------- encoder helpers
+
+void histogram64(const uint8_t* src, size_t n, uint64_t* hist) {
+    uint32_t h[4][256] = {};
+    size_t i = 0;
+    std::fill(hist, hist + 256, 0);
+    while (i < n) {
+        // flush before a 32-bit counter can overflow
+        const size_t end = std::min(n, i + (size_t(1) << 30));
+        for (; i + 4 <= end; i += 4) {
+            ++h[0][src[i]];
+            ++h[1][src[i + 1]];
+            ++h[2][src[i + 2]];
+            ++h[3][src[i + 3]];
+        }
+        for (; i < end; ++i) ++h[0][src[i]];
+        for (unsigned s = 0; s < 256; ++s) {
+            hist[s] += uint64_t(h[0][s]) + h[1][s] + h[2][s] + h[3][s];
+            h[0][s] = h[1][s] = h[2][s] = h[3][s] = 0;
+        }
+    }
+}
+
+struct Plan {
+    unsigned w = 0;
+    uint64_t nexc = 0;
+    size_t size = 0;
+    uint8_t order[256];  // byte values by decreasing count, ties by value
+};
+
+void plan_order(const uint64_t* hist, Plan* plan) {
+    for (unsigned s = 0; s < 256; ++s) plan->order[s] = static_cast<uint8_t>(s);
+    std::stable_sort(plan->order, plan->order + 256,
+                     [hist](uint8_t a, uint8_t b) { return hist[a] > hist[b]; });
+}
+
+// Fills w, nexc, size for width `width` (0: the smallest stream).
+void plan_width(const uint64_t* hist, size_t n, unsigned width, Plan* plan) {
+    plan_order(hist, plan);
+    uint64_t covered = 0;
+    size_t rank = 0;
+    plan->size = SIZE_MAX;
+    for (unsigned w = 1; w <= kMaxWidth; ++w) {
+        const size_t entries = (size_t(1) << w) - 1;
+        for (; rank < entries; ++rank) covered += hist[plan->order[rank]];
+        const uint64_t nexc = n - covered;
+        const size_t size = stream_size(w, n, nexc);
+        if (width ? w == width : size < plan->size) {
+            plan->w = w;
+            plan->nexc = nexc;
+            plan->size = size;
+        }
+    }
+}
+
+void write_varint(uint8_t* p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = static_cast<uint8_t>(v | 0x80);
+        v >>= 7;
+    }
+    *p = static_cast<uint8_t>(v);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- public API
+
+size_t fastcode_bound(size_t n) { return kMaxHeader + n + code_bytes(kMaxWidth, n); }
+
+size_t fastcode_estimate(const uint32_t* hist, size_t n, unsigned* width) {
+    uint64_t h[256];
+    uint64_t total = 0;
+    for (unsigned s = 0; s < 256; ++s) total += h[s] = hist[s];
+    if (total != n) {
+        if (width) *width = 0;
+        return SIZE_MAX;
+    }
+    Plan plan;
+    plan_width(h, n, 0, &plan);
+    if (width) *width = plan.w;
+    return plan.size;
+}
+
+Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist, unsigned width, uint8_t* dst,
+                             size_t cap, size_t* written) {
+    if (width > kMaxWidth) return invalid("fastcode: code width must be 0 (auto) or 1..7");
+    if (n && !src) return invalid("fastcode: null source");
+    uint64_t h[256];
+    bool have = false;
+    if (hist && n <= UINT32_MAX) {
+        uint64_t total = 0;
+        for (unsigned s = 0; s < 256; ++s) total += h[s] = hist[s];
+        have = total == n;
+        if (!have) return invalid("fastcode: histogram does not sum to the symbol count");
+    }
+    if (!have) histogram64(src, n, h);
+    Plan plan;
+    plan_width(h, n, width, &plan);
+    if (plan.size > cap) return make_status(Code::kBufferTooSmall, "fastcode: stream would not fit");
+    if (!dst) return invalid("fastcode: null destination");
+
+    const unsigned w = plan.w;
+    const unsigned esc = (1u << w) - 1;
+    uint8_t code_of[256];
+    std::memset(code_of, static_cast<int>(esc), sizeof code_of);
+    for (unsigned r = 0; r < esc; ++r) code_of[plan.order[r]] = static_cast<uint8_t>(r);
+
+    uint8_t* p = dst;
+    *p++ = static_cast<uint8_t>(w);
+    write_varint(p, plan.nexc);
+    p += varint_size(plan.nexc);
+    std::memcpy(p, plan.order, esc);
+    p += esc;
+    uint8_t* lit = p;
+    uint8_t* codes_out = lit + plan.nexc;
+
+    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
+    uint64_t k = 0;
+    const size_t groups = n / kGroup;
+    if (!pick_encoder(w, avx2)(src, groups, code_of, lit, plan.nexc, &k, codes_out))
+        return invalid("fastcode: histogram does not match the data");
+    const size_t r = n % kGroup;
+    if (r) {
+        uint8_t codes[kGroup];
+        const uint8_t* s = src + groups * kGroup;
+        for (size_t i = 0; i < r; ++i) {
+            codes[i] = code_of[s[i]];
+            if (codes[i] == esc) {
+                if (k >= plan.nexc) return invalid("fastcode: histogram does not match the data");
+                lit[k++] = s[i];
+            }
+        }
+        uint8_t* t = codes_out + groups * 32 * w;
+        const size_t bytes = (r * w + 7) / 8;
+        std::memset(t, 0, bytes);
+        uint64_t acc = 0;
+        unsigned bits = 0;
+        size_t o = 0;
+        for (size_t j = 0; j < r; ++j) {
+            acc |= uint64_t(codes[j]) << bits;
+            bits += w;
+            while (bits >= 8) {
+                t[o++] = static_cast<uint8_t>(acc);
+                acc >>= 8;
+                bits -= 8;
+            }
+        }
+        if (bits) t[o++] = static_cast<uint8_t>(acc);
+    }
+    if (k != plan.nexc) return invalid("fastcode: histogram does not match the data");
+    *written = plan.size;
+    return Status::ok();
+}
+
+Status fastcode_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,
+                       size_t* written) {
+    return fastcode_encode_width(src, n, hist, 0, dst, cap, written);
+}
+
+Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n) {
+    if (!src && src_size) return invalid("fastcode: null stream");
+    if (!dst && n) return invalid("fastcode: null destination");
+    Parsed p;
+    KVCORE_RETURN_IF_ERROR(parse(src, src_size, n, &p));
+    Table t;
+    build_table(p.w, p.table, &t);
+    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
+    uint64_t k = 0;
+    KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, avx2)(p, t, &k, dst));
+    KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, dst + p.groups * kGroup));
+    if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
+    return Status::ok();
+}
+
+Status fastcode_decode_merge16(const uint8_t* src, size_t src_size, const uint8_t* other, uint8_t* dst, size_t n,
+                               Merge16 how) {
+    if (how != Merge16::kHighByte && how != Merge16::kBf16Exponent) return invalid("fastcode: unknown merge");
+    if (!src && src_size) return invalid("fastcode: null stream");
+    if ((!dst || !other) && n) return invalid("fastcode: null plane or destination");
+    Parsed p;
+    KVCORE_RETURN_IF_ERROR(parse(src, src_size, n, &p));
+    Table t;
+    build_table(p.w, p.table, &t);
+    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
+    const DecodeFn decode = pick_decoder(p.w, avx2);
+    const auto merge = avx2 ? merge16_avx2 : merge16_scalar;
+    // Decode 4 KiB at a time into an L1-resident scratch, then merge.
+    constexpr size_t kChunkGroups = 16;
+    alignas(64) uint8_t scratch[kChunkGroups * kGroup];
+    uint64_t k = 0;
+    for (size_t g0 = 0; g0 < p.groups; g0 += kChunkGroups) {
+        Parsed q = p;
+        q.groups = std::min(kChunkGroups, p.groups - g0);
+        q.codes = p.codes + g0 * 32 * p.w;
+        KVCORE_RETURN_IF_ERROR(decode(q, t, &k, scratch));
+        merge(scratch, other + g0 * kGroup, dst + 2 * g0 * kGroup, q.groups * kGroup, how);
+    }
+    const size_t done = p.groups * kGroup;
+    Parsed q = p;  // the tail reads its codes after all groups of p
+    KVCORE_RETURN_IF_ERROR(decode_tail(q, t, &k, scratch));
+    if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
+    merge(scratch, other + done, dst + 2 * done, p.tail, how);
+    return Status::ok();
+}
+
+}  // namespace kvcore::entropy

@@ -1,0 +1,51 @@
+// Stream layout of the "fast" plane coder (fastcode.h), shared by its encoder
+// and decoder variants. Internal to csrc/entropy.
+//
+//   byte 0        code width w (1..7); the high nibble is a format version, 0
+//   varint        nexc: number of escaped symbols (LEB128, at most 10 bytes, <= n)
+//   2^w - 1 bytes the symbol table: code c (c < 2^w - 1) decodes to table[c];
+//                 code 2^w - 1 is the escape
+//   nexc bytes    the literal values of the escaped symbols, in symbol order
+//   n / 256 groups of 32 * w bytes: the codes of 256 symbols each (below)
+//   ceil(r * w / 8) bytes: the codes of the last r = n % 256 symbols, packed
+//                 LSB first (bits past r * w are zero)
+//
+// The stream size must equal exactly the sum of these parts.
+//
+// Group layout ("sliced"): w = sum of components of c in {4, 2, 1} bits, taken
+// from the largest down; a component of c bits holds code bits [o, o + c) where
+// o = the sum of the larger components (so w = 7 is 4@0 + 2@4 + 1@6, w = 3 is
+// 2@0 + 1@2). Symbol s = 32 * i + b of the group (i = 0..7, b = 0..31) stores the
+// code bits of component (c, o) in the 32-byte vector number o + i / (8 / c),
+// byte b, bits [c * f, c * f + c) with f = i % (8 / c). Decoding output vector i
+// of 32 symbols is then a shift and a mask per component, in any lane width.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvcore::entropy::fastcode_detail {
+
+constexpr size_t kGroup = 256;          // symbols per group
+constexpr unsigned kMaxWidth = 7;       // w = 8 would never beat raw storage
+constexpr size_t kMaxHeader = 1 + 10 + 127;
+
+inline size_t varint_size(uint64_t v) {
+    size_t s = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        ++s;
+    }
+    return s;
+}
+
+inline size_t header_size(unsigned w, uint64_t nexc) { return 1 + varint_size(nexc) + ((size_t(1) << w) - 1); }
+
+// Bytes of codes (groups + tail) for n symbols at width w.
+inline size_t code_bytes(unsigned w, size_t n) { return (n / kGroup) * 32 * w + ((n % kGroup) * w + 7) / 8; }
+
+inline size_t stream_size(unsigned w, size_t n, uint64_t nexc) {
+    return header_size(w, nexc) + nexc + code_bytes(w, n);
+}
+
+}  // namespace kvcore::entropy::fastcode_detail

@@ -1,0 +1,665 @@
+// Order-0 canonical Huffman coder for one byte plane (see huffman.h).
+//
+// Stream layout (all integers little endian):
+//
+//   tag 0  "empty"     [0]                               n must be 0
+//   tag 1  "constant"  [1][symbol]                       n >= 1 copies of symbol
+//   tag 2  "huffman"   [2][bitmap: 32 bytes][lengths: ceil(m/2) bytes]
+//                      [size of streams 0..2: 3 x u32][stream 0][stream 1][stream 2][stream 3]
+//
+// bitmap bit s (byte s/8, bit s%8) marks symbol s as present; m = number of
+// present symbols (>= 2). `lengths` holds the code length (1..kMaxLen) of each
+// present symbol in increasing symbol order, two per byte, low nibble first; an
+// odd m leaves the last high nibble 0. The lengths must form a complete prefix
+// code (Kraft sum exactly 1). Codes are canonical: sorted by (length, symbol),
+// assigned in increasing order.
+//
+// The n symbols are cut into kStreams consecutive segments (segment k has
+// n / 4 + (k < n % 4) symbols); segment k is coded MSB-first into stream k,
+// zero-padded to a whole byte. Stream 3's size is what remains of the input;
+// every stream must end exactly at its size (no missing or extra byte, zero pad).
+//
+// Decoding reads the four streams interleaved (instruction-level parallelism)
+// through a kTableBits-wide table whose entries hold every whole code that fits
+// in the next kTableBits bits (up to kMaxSyms symbols per lookup).
+#include "entropy/huffman.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/cpu_features.h"
+
+#if defined(__GNUC__)
+#define KV_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define KV_ALWAYS_INLINE inline
+#endif
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the decoder stores table entries little endian");
+
+namespace kvcore::entropy {
+namespace {
+
+constexpr unsigned kMaxLen = 11;     // code length limit
+constexpr unsigned kTableBits = 11;  // decode table width (>= kMaxLen)
+constexpr unsigned kTableSize = 1u << kTableBits;
+constexpr unsigned kStreams = 4;
+constexpr unsigned kMaxSyms = 6;  // symbols per multi-symbol table entry (bytes 0..5)
+constexpr unsigned kRound = 64 / kTableBits - (64 % kTableBits < 7 ? 1 : 0);  // lookups per refill
+static_assert(7 + kRound * kTableBits <= 64, "a refill must cover a whole round");
+
+constexpr uint8_t kTagEmpty = 0;
+constexpr uint8_t kTagConst = 1;
+constexpr uint8_t kTagHuffman = 2;
+constexpr size_t kBitmapBytes = 32;
+constexpr size_t kSizeBytes = 4 * (kStreams - 1);
+
+size_t header_size(unsigned m) { return 1 + kBitmapBytes + (m + 1) / 2 + kSizeBytes; }
+
+KV_ALWAYS_INLINE uint64_t load_be64(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+}
+KV_ALWAYS_INLINE void store_be64(uint8_t* p, uint64_t v) {
+    v = __builtin_bswap64(v);
+    std::memcpy(p, &v, 8);
+}
+KV_ALWAYS_INLINE void store_le64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+KV_ALWAYS_INLINE uint32_t load_le32(const uint8_t* p) {
+    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+KV_ALWAYS_INLINE void store_le32(uint8_t* p, uint32_t v) {
+    p[0] = uint8_t(v);
+    p[1] = uint8_t(v >> 8);
+    p[2] = uint8_t(v >> 16);
+    p[3] = uint8_t(v >> 24);
+}
+
+size_t segment_size(size_t n, unsigned k) { return n / kStreams + (k < n % kStreams ? 1 : 0); }
+
+// ---------------------------------------------------------------- code lengths
+
+// Optimal code lengths limited to max_len (package-merge). counts[s] > 0 marks
+// the m >= 2 present symbols; lens[s] receives 1..max_len (0 when absent).
+void limited_lengths(const uint64_t* counts, unsigned max_len, uint8_t* lens) {
+    struct Leaf {
+        uint64_t w;
+        unsigned sym;
+    };
+    Leaf leaves[256];
+    unsigned m = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        lens[s] = 0;
+        if (counts[s]) leaves[m++] = {counts[s], s};
+    }
+    std::sort(leaves, leaves + m, [](const Leaf& a, const Leaf& b) { return a.w != b.w ? a.w < b.w : a.sym < b.sym; });
+
+    // Lists A_j, j = max_len (leaves only) down to 1; A_j = merge(leaves, pairs of A_{j+1}).
+    // is_pkg[j][i] says whether item i of A_j is a package.
+    static_assert(kMaxLen <= 15, "");
+    uint64_t prev[512], cur[512];
+    uint8_t is_pkg[kMaxLen + 1][512];
+    unsigned prev_len = m;
+    for (unsigned i = 0; i < m; ++i) {
+        prev[i] = leaves[i].w;
+        is_pkg[max_len][i] = 0;
+    }
+    const unsigned need = 2 * m - 2;  // items taken from A_1
+    for (unsigned j = max_len - 1; j >= 1; --j) {
+        const unsigned npkg = prev_len / 2;
+        unsigned a = 0, b = 0, o = 0;
+        // Only the first `need` items of any list can be selected.
+        while (o < need && (a < m || b < npkg)) {
+            const bool take_leaf = b >= npkg || (a < m && leaves[a].w <= prev[2 * b] + prev[2 * b + 1]);
+            if (take_leaf) {
+                cur[o] = leaves[a++].w;
+                is_pkg[j][o++] = 0;
+            } else {
+                cur[o] = prev[2 * b] + prev[2 * b + 1];
+                ++b;
+                is_pkg[j][o++] = 1;
+            }
+        }
+        std::memcpy(prev, cur, o * sizeof(uint64_t));
+        prev_len = o;
+    }
+    // Walk down: the first t items of A_j give each of their leaves one more bit.
+    unsigned t = need;
+    for (unsigned j = 1; j <= max_len && t; ++j) {
+        unsigned pkgs = 0;
+        for (unsigned i = 0; i < t; ++i) pkgs += is_pkg[j][i];
+        const unsigned nleaves = t - pkgs;
+        for (unsigned i = 0; i < nleaves; ++i) ++lens[leaves[i].sym];
+        t = 2 * pkgs;
+    }
+}
+
+// Canonical order of the present symbols: by (length, symbol). Returns m.
+unsigned canonical_order(const uint8_t* lens, uint8_t* order) {
+    unsigned first[kMaxLen + 2] = {};  // counting sort by length (lens are 0..kMaxLen)
+    for (unsigned s = 0; s < 256; ++s) ++first[lens[s] + 1];
+    first[1] = 0;  // length 0: absent, not ordered
+    for (unsigned len = 2; len <= kMaxLen + 1; ++len) first[len] += first[len - 1];
+    for (unsigned s = 0; s < 256; ++s)
+        if (lens[s]) order[first[lens[s]]++] = uint8_t(s);
+    return first[kMaxLen];
+}
+
+// ---------------------------------------------------------------- encoder
+
+// Codes for the encoder: code[s] = the code left-aligned in 64 bits, with its
+// length in the low byte (codes have <= 11 bits, so the two never overlap).
+struct EncTable {
+    uint64_t code[256];
+};
+
+// MSB-first bit writer with the pending bits left-aligned in acc. OR-ing a table
+// entry also ORs its length byte, shifted right, into acc's low byte: that byte
+// is below any pending bit (<= 51 of them before a flush, so the lowest is bit 13),
+// is masked off before acc shifts up, and the byte of a store it lands in is
+// rewritten by the next store (or never written: the final bytes go one by one).
+template <int kVariant>
+KV_ALWAYS_INLINE bool encode_segment_impl(const uint8_t* src, size_t len, const EncTable& t, uint8_t* out,
+                                          const uint8_t* out_end, size_t* written, uint64_t* nbits) {
+    uint8_t* o = out;
+    uint64_t acc = 0;
+    unsigned bits = 0;
+    size_t i = 0;
+    const uint64_t* code = t.code;
+    // In the fast loop `fb` adds whole entries: its low byte is the pending bit count
+    // (<= 7 + 4 * 11 < 64, so no carry leaves it), the codes pile up above and are
+    // dropped at each flush. This saves extracting each length.
+    uint64_t fb = 0;
+#define KV_HUF_PUT_FAST(sym)             \
+    do {                                 \
+        const uint64_t e_ = code[(sym)]; \
+        acc |= e_ >> (fb & 63);          \
+        fb += e_;                        \
+    } while (0)
+#define KV_HUF_FLUSH()                                     \
+    do {                                                   \
+        store_be64(o, acc);                                \
+        o += (fb & 0xff) >> 3;                             \
+        acc = (acc & ~uint64_t(0xff)) << (fb & 0x38);      \
+        fb &= 7;                                           \
+    } while (0)
+#define KV_HUF_PUT(sym)                  \
+    do {                                 \
+        const uint64_t e_ = code[(sym)]; \
+        acc |= e_ >> bits;               \
+        bits += unsigned(e_ & 0xff);     \
+    } while (0)
+    if (out_end - out >= 16) {
+        // Each iteration stores 8 bytes at o and at o + <= 6, and advances o by <= 12 bytes.
+        const uint8_t* fast_end = out_end - 16;
+        while (i + 8 <= len && o <= fast_end) {
+            const uint8_t* p = src + i;
+            KV_HUF_PUT_FAST(p[0]);
+            KV_HUF_PUT_FAST(p[1]);
+            KV_HUF_PUT_FAST(p[2]);
+            KV_HUF_PUT_FAST(p[3]);
+            KV_HUF_FLUSH();  // <= 7 + 4 * 11 = 51 pending bits: clear of the length byte
+            KV_HUF_PUT_FAST(p[4]);
+            KV_HUF_PUT_FAST(p[5]);
+            KV_HUF_PUT_FAST(p[6]);
+            KV_HUF_PUT_FAST(p[7]);
+            KV_HUF_FLUSH();
+            i += 8;
+        }
+    }
+    bits = unsigned(fb);  // <= 7 after a flush
+#undef KV_HUF_FLUSH
+#undef KV_HUF_PUT_FAST
+    acc &= ~uint64_t(0xff);
+    for (; i < len; ++i) {
+        KV_HUF_PUT(src[i]);
+        acc &= ~uint64_t(0xff);
+        while (bits >= 8) {
+            if (o >= out_end) return false;
+            *o++ = uint8_t(acc >> 56);
+            acc <<= 8;
+            bits -= 8;
+        }
+    }
+#undef KV_HUF_PUT
+    *nbits = uint64_t(o - out) * 8 + bits;
+    if (bits) {
+        if (o >= out_end) return false;
+        *o++ = uint8_t(acc >> 56);  // the bits below the pending ones are zero
+    }
+    *written = size_t(o - out);
+    return true;
+}
+
+bool encode_segment_scalar(const uint8_t* src, size_t len, const EncTable& enc, uint8_t* out, const uint8_t* out_end,
+                           size_t* written, uint64_t* nbits) {
+    return encode_segment_impl<0>(src, len, enc, out, out_end, written, nbits);
+}
+
+__attribute__((target("avx2,bmi,bmi2"))) bool encode_segment_bmi2(const uint8_t* src, size_t len,
+                                                                   const EncTable& enc, uint8_t* out,
+                                                                   const uint8_t* out_end, size_t* written,
+                                                                   uint64_t* nbits) {
+    return encode_segment_impl<1>(src, len, enc, out, out_end, written, nbits);
+}
+
+// ---------------------------------------------------------------- decoder
+
+// Single-symbol table entry: symbol | length << 8.
+// Multi-symbol entry: symbols in bytes 0..5, bits in byte 6, count in byte 7.
+struct Tables {
+    alignas(64) uint64_t multi[kTableSize];
+    alignas(64) uint16_t single[kTableSize];
+};
+
+// Multi-symbol table fill by walking the code tree: the index bits after the
+// `bits` already decoded form a w-bit suffix; each symbol whose code fits in w
+// bits owns a contiguous range of suffixes, which is filled recursively; the
+// suffixes left over (codes longer than w bits) end the entry.
+struct MultiFill {
+    const uint8_t* lens;
+    const uint8_t* order;
+    const uint32_t* start;  // canonical start of order[i] in kTableBits space
+    unsigned m;
+    uint64_t* multi;
+
+    void fill(uint32_t base, unsigned w, uint64_t syms, unsigned count, unsigned bits) const {
+        const uint64_t entry_meta = uint64_t(bits) << 48 | uint64_t(count) << 56;
+        uint32_t covered = 0;
+        if (count < kMaxSyms) {
+            for (unsigned i = 0; i < m; ++i) {
+                const unsigned s = order[i], len = lens[s];
+                if (len > w) break;
+                const uint32_t lo = start[i] >> (kTableBits - w);
+                fill(base + lo, w - len, syms | uint64_t(s) << (8 * count), count + 1, bits + len);
+                covered = lo + (1u << (w - len));
+            }
+        }
+        const uint64_t e = syms | entry_meta;
+        for (uint32_t j = base + covered, end = base + (1u << w); j < end; ++j) multi[j] = e;
+    }
+};
+
+// Builds the tables from canonical order and lengths; false when the code is not complete.
+bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, Tables* t) {
+    uint32_t start[256];
+    uint32_t pos = 0;
+    for (unsigned i = 0; i < m; ++i) {
+        const unsigned s = order[i], len = lens[s];
+        const uint32_t span = 1u << (kTableBits - len);
+        if (pos + span > kTableSize) return false;
+        start[i] = pos;
+        const uint16_t e = uint16_t(s | len << 8);
+        for (uint32_t j = 0; j < span; ++j) t->single[pos + j] = e;
+        pos += span;
+    }
+    if (pos != kTableSize) return false;
+    // Every suffix of w >= 1 bits starts a code that fits or is longer than w, so the
+    // top level covers the whole table.
+    MultiFill f{lens, order, start, m, t->multi};
+    f.fill(0, kTableBits, 0, 0, 0);
+    return true;
+}
+
+struct StreamState {
+    size_t pos;       // byte offset in src of the bit reader
+    unsigned bitpos;  // bits consumed at pos (0..63)
+    uint8_t* out;
+    uint8_t* end;
+};
+
+// Decodes the rest of one stream with bounds checks on every access (bytes past
+// src_size read as zero; the final size check rejects such streams).
+KV_ALWAYS_INLINE void decode_tail(const uint8_t* src, size_t src_size, const Tables& t, StreamState& s) {
+    while (s.out < s.end) {
+        s.pos += s.bitpos >> 3;
+        s.bitpos &= 7;
+        uint64_t buf;
+        if (s.pos <= src_size && src_size - s.pos >= 8) {
+            buf = load_be64(src + s.pos);
+        } else {
+            buf = 0;
+            for (unsigned b = 0; b < 8; ++b)
+                buf = (buf << 8) | (s.pos + b < src_size ? src[s.pos + b] : 0);
+        }
+        const uint32_t idx = uint32_t((buf << s.bitpos) >> (64 - kTableBits));
+        const uint64_t e = t.multi[idx];
+        const size_t count = size_t(e >> 56);
+        if (count <= size_t(s.end - s.out)) {
+            std::memcpy(s.out, &e, count);  // little endian: symbol 0 in byte 0
+            s.out += count;
+            s.bitpos += unsigned(e >> 48) & 0xff;
+        } else {
+            const uint16_t e1 = t.single[idx];
+            *s.out++ = uint8_t(e1);
+            s.bitpos += e1 >> 8;
+        }
+    }
+    s.pos += s.bitpos >> 3;
+    s.bitpos &= 7;
+}
+
+template <int kVariant>
+KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
+    const uint64_t* tab = t.multi;
+    // Per refill round a stream advances <= 7 input bytes and <= kMaxSyms * kRound output bytes,
+    // and writes 8 bytes at its last output position.
+    constexpr size_t kOutPerRound = kMaxSyms * kRound;
+    constexpr size_t kOutSlack = kMaxSyms * (kRound - 1) + 8;
+    constexpr size_t kInPerRound = (7 + kRound * kTableBits) / 8;
+    for (;;) {
+        size_t rounds = SIZE_MAX;
+        for (unsigned k = 0; k < kStreams; ++k) {
+            const size_t pos = st[k].pos + (st[k].bitpos >> 3);
+            if (pos > src_size || src_size - pos < 8) return;
+            const size_t in_rounds = (src_size - pos - 8) / kInPerRound + 1;
+            const size_t room = size_t(st[k].end - st[k].out);
+            if (room < kOutSlack) return;
+            const size_t out_rounds = (room - kOutSlack) / kOutPerRound + 1;
+            rounds = std::min(rounds, std::min(in_rounds, out_rounds));
+        }
+        const uint8_t* i0 = src + st[0].pos;
+        const uint8_t* i1 = src + st[1].pos;
+        const uint8_t* i2 = src + st[2].pos;
+        const uint8_t* i3 = src + st[3].pos;
+        // b = bits consumed since the refill in its low byte (<= 7 + kRound * kTableBits < 64);
+        // the entries' counts pile up above it and are dropped at each refill.
+        uint64_t b0 = st[0].bitpos, b1 = st[1].bitpos, b2 = st[2].bitpos, b3 = st[3].bitpos;
+        uint8_t *o0 = st[0].out, *o1 = st[1].out, *o2 = st[2].out, *o3 = st[3].out;
+        do {
+            i0 += (b0 & 0xff) >> 3;
+            b0 &= 7;
+            i1 += (b1 & 0xff) >> 3;
+            b1 &= 7;
+            i2 += (b2 & 0xff) >> 3;
+            b2 &= 7;
+            i3 += (b3 & 0xff) >> 3;
+            b3 &= 7;
+            const uint64_t w0 = load_be64(i0), w1 = load_be64(i1), w2 = load_be64(i2), w3 = load_be64(i3);
+#define KV_HUF_STEP(w, b, o)                                                 \
+    do {                                                                     \
+        const uint64_t e = tab[(w << (b & 63)) >> (64 - kTableBits)];        \
+        store_le64(o, e);                                                    \
+        o += e >> 56;                                                        \
+        b += e >> 48; /* bits into the low byte, count above it */           \
+    } while (0)
+            for (unsigned r = 0; r < kRound; ++r) {
+                KV_HUF_STEP(w0, b0, o0);
+                KV_HUF_STEP(w1, b1, o1);
+                KV_HUF_STEP(w2, b2, o2);
+                KV_HUF_STEP(w3, b3, o3);
+            }
+#undef KV_HUF_STEP
+        } while (--rounds);
+        st[0].pos = size_t(i0 - src);
+        st[1].pos = size_t(i1 - src);
+        st[2].pos = size_t(i2 - src);
+        st[3].pos = size_t(i3 - src);
+        st[0].bitpos = unsigned(b0 & 0xff);
+        st[1].bitpos = unsigned(b1 & 0xff);
+        st[2].bitpos = unsigned(b2 & 0xff);
+        st[3].bitpos = unsigned(b3 & 0xff);
+        st[0].out = o0;
+        st[1].out = o1;
+        st[2].out = o2;
+        st[3].out = o3;
+    }
+}
+
+static_assert(kStreams == 4, "the fast decode loop is written for four streams");
+
+void decode_streams_scalar(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
+    decode_streams_impl<0>(src, src_size, t, st);
+}
+
+__attribute__((target("avx2,bmi,bmi2"))) void decode_streams_bmi2(const uint8_t* src, size_t src_size,
+                                                                   const Tables& t, StreamState* st) {
+    decode_streams_impl<1>(src, src_size, t, st);
+}
+
+// ---------------------------------------------------------------- histogram
+
+template <int kVariant>
+KV_ALWAYS_INLINE void histogram_impl(const uint8_t* src, size_t n, uint32_t* hist) {
+    // Eight count tables: runs of one value (common in skewed planes) would otherwise
+    // serialize on store-to-load forwarding of a single counter.
+    uint32_t c[8][256];
+    std::memset(c, 0, sizeof(c));
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint64_t a, b;
+        std::memcpy(&a, src + i, 8);
+        std::memcpy(&b, src + i + 8, 8);
+        for (unsigned k = 0; k < 8; k += 2) {
+            ++c[0 + (k >> 1)][(a >> (8 * k)) & 0xff];
+            ++c[4 + (k >> 1)][(a >> (8 * k + 8)) & 0xff];
+            ++c[0 + (k >> 1)][(b >> (8 * k)) & 0xff];
+            ++c[4 + (k >> 1)][(b >> (8 * k + 8)) & 0xff];
+        }
+    }
+    for (; i < n; ++i) ++c[0][src[i]];
+    for (unsigned s = 0; s < 256; ++s)
+        hist[s] = c[0][s] + c[1][s] + c[2][s] + c[3][s] + c[4][s] + c[5][s] + c[6][s] + c[7][s];
+}
+
+void histogram_scalar(const uint8_t* src, size_t n, uint32_t* hist) { histogram_impl<0>(src, n, hist); }
+
+__attribute__((target("avx2,bmi,bmi2"))) void histogram_bmi2(const uint8_t* src, size_t n, uint32_t* hist) {
+    histogram_impl<1>(src, n, hist);
+}
+
+bool use_bmi2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
+
+}  // namespace
+
+// ---------------------------------------------------------------- public API
+
+size_t huffman_bound(size_t n) {
+    // Largest header (256 symbols) plus kMaxLen bits a symbol plus one pad byte a stream.
+    return header_size(256) + (n / 8) * kMaxLen + ((n % 8) * kMaxLen + 7) / 8 + kStreams;
+}
+
+size_t huffman_estimate(const uint32_t* hist, size_t n) {
+    if (n == 0) return 1;
+    uint64_t counts[256];
+    uint64_t total = 0;
+    unsigned m = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        counts[s] = hist[s];
+        total += hist[s];
+        m += hist[s] != 0;
+    }
+    if (total != n || m == 0) return huffman_bound(n);  // inconsistent counts: the encoder refuses them
+    if (m == 1) return 2;
+    uint8_t lens[256];
+    limited_lengths(counts, kMaxLen, lens);
+    uint64_t bits = 0;
+    for (unsigned s = 0; s < 256; ++s) bits += counts[s] * lens[s];
+    return header_size(m) + size_t((bits + 7) / 8) + (kStreams - 1);
+}
+
+void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
+    if (use_bmi2())
+        histogram_bmi2(src, n, hist);
+    else
+        histogram_scalar(src, n, hist);
+}
+
+Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap, size_t* written) {
+    if (written == nullptr) return invalid("huffman_encode: written is null");
+    *written = 0;
+    if ((src == nullptr && n) || (dst == nullptr && cap)) return invalid("huffman_encode: null buffer");
+    if (n > UINT32_MAX) return invalid("huffman_encode: plane larger than 2^32-1 symbols");
+    if (n == 0) {
+        if (cap < 1) return make_status(Code::kBufferTooSmall, "huffman_encode: capacity below 1 byte");
+        dst[0] = kTagEmpty;
+        *written = 1;
+        return Status::ok();
+    }
+    uint32_t own_hist[256];
+    if (hist == nullptr) {
+        histogram(src, n, own_hist);
+        hist = own_hist;
+    }
+    uint64_t counts[256];
+    uint64_t total = 0;
+    unsigned m = 0, last = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        counts[s] = hist[s];
+        total += hist[s];
+        if (hist[s]) {
+            ++m;
+            last = s;
+        }
+    }
+    if (total != n) return invalid("huffman_encode: histogram does not sum to n");
+    if (m == 1) {
+        if (cap < 2) return make_status(Code::kBufferTooSmall, "huffman_encode: capacity below 2 bytes");
+        dst[0] = kTagConst;
+        dst[1] = uint8_t(last);
+        *written = 2;
+        return Status::ok();
+    }
+
+    uint8_t lens[256];
+    limited_lengths(counts, kMaxLen, lens);
+    uint8_t order[256];
+    if (canonical_order(lens, order) != m) return make_status(Code::kBackendError, "huffman: code length failure");
+    uint64_t total_bits = 0;
+    for (unsigned s = 0; s < 256; ++s) total_bits += counts[s] * lens[s];
+    const size_t hsize = header_size(m);
+    if (cap < hsize || cap - hsize < (total_bits + 7) / 8)
+        return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
+
+    // Canonical codes.
+    EncTable enc;
+    std::memset(&enc, 0, sizeof(enc));
+    uint32_t pos = 0;  // in kTableBits space
+    for (unsigned i = 0; i < m; ++i) {
+        const unsigned s = order[i], len = lens[s];
+        enc.code[s] = uint64_t(pos) << (64 - kTableBits) | len;  // code << (64 - len) | len
+        pos += 1u << (kTableBits - len);
+    }
+    if (pos != kTableSize) return make_status(Code::kBackendError, "huffman: incomplete code");
+
+    // Header.
+    uint8_t* h = dst;
+    *h++ = kTagHuffman;
+    std::memset(h, 0, kBitmapBytes);
+    for (unsigned s = 0; s < 256; ++s)
+        if (lens[s]) h[s >> 3] |= uint8_t(1u << (s & 7));
+    h += kBitmapBytes;
+    std::memset(h, 0, (m + 1) / 2);
+    for (unsigned s = 0, j = 0; s < 256; ++s)
+        if (lens[s]) {
+            h[j >> 1] |= uint8_t(lens[s] << (4 * (j & 1)));
+            ++j;
+        }
+    h += (m + 1) / 2;
+    uint8_t* sizes = h;
+    h += kSizeBytes;
+
+    // Streams.
+    const bool bmi2 = use_bmi2();
+    uint8_t* out = h;
+    const uint8_t* out_end = dst + cap;
+    const uint8_t* seg = src;
+    uint64_t coded_bits = 0;
+    for (unsigned k = 0; k < kStreams; ++k) {
+        const size_t len = segment_size(n, k);
+        size_t w = 0;
+        uint64_t b = 0;
+        const bool ok = bmi2 ? encode_segment_bmi2(seg, len, enc, out, out_end, &w, &b)
+                             : encode_segment_scalar(seg, len, enc, out, out_end, &w, &b);
+        if (!ok) return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
+        if (w > UINT32_MAX) return invalid("huffman_encode: stream larger than 4 GiB");
+        if (k + 1 < kStreams) store_le32(sizes + 4 * k, uint32_t(w));
+        coded_bits += b;
+        out += w;
+        seg += len;
+    }
+    // A caller histogram that does not describe src shows up as a different bit count.
+    if (coded_bits != total_bits) return invalid("huffman_encode: histogram does not match the data");
+    *written = size_t(out - dst);
+    return Status::ok();
+}
+
+Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n) {
+    if ((src == nullptr && src_size) || (dst == nullptr && n)) return invalid("huffman_decode: null buffer");
+    if (src_size < 1) return corrupt("huffman: empty stream");
+    const uint8_t tag = src[0];
+    if (tag == kTagEmpty) {
+        if (src_size != 1) return corrupt("huffman: empty-plane stream has trailing bytes");
+        if (n != 0) return corrupt("huffman: empty-plane stream but symbols expected");
+        return Status::ok();
+    }
+    if (tag == kTagConst) {
+        if (src_size != 2) return corrupt("huffman: constant-plane stream must be 2 bytes");
+        if (n == 0) return corrupt("huffman: constant-plane stream for an empty plane");
+        std::memset(dst, src[1], n);
+        return Status::ok();
+    }
+    if (tag != kTagHuffman) return corrupt("huffman: unknown stream tag");
+    if (src_size < 1 + kBitmapBytes) return corrupt("huffman: truncated header");
+    const uint8_t* bitmap = src + 1;
+    unsigned m = 0;
+    for (unsigned i = 0; i < kBitmapBytes; ++i) m += unsigned(__builtin_popcount(bitmap[i]));
+    if (m < 2) return corrupt("huffman: fewer than two symbols in a Huffman stream");
+    const size_t hsize = header_size(m);
+    if (src_size < hsize) return corrupt("huffman: truncated header");
+    const uint8_t* nib = bitmap + kBitmapBytes;
+    uint8_t lens[256] = {};
+    for (unsigned s = 0, j = 0; s < 256; ++s) {
+        if (!(bitmap[s >> 3] & (1u << (s & 7)))) continue;
+        const unsigned len = (nib[j >> 1] >> (4 * (j & 1))) & 0xf;
+        if (len < 1 || len > kMaxLen) return corrupt("huffman: code length out of range");
+        lens[s] = uint8_t(len);
+        ++j;
+    }
+    if ((m & 1) && (nib[m >> 1] >> 4) != 0) return corrupt("huffman: nonzero pad nibble");
+    const uint8_t* size_bytes = nib + (m + 1) / 2;
+
+    size_t start[kStreams], size[kStreams];
+    size_t off = hsize;
+    for (unsigned k = 0; k < kStreams; ++k) {
+        const size_t sz = k + 1 < kStreams ? load_le32(size_bytes + 4 * k) : src_size - off;
+        if (sz > src_size - off) return corrupt("huffman: stream sizes exceed the input");
+        start[k] = off;
+        size[k] = sz;
+        off += sz;
+    }
+
+    StreamState st[kStreams];
+    uint8_t* o = dst;
+    for (unsigned k = 0; k < kStreams; ++k) {
+        const size_t len = segment_size(n, k);
+        if ((len == 0) != (size[k] == 0)) return corrupt("huffman: stream size inconsistent with symbol count");
+        // A stream of len symbols holds between len and len * kMaxLen bits.
+        if (size[k] > (len / 8) * kMaxLen + ((len % 8) * kMaxLen + 7) / 8 || size[k] < (len + 7) / 8)
+            return corrupt("huffman: stream size inconsistent with symbol count");
+        st[k] = {start[k], 0, o, o + len};
+        o += len;
+    }
+
+    uint8_t order[256];
+    if (canonical_order(lens, order) != m) return corrupt("huffman: bad code lengths");
+    Tables tables;
+    if (!build_tables(lens, order, m, &tables)) return corrupt("huffman: code lengths do not form a complete code");
+    if (use_bmi2())
+        decode_streams_bmi2(src, src_size, tables, st);
+    else
+        decode_streams_scalar(src, src_size, tables, st);
+    for (unsigned k = 0; k < kStreams; ++k) {
+        decode_tail(src, src_size, tables, st[k]);
+        // The stream must end in its last byte, and the pad bits must be zero.
+        const size_t end = start[k] + size[k];
+        const size_t used = st[k].pos + (st[k].bitpos ? 1 : 0);
+        if (used != end) return corrupt("huffman: stream does not end at its declared size");
+        if (st[k].bitpos && (src[st[k].pos] & (0xffu >> st[k].bitpos)) != 0)
+            return corrupt("huffman: nonzero pad bits");
+    }
+    return Status::ok();
+}
+
+}  // namespace kvcore::entropy

@@ -1,0 +1,149 @@
+#include "frame/analysis.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "frame/format.h"
+
+namespace kvcore::frame {
+namespace {
+
+constexpr uint64_t kSampleElems = 1u << 16;  // elements looked at, at most
+constexpr uint64_t kMinRowsForResidual = 64;  // residual table must pay for itself
+
+bool is_float(DType d) {
+    return d == DType::kFloat8E4M3 || d == DType::kFloat8E5M2 || d == DType::kFloat16 || d == DType::kBFloat16 ||
+           d == DType::kFloat32;
+}
+
+template <unsigned E>
+uint32_t element(const uint8_t* src, uint64_t i) {
+    if constexpr (E == 1) {
+        return src[i];
+    } else if constexpr (E == 2) {
+        uint16_t v;
+        std::memcpy(&v, src + 2 * i, 2);
+        return v;
+    } else {
+        uint32_t v;
+        std::memcpy(&v, src + 4 * i, 4);
+        return v;
+    }
+}
+
+template <unsigned E>
+uint32_t rotate_left1(uint32_t v) {
+    constexpr unsigned bits = 8 * E;
+    constexpr uint32_t mask = bits == 32 ? 0xffffffffu : ((1u << bits) - 1);
+    return ((v << 1) | (v >> (bits - 1))) & mask;
+}
+
+// Histograms of one layout over the sampled rows.
+struct LayoutStats {
+    std::vector<std::array<uint32_t, 256>> planes;  // per plane
+    std::vector<uint32_t> channel_top;              // period x 256, when residual is considered
+};
+
+template <unsigned E>
+void sample_stats(const uint8_t* src, uint64_t n_elems, bool rotate, uint64_t sample_rows, uint64_t stride,
+                  uint64_t row_len, LayoutStats* st) {
+    const bool per_channel = !st->channel_top.empty();
+    for (uint64_t r = 0; r < sample_rows; ++r) {
+        const uint64_t base = (r * stride) * row_len;
+        const uint64_t end = std::min(n_elems, base + row_len);
+        for (uint64_t i = base; i < end; ++i) {
+            uint32_t v = element<E>(src, i);
+            if (rotate) v = rotate_left1<E>(v);
+            for (unsigned p = 0; p < E; ++p) ++st->planes[p][(v >> (8 * p)) & 0xff];
+            if (per_channel) ++st->channel_top[(i - base) * 256 + (v >> (8 * (E - 1)))];
+        }
+    }
+}
+
+}  // namespace
+
+double entropy_bits(const uint32_t* hist) {
+    uint64_t total = 0;
+    for (int s = 0; s < 256; ++s) total += hist[s];
+    if (total == 0) return 0.0;
+    double h = 0.0;
+    for (int s = 0; s < 256; ++s) {
+        if (hist[s] == 0) continue;
+        const double p = double(hist[s]) / double(total);
+        h -= p * std::log2(p);
+    }
+    return h;
+}
+
+uint32_t channel_count(const std::vector<uint64_t>& shape) {
+    const size_t nd = shape.size();
+    if (nd >= 2 && shape[nd - 1] > 0 && shape[nd - 2] > 0 && shape[nd - 1] * shape[nd - 2] <= kMaxChannels)
+        return static_cast<uint32_t>(shape[nd - 1] * shape[nd - 2]);
+    if (nd >= 1 && shape[nd - 1] > 0 && shape[nd - 1] <= kMaxChannels) return static_cast<uint32_t>(shape[nd - 1]);
+    return 1;
+}
+
+Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels) {
+    const uint32_t period = channels;
+    const unsigned esize = dtype_size(dtype);
+    Layout best;
+    best.plane_entropy.assign(esize, 8.0);
+    if (n_elems == 0) return best;
+
+    const uint64_t rows = n_elems / period;
+    const bool consider_residual = period > 1 && rows >= kMinRowsForResidual;
+    // Sample whole rows, evenly spread, so every channel is seen equally often.
+    const uint64_t row_len = consider_residual ? period : std::min<uint64_t>(n_elems, 4096);
+    const uint64_t n_rows = consider_residual ? rows : n_elems / row_len;
+    const uint64_t sample_rows = std::max<uint64_t>(1, std::min<uint64_t>(n_rows, kSampleElems / row_len));
+    const uint64_t stride = std::max<uint64_t>(1, n_rows / sample_rows);
+
+    double best_bits = 1e300;
+    for (int rotate = 0; rotate <= (is_float(dtype) ? 1 : 0); ++rotate) {
+        LayoutStats st;
+        st.planes.assign(esize, {});
+        if (consider_residual) st.channel_top.assign(size_t(period) * 256, 0);
+        switch (esize) {
+            case 1: sample_stats<1>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
+            case 2: sample_stats<2>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
+            default: sample_stats<4>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
+        }
+        Layout cand;
+        cand.rotate = rotate != 0;
+        cand.plane_entropy.resize(esize);
+        double bits = 0;
+        for (unsigned p = 0; p < esize; ++p) {
+            cand.plane_entropy[p] = entropy_bits(st.planes[p].data());
+            bits += std::min(8.0, cand.plane_entropy[p]);
+        }
+        if (consider_residual) {
+            // Subtract each channel's most common top byte and measure again.
+            std::vector<uint8_t> residual(period);
+            std::array<uint32_t, 256> shifted{};
+            for (uint32_t c = 0; c < period; ++c) {
+                const uint32_t* h = &st.channel_top[size_t(c) * 256];
+                residual[c] = static_cast<uint8_t>(std::max_element(h, h + 256) - h);
+                for (int s = 0; s < 256; ++s) shifted[uint8_t(s - residual[c])] += h[s];
+            }
+            const double top_plain = cand.plane_entropy[esize - 1];
+            const double top_res = entropy_bits(shifted.data());
+            const double sampled = double(sample_rows) * period;
+            // Keep it when the saving over the whole tensor beats the table's size.
+            const double saving_bytes = (top_plain - top_res) / 8.0 * double(n_elems);
+            if (top_res < top_plain && saving_bytes > 2.0 * period && sampled > 0) {
+                bits += std::min(8.0, top_res) - std::min(8.0, top_plain);
+                cand.plane_entropy[esize - 1] = top_res;
+                cand.residual = std::move(residual);
+            }
+        }
+        if (bits < best_bits - 1e-9) {
+            best_bits = bits;
+            best = std::move(cand);
+        }
+    }
+    return best;
+}
+
+}  // namespace kvcore::frame

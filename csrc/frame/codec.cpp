@@ -1,0 +1,359 @@
+#include "frame/codec.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "checksum/checksum.h"
+#include "common/huge_pages.h"
+#include "entropy/huffman.h"
+#include "frame/analysis.h"
+#include "frame/format.h"
+#include "frame/plane_methods.h"
+#include "parallel/thread_pool.h"
+#include "shuffle/shuffle.h"
+
+namespace kvcore::frame {
+namespace {
+
+constexpr double kIncompressibleBits = 7.9;  // a plane above this is stored raw
+constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
+
+// Per-thread scratch: the planes of one block and one encoded block.
+struct Scratch {
+    std::vector<uint8_t> planes;
+    std::vector<uint8_t> encoded;
+    uint8_t* plane(unsigned p, size_t block_elems) { return planes.data() + p * block_elems; }
+};
+
+Scratch& thread_scratch(size_t planes_bytes, size_t encoded_bytes) {
+    thread_local Scratch s;
+    if (s.planes.size() < planes_bytes) s.planes.resize(planes_bytes);
+    if (s.encoded.size() < encoded_bytes) s.encoded.resize(encoded_bytes);
+    return s;
+}
+
+size_t block_bound(size_t block_elems, unsigned esize) {
+    return kBlockPrefixBytes + esize * (kPlanePrefixBytes + block_elems);
+}
+
+// A cheap 64-bit key of a row's first 16 bytes (rows are at least that long).
+inline uint64_t row_key(const uint8_t* p) {
+    uint64_t a, b;
+    std::memcpy(&a, p, 8);
+    std::memcpy(&b, p + 8, 8);
+    const unsigned __int128 m = (unsigned __int128)(a ^ 0x9E3779B97F4A7C15ull) * (b ^ 0xC2B2AE3D27D4EB4Full);
+    return uint64_t(m) ^ uint64_t(m >> 64);
+}
+
+// Does the plane repeat whole rows (a token seen before, zero padding)? Counts
+// rows whose leading bytes equal an earlier row's, with an open-addressing set;
+// rows of entropy-coded noise practically never match, so a sixteenth of
+// repeated rows means an LZ stage may pay (the caller then measures it).
+bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
+    const size_t row = channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
+    const size_t rows = n / row;
+    if (rows < 16) return false;
+    size_t slots = 64;
+    while (slots < 2 * rows) slots *= 2;
+    thread_local std::vector<uint64_t> table;
+    table.assign(slots, 0);
+    size_t repeats = 0;
+    for (size_t r = 0; r < rows; ++r) {
+        const uint64_t key = row_key(plane + r * row) | 1;  // 0 marks an empty slot
+        for (size_t i = (key >> 7) & (slots - 1);; i = (i + 1) & (slots - 1)) {
+            if (table[i] == 0) {
+                table[i] = key;
+                break;
+            }
+            if (table[i] == key) {
+                ++repeats;
+                break;
+            }
+        }
+    }
+    return repeats * 16 >= rows;
+}
+
+shuffle::PlaneTransform transform_of(const Header& h, uint64_t first_elem) {
+    shuffle::PlaneTransform t;
+    t.rotate = (h.flags & kFlagRotate) != 0;
+    if (h.flags & kFlagResidual) {
+        t.residual = h.residual.data();
+        t.period = h.channels;
+        t.phase = static_cast<uint32_t>(first_elem % h.channels);
+    }
+    return t;
+}
+
+Status validate_desc(const TensorDesc& desc, size_t nbytes) {
+    if (!dtype_valid(static_cast<uint8_t>(desc.dtype))) return invalid("unknown dtype");
+    if (desc.shape.size() > kMaxDims) return invalid("rank above " + std::to_string(kMaxDims));
+    unsigned __int128 n = 1;
+    for (uint64_t d : desc.shape) {
+        n *= d;
+        if (n > (UINT64_MAX >> 4)) return invalid("tensor too large");
+    }
+    if (n * dtype_size(desc.dtype) != nbytes)
+        return invalid("buffer size " + std::to_string(nbytes) + " does not match shape and dtype");
+    return Status::ok();
+}
+
+// Elements per block: the requested bytes, rounded down to whole rows (at least one).
+uint32_t block_elems_for(uint32_t block_bytes, unsigned esize, uint32_t channels) {
+    const uint32_t elems = std::max<uint32_t>(1, (block_bytes ? block_bytes : kDefaultBlockBytes) / esize);
+    return std::max(channels, elems / channels * channels);
+}
+
+// Keeps the first failure of a parallel loop.
+class FirstError {
+public:
+    void set(Status st) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (status_.is_ok()) status_ = std::move(st);
+    }
+    bool failed() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return !status_.is_ok();
+    }
+    Status take() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return status_;
+    }
+
+private:
+    std::mutex mutex_;
+    Status status_;
+};
+
+// Blocks are encoded in parallel but must land in the frame in order: each
+// waits for its predecessor, then copies its bytes (still hot in cache) in place.
+class OrderedCommit {
+public:
+    explicit OrderedCommit(uint64_t start) : offset_(start) {}
+    uint64_t wait_turn(size_t block) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return next_ == block; });
+        return offset_;
+    }
+    void done(size_t bytes) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            offset_ += bytes;
+            ++next_;
+        }
+        cv_.notify_all();
+    }
+    uint64_t offset() const { return offset_; }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    size_t next_ = 0;
+    uint64_t offset_;
+};
+
+Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& h, const Layout& layout,
+                    const EncodeOptions& o, Scratch& s, size_t* size) {
+    const unsigned esize = dtype_size(h.dtype);
+    uint8_t* planes[4];
+    for (unsigned p = 0; p < esize; ++p) planes[p] = s.plane(p, h.block_elems);
+    shuffle::split(src + first * esize, n, esize, transform_of(h, first), planes);
+
+    uint8_t* out = s.encoded.data();
+    put_u64(out, checksum64(src + first * esize, n * esize, block_seed(h, first / h.block_elems)));
+    size_t pos = kBlockPrefixBytes;
+    for (unsigned p = 0; p < esize; ++p) {
+        PlanePolicy policy;
+        policy.mode = o.mode;
+        policy.deflate = o.deflate;
+        policy.backend = o.backend;
+        policy.try_entropy = layout.plane_entropy[p] < kIncompressibleBits;
+        policy.try_lz = has_repeated_rows(planes[p], n, h.channels);
+        // Channel context modelling for the exponent-carrying plane.
+        policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
+        Method method;
+        size_t written = 0;
+        KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
+                                            s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
+        out[pos] = static_cast<uint8_t>(method);
+        put_u32(out + pos + 1, static_cast<uint32_t>(written));
+        pos += kPlanePrefixBytes + written;
+    }
+    *size = pos;
+    return Status::ok();
+}
+
+Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n, const Header& h, uint8_t* dst,
+                    uint8_t* scratch) {
+    const unsigned esize = dtype_size(h.dtype);
+    if (size < kBlockPrefixBytes) return corrupt("block too short for its checksum");
+    const uint64_t expected = get_u64(block);
+    size_t pos = kBlockPrefixBytes;
+    const uint8_t* planes[4];
+    for (unsigned p = 0; p < esize; ++p) {
+        if (size - pos < kPlanePrefixBytes) return corrupt("block too short for its planes");
+        const uint8_t method = block[pos];
+        const size_t payload = get_u32(block + pos + 1);
+        pos += kPlanePrefixBytes;
+        if (payload > size - pos) return corrupt("plane payload runs past its block");
+        KVCORE_RETURN_IF_ERROR(
+            decode_plane(method, block + pos, payload, n, h.channels, scratch + p * n, &planes[p]));
+        pos += payload;
+    }
+    if (pos != size) return corrupt("block has trailing bytes");
+    uint8_t* out = dst + first * esize;
+    shuffle::merge(planes, n, esize, transform_of(h, first), out);
+    if (checksum64(out, n * esize, block_seed(h, first / h.block_elems)) != expected)
+        return corrupt("block checksum mismatch");
+    return Status::ok();
+}
+
+}  // namespace
+
+size_t max_frame_size(const TensorDesc& desc, uint32_t block_bytes) {
+    const unsigned esize = dtype_size(desc.dtype);
+    uint64_t n = 1;
+    for (uint64_t d : desc.shape) n *= d;
+    const uint32_t channels = channel_count(desc.shape);
+    const uint64_t be = block_elems_for(block_bytes, esize, channels);
+    const uint64_t blocks = (n + be - 1) / be;
+    return header_size(desc.shape.size(), true, channels, static_cast<uint32_t>(blocks)) +
+           blocks * (kBlockPrefixBytes + esize * kPlanePrefixBytes) + n * esize;
+}
+
+size_t max_frame_size(const TensorDesc& desc) { return max_frame_size(desc, 0); }
+
+Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const EncodeOptions& o, uint8_t* dst,
+                size_t cap, size_t* written) {
+    KVCORE_RETURN_IF_ERROR(validate_desc(desc, nbytes));
+    if (o.block_bytes != 0 && (o.block_bytes > kMaxBlockBytes || o.block_bytes < 64))
+        return invalid("block_bytes must be within [64, " + std::to_string(kMaxBlockBytes) + "]");
+    if (cap < max_frame_size(desc, o.block_bytes)) return make_status(Code::kBufferTooSmall, "frame buffer too small");
+    const unsigned esize = dtype_size(desc.dtype);
+    const uint64_t n = nbytes / esize;
+
+    Header h;
+    h.dtype = desc.dtype;
+    h.shape = desc.shape;
+    h.n_elems = n;
+    h.channels = channel_count(desc.shape);
+    // Blocks hold whole rows, so channel i of every block is channel i of the tensor.
+    h.block_elems = block_elems_for(o.block_bytes, esize, h.channels);
+    h.n_blocks = static_cast<uint32_t>((n + h.block_elems - 1) / h.block_elems);
+    const Layout layout = choose_layout(src, n, desc.dtype, h.channels);
+    h.flags = (layout.rotate ? kFlagRotate : 0) | (o.mode == Mode::kFast ? kFlagFastMode : 0);
+    if (!layout.residual.empty()) {
+        h.flags |= kFlagResidual;
+        h.residual = layout.residual;
+    }
+    h.block_sizes.assign(h.n_blocks, 0);
+    bind_header(&h);
+    const size_t hsize = header_size(h);
+
+    advise_huge_pages(dst, cap);
+    FirstError error;
+    OrderedCommit commit(hsize);
+    const size_t planes_bytes = size_t(esize) * h.block_elems;
+    const size_t encoded_bytes = block_bound(h.block_elems, esize);
+    default_pool().parallel_for(h.n_blocks, o.threads, [&](size_t b) {
+        const uint64_t first = uint64_t(b) * h.block_elems;
+        const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, n - first));
+        size_t size = 0;
+        Status st;
+        if (!error.failed()) {
+            Scratch& s = thread_scratch(planes_bytes, encoded_bytes);
+            st = encode_block(src, first, count, h, layout, o, s, &size);
+            const uint64_t at = commit.wait_turn(b);
+            if (st.is_ok()) {
+                std::memcpy(dst + at, s.encoded.data(), size);
+                h.block_sizes[b] = static_cast<uint32_t>(size);
+            }
+        } else {
+            commit.wait_turn(b);
+        }
+        commit.done(st.is_ok() ? size : 0);
+        if (!st.is_ok()) error.set(std::move(st));
+    });
+    KVCORE_RETURN_IF_ERROR(error.take());
+    write_header(h, dst);
+    *written = commit.offset();
+    return Status::ok();
+}
+
+Status read_desc(const uint8_t* frame, size_t size, TensorDesc* desc) {
+    Header h;
+    size_t pos = 0;
+    KVCORE_RETURN_IF_ERROR(parse_header(frame, size, &h, &pos));
+    desc->dtype = h.dtype;
+    desc->shape = std::move(h.shape);
+    return Status::ok();
+}
+
+Status read_info(const uint8_t* frame, size_t size, FrameInfo* info) {
+    Header h;
+    size_t pos = 0;
+    KVCORE_RETURN_IF_ERROR(parse_header(frame, size, &h, &pos));
+    const unsigned esize = dtype_size(h.dtype);
+    info->version = kVersion;
+    info->desc.dtype = h.dtype;
+    info->desc.shape = h.shape;
+    info->original_bytes = h.n_elems * esize;
+    info->frame_bytes = size;
+    info->block_elems = h.block_elems;
+    info->n_blocks = h.n_blocks;
+    info->flags = h.flags;
+    info->channels = h.channels;
+    info->method_counts.assign(kMethodCount, 0);
+    info->method_bytes.assign(kMethodCount, 0);
+    for (uint32_t b = 0; b < h.n_blocks; ++b) {
+        const uint8_t* block = frame + pos;
+        const size_t bsize = h.block_sizes[b];
+        size_t at = kBlockPrefixBytes;
+        for (unsigned p = 0; p < esize; ++p) {
+            if (at > bsize || bsize - at < kPlanePrefixBytes) return corrupt("block too short for its planes");
+            const uint8_t m = block[at];
+            const size_t payload = get_u32(block + at + 1);
+            if (m >= kMethodCount) return corrupt("unknown plane method " + std::to_string(m));
+            at += kPlanePrefixBytes;
+            if (payload > bsize - at) return corrupt("plane payload runs past its block");
+            ++info->method_counts[m];
+            info->method_bytes[m] += payload;
+            at += payload;
+        }
+        if (at != bsize) return corrupt("block has trailing bytes");
+        pos += bsize;
+    }
+    return Status::ok();
+}
+
+Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_size, unsigned threads) {
+    Header h;
+    size_t pos = 0;
+    KVCORE_RETURN_IF_ERROR(parse_header(frame, size, &h, &pos));
+    const unsigned esize = dtype_size(h.dtype);
+    if (dst_size != h.n_elems * esize)
+        return make_status(Code::kBufferTooSmall, "output holds " + std::to_string(dst_size) + " bytes, the frame " +
+                                                      std::to_string(h.n_elems * esize));
+    std::vector<uint64_t> offsets(h.n_blocks);
+    for (uint32_t b = 0; b < h.n_blocks; ++b) {
+        offsets[b] = pos;
+        pos += h.block_sizes[b];
+    }
+    advise_huge_pages(dst, dst_size);
+    FirstError error;
+    const size_t scratch_bytes = size_t(esize) * h.block_elems;
+    default_pool().parallel_for(h.n_blocks, threads, [&](size_t b) {
+        if (error.failed()) return;
+        const uint64_t first = uint64_t(b) * h.block_elems;
+        const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
+        Scratch& s = thread_scratch(scratch_bytes, 0);
+        Status st = decode_block(frame + offsets[b], h.block_sizes[b], first, count, h, dst, s.planes.data());
+        if (!st.is_ok()) error.set(std::move(st));
+    });
+    return error.take();
+}
+
+}  // namespace kvcore::frame

@@ -1,0 +1,49 @@
+// Plane methods: how one byte plane of one block is stored in a frame.
+// The numeric values are part of the frame format (docs/FORMAT.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+#include "frame/codec.h"
+
+namespace kvcore::frame {
+
+enum class Method : uint8_t {
+    kRaw = 0,       // the plane's bytes as they are
+    kHuffman = 1,   // entropy/huffman.h
+    kFastcode = 2,  // entropy/fastcode.h
+    kZstd = 3,      // lz/zstd_plane.h
+    kDeflate = 4,   // raw DEFLATE pieces (QAT-compatible), deflate/
+    kConstant = 5,  // one byte, repeated n times
+    kGrouped = 6,   // channel-grouped Huffman, entropy/channel_groups.h
+};
+constexpr unsigned kMethodCount = 7;
+const char* method_name(uint8_t method);
+
+// How the encoder chooses a plane's method.
+struct PlanePolicy {
+    Mode mode = Mode::kDense;
+    bool try_entropy = true;  // false: the plane looks incompressible (mantissa bytes)
+    bool try_lz = false;      // the plane has long repeats: also try zstd
+    bool deflate = false;     // use the DEFLATE method instead of Huffman/fastcode
+    Backend backend = Backend::kAuto;
+    uint32_t channels = 1;    // > 1: the plane is whole rows of this many channels (context modelling)
+};
+
+// Worst-case payload size for a plane of n bytes (raw is always possible).
+inline size_t plane_payload_bound(size_t n) { return n; }
+
+// Encodes plane[0, n) into dst (capacity >= n), picking the smallest method the
+// policy allows.
+Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
+                    Method* method, size_t* written);
+
+// Decodes a payload of n bytes. For kRaw *out points into the payload itself
+// (no copy); otherwise the plane is decoded into scratch and *out = scratch.
+// channels: the frame's channel count (for kGrouped).
+Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t n, uint32_t channels,
+                    uint8_t* scratch, const uint8_t** out);
+
+}  // namespace kvcore::frame

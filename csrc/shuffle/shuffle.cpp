@@ -1,0 +1,164 @@
+// Byte-plane shuffle: run-time dispatch and the portable scalar reference.
+//
+// The scalar code is the definition every SIMD variant must match byte for
+// byte: element i is read little endian, rotated left by one bit (optional),
+// byte p goes to planes[p][i], and the top plane's byte has
+// residual[(phase + i) % period] subtracted (optional). merge undoes the steps
+// in reverse order.
+#include "shuffle/shuffle.h"
+
+#include "cpu/cpu_features.h"
+#include "shuffle/shuffle_internal.h"
+
+namespace kvcore::shuffle {
+namespace detail {
+namespace {
+
+template <typename W>
+W load_le(const uint8_t* p) {
+    W x = 0;
+    for (unsigned b = 0; b < sizeof(W); ++b) x = static_cast<W>(x | (W(p[b]) << (8 * b)));
+    return x;
+}
+
+template <typename W>
+W rotl1(W x) {
+    return static_cast<W>((x << 1) | (x >> (8 * sizeof(W) - 1)));
+}
+
+template <typename W>
+W rotr1(W x) {
+    return static_cast<W>((x >> 1) | (x << (8 * sizeof(W) - 1)));
+}
+
+// Elements go in blocks of kMaxBlock so that the residual of a block is a plain
+// array (ResidualPattern) and the inner loops have no wrap-around test; the
+// compiler may vectorise them with the baseline ISA.
+template <typename W, bool Rotate, bool Residual>
+void split_t(const uint8_t* __restrict src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+    constexpr unsigned E = sizeof(W);
+    constexpr size_t B = kMaxBlock;
+    const ResidualPattern res(t, Residual ? n : 0);
+    const size_t step = Residual ? res.step(B) : 0;
+    uint8_t* __restrict p0 = planes[0];
+    uint8_t* __restrict p1 = E > 1 ? planes[1] : nullptr;
+    uint8_t* __restrict p2 = E > 2 ? planes[2] : nullptr;
+    uint8_t* __restrict p3 = E > 2 ? planes[3] : nullptr;
+    uint8_t* __restrict top = planes[E - 1];
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i += B) {
+        const size_t m = n - i < B ? n - i : B;
+        for (size_t j = i; j < i + m; ++j) {
+            W x = load_le<W>(src + j * E);
+            if (Rotate) x = rotl1(x);
+            p0[j] = static_cast<uint8_t>(x);
+            if constexpr (E > 1) p1[j] = static_cast<uint8_t>(x >> 8);
+            if constexpr (E > 2) {
+                p2[j] = static_cast<uint8_t>(x >> 16);
+                p3[j] = static_cast<uint8_t>(x >> 24);
+            }
+        }
+        if (Residual) {
+            const uint8_t* __restrict r = res.bytes() + pos;
+            for (size_t j = 0; j < m; ++j) top[i + j] = static_cast<uint8_t>(top[i + j] - r[j]);
+            res.advance(pos, step);
+        }
+    }
+}
+
+template <typename W, bool Rotate, bool Residual>
+void merge_t(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* __restrict dst) {
+    constexpr unsigned E = sizeof(W);
+    constexpr size_t B = kMaxBlock;
+    const ResidualPattern res(t, Residual ? n : 0);
+    const size_t step = Residual ? res.step(B) : 0;
+    const uint8_t* __restrict p0 = planes[0];
+    const uint8_t* __restrict p1 = E > 1 ? planes[1] : nullptr;
+    const uint8_t* __restrict p2 = E > 2 ? planes[2] : nullptr;
+    const uint8_t* __restrict p3 = E > 2 ? planes[3] : nullptr;
+    const uint8_t* __restrict top = planes[E - 1];
+    uint8_t top_block[B];
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i += B) {
+        const size_t m = n - i < B ? n - i : B;
+        if (Residual) {
+            const uint8_t* __restrict r = res.bytes() + pos;
+            for (size_t j = 0; j < m; ++j) top_block[j] = static_cast<uint8_t>(top[i + j] + r[j]);
+            res.advance(pos, step);
+        }
+        for (size_t j = 0; j < m; ++j) {
+            const size_t k = i + j;
+            const uint8_t hi = Residual ? top_block[j] : top[k];
+            W x;
+            if constexpr (E == 1) x = hi;
+            if constexpr (E == 2) x = static_cast<W>(p0[k] | (W(hi) << 8));
+            if constexpr (E == 4) x = W(p0[k]) | (W(p1[k]) << 8) | (W(p2[k]) << 16) | (W(hi) << 24);
+            if (Rotate) x = rotr1(x);
+            for (unsigned b = 0; b < E; ++b) dst[k * E + b] = static_cast<uint8_t>(x >> (8 * b));
+        }
+    }
+    (void)p1;
+    (void)p3;
+}
+
+template <typename W>
+void split_w(const uint8_t* src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+    const bool res = t.residual != nullptr;
+    if (t.rotate) {
+        res ? split_t<W, true, true>(src, n, t, planes) : split_t<W, true, false>(src, n, t, planes);
+    } else {
+        res ? split_t<W, false, true>(src, n, t, planes) : split_t<W, false, false>(src, n, t, planes);
+    }
+}
+
+template <typename W>
+void merge_w(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+    const bool res = t.residual != nullptr;
+    if (t.rotate) {
+        res ? merge_t<W, true, true>(planes, n, t, dst) : merge_t<W, true, false>(planes, n, t, dst);
+    } else {
+        res ? merge_t<W, false, true>(planes, n, t, dst) : merge_t<W, false, false>(planes, n, t, dst);
+    }
+}
+
+}  // namespace
+
+void split_scalar(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes) {
+    switch (elem_size) {
+        case 1: split_w<uint8_t>(src, n, t, planes); break;
+        case 2: split_w<uint16_t>(src, n, t, planes); break;
+        case 4: split_w<uint32_t>(src, n, t, planes); break;
+        default: break;  // callers validate elem_size
+    }
+}
+
+void merge_scalar(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst) {
+    switch (elem_size) {
+        case 1: merge_w<uint8_t>(planes, n, t, dst); break;
+        case 2: merge_w<uint16_t>(planes, n, t, dst); break;
+        case 4: merge_w<uint32_t>(planes, n, t, dst); break;
+        default: break;
+    }
+}
+
+}  // namespace detail
+
+// elem_size outside {1, 2, 4} or a residual with period 0 is a caller error
+// (the bindings reject it); these functions then write nothing.
+void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes) {
+    if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return;
+    const uint32_t isa = cpu::active_isa();
+    if (isa & cpu::kIsaAvx512) return detail::split_avx512(src, n, elem_size, t, planes);
+    if (isa & cpu::kIsaAvx2) return detail::split_avx2(src, n, elem_size, t, planes);
+    detail::split_scalar(src, n, elem_size, t, planes);
+}
+
+void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst) {
+    if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return;
+    const uint32_t isa = cpu::active_isa();
+    if (isa & cpu::kIsaAvx512) return detail::merge_avx512(planes, n, elem_size, t, dst);
+    if (isa & cpu::kIsaAvx2) return detail::merge_avx2(planes, n, elem_size, t, dst);
+    detail::merge_scalar(planes, n, elem_size, t, dst);
+}
+
+}  // namespace kvcore::shuffle

@@ -1,0 +1,266 @@
+// Byte-plane shuffle, AVX-512 variant (64-byte vectors; F, BW, VBMI).
+//
+// Mirrors the AVX2 variant with the cross-lane byte permute of VBMI
+// (vpermt2b) doing each deinterleave/interleave in one instruction:
+// 2-byte elements: split picks even / odd bytes of two vectors; merge picks
+// alternately from the low and high plane.
+// 4-byte elements: split picks planes 0|1 and 2|3 of 32 elements from two
+// vectors, then joins 256-bit halves of two such results with shuffle_i64x2;
+// merge splits halves back with shuffle_i64x2 and interleaves with vpermt2b.
+// Leftover elements (fewer than a block) go through the scalar reference.
+#include <cstring>
+
+#include "shuffle/shuffle_internal.h"
+
+#ifdef KVCORE_EMULATE_AVX512
+// Tests only (tests/test_shuffle_avx512_emulated.py): the same code compiled
+// against SIMDe's portable AVX-512, so that machines without AVX-512 check it.
+#include "avx512_emulation.h"
+#define KV_AVX512
+#else
+#include <immintrin.h>
+#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx2,bmi,bmi2")))
+#endif
+
+// GCC 12 reports its own _mm512_undefined_*() placeholders inside the
+// shuffle_i64x2 / rol / ror intrinsics as maybe-uninitialized (a false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace kvcore::shuffle::detail {
+namespace {
+
+KV_AVX512 inline __m512i ld(const uint8_t* p) { return _mm512_loadu_si512(p); }
+KV_AVX512 inline void st(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
+
+// A byte-index vector for vpermt2b: idx[j] = f(j), each in [0, 128).
+template <typename F>
+KV_AVX512 inline __m512i index_vector(F f) {
+    alignas(64) uint8_t idx[64];
+    for (int j = 0; j < 64; ++j) idx[j] = static_cast<uint8_t>(f(j));
+    return _mm512_load_si512(idx);
+}
+
+KV_AVX512 inline __m512i rotl8(__m512i x) {
+    return _mm512_or_si512(_mm512_add_epi8(x, x), _mm512_and_si512(_mm512_srli_epi16(x, 7), _mm512_set1_epi8(1)));
+}
+KV_AVX512 inline __m512i rotr8(__m512i x) {
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x, 1), _mm512_set1_epi8(0x7f)),
+                           _mm512_and_si512(_mm512_slli_epi16(x, 7), _mm512_set1_epi8(static_cast<char>(0x80))));
+}
+KV_AVX512 inline __m512i rotl16(__m512i x) {
+    return _mm512_or_si512(_mm512_slli_epi16(x, 1), _mm512_srli_epi16(x, 15));
+}
+KV_AVX512 inline __m512i rotr16(__m512i x) {
+    return _mm512_or_si512(_mm512_srli_epi16(x, 1), _mm512_slli_epi16(x, 15));
+}
+
+// ---- 1-byte elements ----
+
+template <bool Rot, bool Res>
+KV_AVX512 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+    constexpr size_t B = 128;
+    const ResidualPattern res(t, n);
+    const size_t step = res.step(B);
+    size_t pos = 0, i = 0;
+    uint8_t* out = planes[0];
+    for (; i + B <= n; i += B) {
+        __m512i a = ld(src + i), b = ld(src + i + 64);
+        if (Rot) a = rotl8(a), b = rotl8(b);
+        if (Res) {
+            const uint8_t* r = res.bytes() + pos;
+            a = _mm512_sub_epi8(a, ld(r));
+            b = _mm512_sub_epi8(b, ld(r + 64));
+            res.advance(pos, step);
+        }
+        st(out + i, a);
+        st(out + i + 64, b);
+    }
+    split_rest(src, n, i, 1, t, planes);
+}
+
+template <bool Rot, bool Res>
+KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+    constexpr size_t B = 128;
+    const ResidualPattern res(t, n);
+    const size_t step = res.step(B);
+    size_t pos = 0, i = 0;
+    const uint8_t* in = planes[0];
+    for (; i + B <= n; i += B) {
+        __m512i a = ld(in + i), b = ld(in + i + 64);
+        if (Res) {
+            const uint8_t* r = res.bytes() + pos;
+            a = _mm512_add_epi8(a, ld(r));
+            b = _mm512_add_epi8(b, ld(r + 64));
+            res.advance(pos, step);
+        }
+        if (Rot) a = rotr8(a), b = rotr8(b);
+        st(dst + i, a);
+        st(dst + i + 64, b);
+    }
+    merge_rest(planes, n, i, 1, t, dst);
+}
+
+// ---- 2-byte elements ----
+
+template <bool Rot, bool Res>
+KV_AVX512 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+    constexpr size_t B = 64;
+    const ResidualPattern res(t, n);
+    const size_t step = res.step(B);
+    const __m512i even = index_vector([](int j) { return 2 * j; });
+    const __m512i odd = index_vector([](int j) { return 2 * j + 1; });
+    size_t pos = 0, i = 0;
+    for (; i + B <= n; i += B) {
+        const uint8_t* s = src + 2 * i;
+        __m512i a = ld(s), b = ld(s + 64);
+        if (Rot) a = rotl16(a), b = rotl16(b);
+        const __m512i lo = _mm512_permutex2var_epi8(a, even, b);
+        __m512i hi = _mm512_permutex2var_epi8(a, odd, b);
+        if (Res) {
+            hi = _mm512_sub_epi8(hi, ld(res.bytes() + pos));
+            res.advance(pos, step);
+        }
+        st(planes[0] + i, lo);
+        st(planes[1] + i, hi);
+    }
+    split_rest(src, n, i, 2, t, planes);
+}
+
+template <bool Rot, bool Res>
+KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+    constexpr size_t B = 64;
+    const ResidualPattern res(t, n);
+    const size_t step = res.step(B);
+    // Output byte j of elements 0..31: low plane byte j/2 (even j) or high plane byte j/2 (odd j, +64).
+    const __m512i first = index_vector([](int j) { return (j & 1 ? 64 : 0) + j / 2; });
+    const __m512i second = index_vector([](int j) { return (j & 1 ? 64 : 0) + 32 + j / 2; });
+    size_t pos = 0, i = 0;
+    for (; i + B <= n; i += B) {
+        const __m512i lo = ld(planes[0] + i);
+        __m512i hi = ld(planes[1] + i);
+        if (Res) {
+            hi = _mm512_add_epi8(hi, ld(res.bytes() + pos));
+            res.advance(pos, step);
+        }
+        __m512i a = _mm512_permutex2var_epi8(lo, first, hi);
+        __m512i b = _mm512_permutex2var_epi8(lo, second, hi);
+        if (Rot) a = rotr16(a), b = rotr16(b);
+        st(dst + 2 * i, a);
+        st(dst + 2 * i + 64, b);
+    }
+    merge_rest(planes, n, i, 2, t, dst);
+}
+
+// ---- 4-byte elements ----
+
+template <bool Rot, bool Res>
+KV_AVX512 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+    constexpr size_t B = 64;
+    const ResidualPattern res(t, n);
+    const size_t step = res.step(B);
+    // From two vectors (elements 0..31): bytes 0..31 = plane 0 (or 2), bytes 32..63 = plane 1 (or 3).
+    const __m512i p01 = index_vector([](int j) { return j < 32 ? 4 * j : 4 * (j - 32) + 1; });
+    const __m512i p23 = index_vector([](int j) { return j < 32 ? 4 * j + 2 : 4 * (j - 32) + 3; });
+    size_t pos = 0, i = 0;
+    for (; i + B <= n; i += B) {
+        const uint8_t* s = src + 4 * i;
+        __m512i v0 = ld(s), v1 = ld(s + 64), v2 = ld(s + 128), v3 = ld(s + 192);
+        if (Rot) {
+            v0 = _mm512_rol_epi32(v0, 1), v1 = _mm512_rol_epi32(v1, 1);
+            v2 = _mm512_rol_epi32(v2, 1), v3 = _mm512_rol_epi32(v3, 1);
+        }
+        const __m512i a01 = _mm512_permutex2var_epi8(v0, p01, v1), a23 = _mm512_permutex2var_epi8(v0, p23, v1);
+        const __m512i b01 = _mm512_permutex2var_epi8(v2, p01, v3), b23 = _mm512_permutex2var_epi8(v2, p23, v3);
+        // 0x44: low 256 bits of a, then low 256 bits of b; 0xEE: the high halves.
+        const __m512i q0 = _mm512_shuffle_i64x2(a01, b01, 0x44);
+        const __m512i q1 = _mm512_shuffle_i64x2(a01, b01, 0xEE);
+        const __m512i q2 = _mm512_shuffle_i64x2(a23, b23, 0x44);
+        __m512i q3 = _mm512_shuffle_i64x2(a23, b23, 0xEE);
+        if (Res) {
+            q3 = _mm512_sub_epi8(q3, ld(res.bytes() + pos));
+            res.advance(pos, step);
+        }
+        st(planes[0] + i, q0);
+        st(planes[1] + i, q1);
+        st(planes[2] + i, q2);
+        st(planes[3] + i, q3);
+    }
+    split_rest(src, n, i, 4, t, planes);
+}
+
+template <bool Rot, bool Res>
+KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+    constexpr size_t B = 64;
+    const ResidualPattern res(t, n);
+    const size_t step = res.step(B);
+    // Sources: x = (plane 0 | plane 1) and y = (plane 2 | plane 3) of 32 elements,
+    // each plane 32 bytes. Output byte 4e + p of element e (+16 for the second vector).
+    const __m512i first = index_vector([](int j) {
+        const int e = j / 4, p = j % 4;
+        return (p >= 2 ? 64 : 0) + (p & 1) * 32 + e;
+    });
+    const __m512i second = index_vector([](int j) {
+        const int e = j / 4 + 16, p = j % 4;
+        return (p >= 2 ? 64 : 0) + (p & 1) * 32 + e;
+    });
+    size_t pos = 0, i = 0;
+    for (; i + B <= n; i += B) {
+        const __m512i q0 = ld(planes[0] + i), q1 = ld(planes[1] + i), q2 = ld(planes[2] + i);
+        __m512i q3 = ld(planes[3] + i);
+        if (Res) {
+            q3 = _mm512_add_epi8(q3, ld(res.bytes() + pos));
+            res.advance(pos, step);
+        }
+        const __m512i x0 = _mm512_shuffle_i64x2(q0, q1, 0x44), x1 = _mm512_shuffle_i64x2(q0, q1, 0xEE);
+        const __m512i y0 = _mm512_shuffle_i64x2(q2, q3, 0x44), y1 = _mm512_shuffle_i64x2(q2, q3, 0xEE);
+        __m512i o[4] = {
+            _mm512_permutex2var_epi8(x0, first, y0),
+            _mm512_permutex2var_epi8(x0, second, y0),
+            _mm512_permutex2var_epi8(x1, first, y1),
+            _mm512_permutex2var_epi8(x1, second, y1),
+        };
+        uint8_t* d = dst + 4 * i;
+        for (int k = 0; k < 4; ++k) st(d + 64 * k, Rot ? _mm512_ror_epi32(o[k], 1) : o[k]);
+    }
+    merge_rest(planes, n, i, 4, t, dst);
+}
+
+}  // namespace
+
+KV_AVX512 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
+                            uint8_t* const* planes) {
+    const bool rot = t.rotate, res = t.residual != nullptr;
+#define KV_SPLIT(fn)                                                                      \
+    (rot ? (res ? fn<true, true>(src, n, t, planes) : fn<true, false>(src, n, t, planes)) \
+         : (res ? fn<false, true>(src, n, t, planes) : fn<false, false>(src, n, t, planes)))
+    switch (elem_size) {
+        case 1:
+            if (!rot && !res) std::memcpy(planes[0], src, n);
+            else KV_SPLIT(split1);
+            break;
+        case 2: KV_SPLIT(split2); break;
+        case 4: KV_SPLIT(split4); break;
+        default: break;
+    }
+#undef KV_SPLIT
+}
+
+KV_AVX512 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
+                            uint8_t* dst) {
+    const bool rot = t.rotate, res = t.residual != nullptr;
+#define KV_MERGE(fn)                                                                      \
+    (rot ? (res ? fn<true, true>(planes, n, t, dst) : fn<true, false>(planes, n, t, dst)) \
+         : (res ? fn<false, true>(planes, n, t, dst) : fn<false, false>(planes, n, t, dst)))
+    switch (elem_size) {
+        case 1:
+            if (!rot && !res) std::memcpy(dst, planes[0], n);
+            else KV_MERGE(merge1);
+            break;
+        case 2: KV_MERGE(merge2); break;
+        case 4: KV_MERGE(merge4); break;
+        default: break;
+    }
+#undef KV_MERGE
+}
+
+}  // namespace kvcore::shuffle::detail

@@ -1,0 +1,149 @@
+"""Lossless compression of KV tensors into kvcore frames (docs/FORMAT.md).
+
+>>> import torch, kvcore
+>>> kv = torch.randn(16, 8, 128).to(torch.bfloat16)
+>>> frame = kvcore.compress(kv)
+>>> kvcore.decompress(frame).view(torch.int16).equal(kv.view(torch.int16))
+True
+>>> kvcore.frame_info(frame)["dtype"]
+'bfloat16'
+"""
+
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+from . import _native
+from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
+from .errors import InvalidArgumentError
+
+_MODES = {"dense": 0, "fast": 1}
+_BACKENDS = {"auto": 0, "software": 1, "qat": 2}
+
+FrameLike = Union[bytes, bytearray, memoryview, np.ndarray, Any]  # any C-contiguous byte buffer
+TensorLike = Union[torch.Tensor, np.ndarray]
+
+
+def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        return t
+    if isinstance(x, np.ndarray):
+        dtype = torch_dtype_of_numpy(x.dtype)
+        arr = np.ascontiguousarray(x)
+        # numpy has no bf16/fp8: go through the raw bytes.
+        return torch.from_numpy(arr.reshape(-1).view(np.uint8).copy()).view(dtype).reshape(arr.shape)
+    raise InvalidArgumentError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def _byte_view(t: torch.Tensor) -> np.ndarray:
+    """The tensor's bytes as a flat uint8 numpy array, without a copy (t must be contiguous)."""
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+def _threads(threads: Optional[int]) -> Optional[int]:
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InvalidArgumentError(f"threads must be a positive int or None, got {threads!r}")
+    return threads
+
+
+def compress(
+    x: TensorLike,
+    *,
+    mode: str = "dense",
+    threads: Optional[int] = None,
+    block_bytes: Optional[int] = None,
+) -> bytes:
+    """Compress a tensor losslessly into a self-describing frame.
+
+    x: a torch tensor (any device; non-CPU tensors are copied to the host first)
+    or numpy array of bfloat16, float16, float32, float8_e4m3fn, float8_e5m2,
+    uint8 or int8, of any shape; non-contiguous input is accepted.
+    mode: "dense" (best ratio) or "fast" (fastest decompression).
+    threads: native threads to use (default: all cores).
+    block_bytes: size of the independently coded blocks (default 256 KiB).
+
+    >>> import torch, kvcore
+    >>> frame = kvcore.compress(torch.zeros(4, 8, dtype=torch.float16), mode="fast")
+    >>> len(frame) < 64
+    True
+    """
+    if mode not in _MODES:
+        raise InvalidArgumentError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
+    if block_bytes is not None and (not isinstance(block_bytes, int) or block_bytes <= 0):
+        raise InvalidArgumentError(f"block_bytes must be a positive int, got {block_bytes!r}")
+    t = _as_cpu_tensor(x)
+    code = code_of(t.dtype)
+    t = t.contiguous()
+    return _native.compress(
+        _byte_view(t),
+        code,
+        list(t.shape),
+        mode=_MODES[mode],
+        block_bytes=block_bytes or 0,
+        threads=_threads(threads),
+    )
+
+
+def frame_desc(frame: FrameLike) -> tuple[torch.dtype, tuple[int, ...]]:
+    """The dtype and shape a frame decodes to (reads the header only)."""
+    code, shape = _native.frame_desc(frame)
+    return torch_dtype(code), tuple(shape)
+
+
+def decompress(
+    frame: FrameLike,
+    *,
+    out: Optional[torch.Tensor] = None,
+    threads: Optional[int] = None,
+) -> torch.Tensor:
+    """Decode a frame into a tensor of the original dtype, shape and bits.
+
+    out: a preallocated contiguous CPU tensor of the frame's dtype and number of
+    elements (any shape) to decode into without allocating; it is returned.
+    Raises CorruptFrameError on a truncated, corrupted or tampered frame.
+
+    >>> import torch, kvcore
+    >>> x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    >>> out = torch.empty(3, 4)
+    >>> kvcore.decompress(kvcore.compress(x), out=out) is out
+    True
+    """
+    dtype, shape = frame_desc(frame)
+    if out is None:
+        out = torch.empty(shape, dtype=dtype)
+    else:
+        if not isinstance(out, torch.Tensor):
+            raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if out.device.type != "cpu" or not out.is_contiguous():
+            raise InvalidArgumentError("out must be a contiguous CPU tensor")
+        if out.dtype != dtype:
+            raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
+        if out.numel() != int(np.prod(shape, dtype=np.int64)):
+            raise InvalidArgumentError(f"out has {out.numel()} elements, the frame holds shape {shape}")
+    _native.decompress_into(frame, _byte_view(out), threads=_threads(threads))
+    return out
+
+
+def frame_info(frame: FrameLike) -> dict[str, Any]:
+    """Describe a frame without decoding it.
+
+    Returns dtype, shape, original_bytes, frame_bytes, ratio (frame/original),
+    block_elems, n_blocks, layout (rotate, residual, period) and per-plane
+    methods ({method: {"planes": count, "bytes": payload bytes}}).
+    """
+    info = _native.frame_info(frame)
+    flags = info.pop("flags")
+    info["dtype"] = str(torch_dtype(info.pop("dtype_code"))).removeprefix("torch.")
+    info["ratio"] = info["frame_bytes"] / info["original_bytes"] if info["original_bytes"] else 0.0
+    info["layout"] = {"rotate": bool(flags & 1), "residual": bool(flags & 2), "channels": info.pop("channels")}
+    info["mode"] = "fast" if flags & 4 else "dense"
+    return info
+
+
+def max_frame_size(dtype: torch.dtype, shape: tuple[int, ...], *, block_bytes: Optional[int] = None) -> int:
+    """Upper bound of len(compress(x)) for a tensor of this dtype and shape."""
+    return _native.max_frame_size(code_of(dtype), list(shape), block_bytes or 0)

@@ -1,0 +1,24 @@
+"""Loading the real KV tensors of ../shared/kvdata for tests."""
+
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+KVDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "kvdata"
+
+
+def files() -> list[Path]:
+    return sorted(KVDATA.glob("*.safetensors"))
+
+
+@lru_cache(maxsize=8)
+def tensors(name: str) -> dict[str, torch.Tensor]:
+    return load_file(str(KVDATA / name))
+
+
+def stacked(name: str) -> torch.Tensor:
+    """All tensors of a file stacked as [tensors, tokens, heads, dim]."""
+    ts = tensors(name)
+    return torch.stack([ts[k] for k in sorted(ts)])

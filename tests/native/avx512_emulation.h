@@ -1,0 +1,24 @@
+// AVX-512 intrinsics in portable C++ (SIMDe, Debian package libsimde-dev), for
+// checking AVX-512 kernels on machines without AVX-512. Tests only: included by
+// csrc files compiled with -DKVCORE_EMULATE_AVX512 from tests/, never by the package.
+#pragma once
+
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+
+#include <cstdint>
+#include <cstring>
+
+#ifndef _mm512_shuffle_i64x2
+// Older SIMDe lacks it. Result 128-bit lanes 0 and 1 come from a, lanes 2 and 3
+// from b; imm bits [2l+1:2l] pick the source lane of result lane l.
+static inline __m512i _mm512_shuffle_i64x2(__m512i a, __m512i b, int imm) {
+    uint8_t sa[64], sb[64], r[64];
+    std::memcpy(sa, &a, 64);
+    std::memcpy(sb, &b, 64);
+    for (int l = 0; l < 4; ++l) std::memcpy(r + 16 * l, (l < 2 ? sa : sb) + 16 * ((imm >> (2 * l)) & 3), 16);
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif

@@ -1,0 +1,111 @@
+// Sanitizer-built mutation fuzzer of the Huffman coder (run by tests/test_huffman_native_fuzz.py).
+//
+// Valid streams of varied planes are mutated (bit flips, truncation, appended
+// bytes, random bytes, edited header fields, pure garbage) and decoded from
+// exact-size heap copies into exact-size heap buffers, so AddressSanitizer sees
+// any read or write outside them; UBSan sees undefined behaviour. Each decode
+// must return kOk or kCorruptFrame. Encoding into every too-small capacity must
+// fail cleanly. Both SIMD variants run (alternating iterations).
+//
+// usage: huffman_fuzz SEED ITERATIONS
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "cpu/cpu_features.h"
+#include "entropy/huffman.h"
+
+using kvcore::entropy::huffman_bound;
+using kvcore::entropy::huffman_decode;
+using kvcore::entropy::huffman_encode;
+
+namespace {
+
+std::unique_ptr<uint8_t[]> exact_copy(const std::vector<uint8_t>& v) {
+    std::unique_ptr<uint8_t[]> p(new uint8_t[v.size()]);
+    if (!v.empty()) std::memcpy(p.get(), v.data(), v.size());
+    return p;
+}
+
+int fail(const char* what, size_t n, const kvcore::Status& st) {
+    std::fprintf(stderr, "FAIL: %s (n=%zu): %s\n", what, n, st.message.c_str());
+    return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::mt19937_64 rng(argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1);
+    const long iters = argc > 2 ? std::atol(argv[2]) : 10000;
+    long decoded = 0, corrupt = 0;
+    for (long it = 0; it < iters; ++it) {
+        kvcore::cpu::set_disabled_isa((it & 1) ? kvcore::cpu::kIsaAvx2 : 0);
+        const size_t n = rng() % 5 == 0 ? rng() % 20 : rng() % 6000;
+        std::vector<uint8_t> src(n);
+        const int kind = int(rng() % 4);
+        std::geometric_distribution<int> geo(0.1 + double(rng() % 80) / 100.0);
+        for (auto& c : src) {
+            c = kind == 0   ? uint8_t(rng())
+                : kind == 1 ? uint8_t(std::min(geo(rng), 255))
+                : kind == 2 ? uint8_t((rng() % 3) * 50)
+                            : uint8_t(std::min(geo(rng), 30) * 8);
+        }
+        std::vector<uint8_t> enc(huffman_bound(n));
+        size_t w = 0;
+        kvcore::Status st = huffman_encode(src.data(), n, nullptr, enc.data(), enc.size(), &w);
+        if (!st.is_ok()) return fail("encode", n, st);
+        enc.resize(w);
+        {
+            auto in = exact_copy(enc);
+            std::unique_ptr<uint8_t[]> out(new uint8_t[n ? n : 1]);
+            st = huffman_decode(in.get(), w, out.get(), n);
+            if (!st.is_ok()) return fail("round trip decode", n, st);
+            if (n && std::memcmp(out.get(), src.data(), n) != 0) return fail("round trip mismatch", n, st);
+            if (w > 0) {
+                const size_t cap = rng() % w;
+                std::unique_ptr<uint8_t[]> small(new uint8_t[cap ? cap : 1]);
+                size_t w2 = 0;
+                st = huffman_encode(src.data(), n, nullptr, cap ? small.get() : nullptr, cap, &w2);
+                if (st.code != kvcore::Code::kBufferTooSmall) return fail("encode into a small capacity", n, st);
+            }
+        }
+        std::vector<uint8_t> m = enc;
+        switch (rng() % 6) {
+            case 0:
+                for (int f = 1 + int(rng() % 4); f > 0 && !m.empty(); --f) m[rng() % m.size()] ^= uint8_t(1u << (rng() % 8));
+                break;
+            case 1: m.resize(m.empty() ? 0 : rng() % m.size()); break;
+            case 2:
+                for (size_t k = rng() % 64; k > 0; --k) m.push_back(uint8_t(rng()));
+                break;
+            case 3:
+                for (auto& c : m)
+                    if (rng() % 16 == 0) c = uint8_t(rng());
+                break;
+            case 4:
+                m.resize(rng() % 400);
+                for (auto& c : m) c = uint8_t(rng());
+                if (!m.empty()) m[0] = 2;
+                break;
+            default:
+                if (m.size() > 80) m[33 + rng() % 40] = uint8_t(rng());  // lengths and stream sizes
+                break;
+        }
+        const size_t n2 = rng() % 4 == 0 ? rng() % 10000 : n;
+        auto in = exact_copy(m);
+        std::unique_ptr<uint8_t[]> out(new uint8_t[n2 ? n2 : 1]);
+        st = huffman_decode(m.empty() ? nullptr : in.get(), m.size(), n2 ? out.get() : nullptr, n2);
+        if (st.is_ok())
+            ++decoded;
+        else if (st.code == kvcore::Code::kCorruptFrame)
+            ++corrupt;
+        else
+            return fail("mutated decode: unexpected status", n2, st);
+    }
+    std::printf("ok: %ld decoded, %ld corrupt\n", decoded, corrupt);
+    return 0;
+}

@@ -1,0 +1,215 @@
+"""Round trips of kvcore.compress / kvcore.decompress: bit-exact on real KV data in every dtype,
+mode and SIMD variant, on edge-case shapes and memory layouts."""
+
+import numpy as np
+import pytest
+import torch
+
+import kvcore
+from kvcore.dtypes import SUPPORTED
+
+import kvdata
+
+MODES = ["dense", "fast"]
+VARIANTS = ["scalar", *kvcore.features()["simd_detected"]]
+_MASK_FOR = {"scalar": "avx2", "avx2": "avx512", "avx512": ""}
+
+pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits of a tensor, for bit-exact comparison (NaN-safe)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_bit_exact(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert torch.equal(bits(a), bits(b))
+
+
+@pytest.fixture(params=VARIANTS)
+def variant(request):
+    kvcore.set_disabled_isa(_MASK_FOR[request.param])
+    assert kvcore.isa_variant() == request.param
+    yield request.param
+    kvcore.set_disabled_isa("")
+
+
+def real_in_dtype(name: str, dtype: torch.dtype) -> torch.Tensor:
+    t = kvdata.stacked(name)
+    return t if t.dtype == dtype else t.float().to(dtype)
+
+
+@pytest.mark.parametrize("name", [p.name for p in kvdata.files()])
+@pytest.mark.parametrize("mode", MODES)
+def test_real_files_round_trip(name, mode):
+    t = kvdata.stacked(name)
+    frame = kvcore.compress(t, mode=mode)
+    assert_bit_exact(kvcore.decompress(frame), t)
+    assert len(frame) < t.numel() * t.element_size()
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float8_e4m3fn, torch.float8_e5m2, torch.uint8, torch.int8, torch.float16]
+)
+@pytest.mark.parametrize("mode", MODES)
+def test_derived_dtypes_round_trip(dtype, mode):
+    src = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[:2]
+    t = src.float().to(dtype) if dtype.is_floating_point else src.view(torch.int16).to(dtype)
+    assert_bit_exact(kvcore.decompress(kvcore.compress(t, mode=mode)), t)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_variant_round_trips_real_data(variant, mode):
+    for name in ("minilm_l6_kv_bf16.safetensors", "stories260k_text_kv_fp16.safetensors"):
+        t = kvdata.stacked(name)[:2]
+        assert_bit_exact(kvcore.decompress(kvcore.compress(t, mode=mode)), t)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_frames_are_identical_across_variants_and_threads(mode):
+    t = kvdata.stacked("minilm_l6_kv_bf16.safetensors")[:3]
+    frames = set()
+    for v in VARIANTS:
+        kvcore.set_disabled_isa(_MASK_FOR[v])
+        try:
+            for threads in (1, 2):
+                frames.add(kvcore.compress(t, mode=mode, threads=threads))
+            # Cross-variant: what this variant wrote, every other variant reads.
+            frame = kvcore.compress(t, mode=mode)
+            for reader in VARIANTS:
+                kvcore.set_disabled_isa(_MASK_FOR[reader])
+                assert_bit_exact(kvcore.decompress(frame), t)
+        finally:
+            kvcore.set_disabled_isa("")
+    assert len(frames) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.uint8])
+@pytest.mark.parametrize(
+    "shape", [(), (0,), (1,), (2,), (3,), (7,), (1, 1), (0, 4, 8), (5, 3, 7), (33, 2, 17), (2, 1, 3, 4, 5)]
+)
+def test_edge_shapes(dtype, shape):
+    g = torch.Generator().manual_seed(1)
+    t = (torch.randn(shape, generator=g) * 4).to(dtype) if dtype.is_floating_point else torch.randint(
+        0, 255, shape, generator=g, dtype=torch.uint8
+    )
+    for mode in MODES:
+        frame = kvcore.compress(t, mode=mode, block_bytes=64)
+        assert_bit_exact(kvcore.decompress(frame), t)
+
+
+def test_odd_lengths_and_block_sizes():
+    t = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1)
+    for n in (1, 2, 3, 255, 257, 4097, 65535, 131073, 1_000_003):
+        for block_bytes in (64, 1000, 4096, 1 << 18, 1 << 22):
+            x = t[:n]
+            assert_bit_exact(kvcore.decompress(kvcore.compress(x, block_bytes=block_bytes)), x)
+
+
+def test_non_contiguous_views():
+    t = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[0]  # [tokens, heads, dim]
+    for view in (t.transpose(0, 1), t[:, 1], t[::3], t[..., ::2], t.permute(2, 0, 1)):
+        assert not view.is_contiguous()
+        back = kvcore.decompress(kvcore.compress(view))
+        assert_bit_exact(back, view.contiguous())
+
+
+def test_unaligned_input_and_frame_buffers():
+    t = kvdata.stacked("minilm_l6_kv_fp16.safetensors")[0, :200]
+    raw = t.reshape(-1).view(torch.uint8).numpy()
+    for offset in (1, 2, 3, 5):
+        buf = np.zeros(raw.size + 8, dtype=np.uint8)
+        buf[offset : offset + raw.size] = raw
+        unaligned = buf[offset : offset + raw.size].view(np.float16).reshape(t.shape)
+        frame = kvcore.compress(unaligned)
+        fbuf = bytearray(len(frame) + offset)
+        fbuf[offset:] = frame
+        back = kvcore.decompress(memoryview(fbuf)[offset:])
+        assert_bit_exact(back, t)
+
+
+def test_numpy_input_and_out_buffer():
+    x = np.random.default_rng(0).standard_normal((64, 4, 8)).astype(np.float32)
+    frame = kvcore.compress(x)
+    out = torch.empty(64 * 4 * 8, dtype=torch.float32)
+    assert kvcore.decompress(frame, out=out) is out
+    assert np.array_equal(out.numpy().reshape(x.shape), x)
+
+
+def test_out_buffer_mismatch_is_rejected():
+    frame = kvcore.compress(torch.ones(4, 4, dtype=torch.bfloat16))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.decompress(frame, out=torch.empty(4, 4, dtype=torch.float16))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.decompress(frame, out=torch.empty(15, dtype=torch.bfloat16))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.decompress(frame, out=torch.empty(4, 8, dtype=torch.bfloat16)[:, ::2])
+
+
+def test_bad_arguments_raise_kvcore_errors():
+    t = torch.ones(8, dtype=torch.bfloat16)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress(t, mode="tiny")
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress(t, threads=0)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress(torch.ones(8, dtype=torch.float64))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress(torch.ones(8, dtype=torch.bool))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress([1, 2, 3])
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress(torch.ones(*([1] * 9)))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress(t, block_bytes=8)
+
+
+def test_nothing_grows_past_raw_plus_header():
+    raw = torch.randint(0, 256, (300_000,), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    for dtype in (torch.bfloat16, torch.float32, torch.uint8, torch.float8_e5m2):
+        x = raw.view(dtype)
+        for mode in MODES:
+            frame = kvcore.compress(x, mode=mode)
+            assert len(frame) <= kvcore.max_frame_size(x.dtype, tuple(x.shape))
+            n_blocks = kvcore.frame_info(frame)["n_blocks"]
+            header = 24 + 8 + 4 + 4 * n_blocks + 4  # rank 1, no residual on random data
+            assert len(frame) <= raw.numel() + header + n_blocks * (8 + 5 * x.element_size())
+
+
+def test_frame_info_describes_the_frame():
+    t = kvdata.stacked("minilm_l6_kv_bf16.safetensors")
+    frame = kvcore.compress(t)
+    info = kvcore.frame_info(frame)
+    assert info["dtype"] == "bfloat16"
+    assert info["shape"] == tuple(t.shape)
+    assert info["original_bytes"] == t.numel() * 2
+    assert info["frame_bytes"] == len(frame)
+    assert info["n_blocks"] == -(-t.numel() // info["block_elems"])
+    assert info["layout"]["rotate"] is True  # bf16: exponent in one byte measures better
+    assert "huffman" in info["methods"] and "raw" in info["methods"]
+    assert sum(m["planes"] for m in info["methods"].values()) == 2 * info["n_blocks"]
+    assert kvcore.frame_desc(frame) == (torch.bfloat16, tuple(t.shape))
+
+
+def test_duplicate_rows_use_an_lz_stage():
+    # stories260K layer 0's V depends only on the token id: about 99% duplicate rows.
+    v = kvdata.tensors("stories260k_text_kv_bf16.safetensors")["layer0.v"]
+    frame = kvcore.compress(v)
+    info = kvcore.frame_info(frame)
+    assert "zstd" in info["methods"]
+    assert info["ratio"] < 0.2
+    assert_bit_exact(kvcore.decompress(frame), v)
+
+
+@pytest.mark.parametrize(
+    "name,zipnn_ratio",
+    [("minilm_l6_kv_bf16.safetensors", 0.668)],  # zipnn's ratio measured in ../shared/kvdata/README.md
+)
+def test_dense_ratio_beats_zipnn_reference(name, zipnn_ratio):
+    t = kvdata.stacked(name)
+    assert kvcore.frame_info(kvcore.compress(t))["ratio"] < zipnn_ratio
+
+
+def test_supported_dtypes_listed():
+    assert set(SUPPORTED) == {"uint8", "int8", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "float32"}

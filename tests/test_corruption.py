@@ -1,0 +1,138 @@
+"""Every truncated, corrupted or tampered frame raises CorruptFrameError: never a crash, a hang,
+or wrong data returned silently."""
+
+import random
+import struct
+
+import pytest
+import torch
+import xxhash
+
+import kvcore
+
+import kvdata
+
+pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
+
+
+def sample_frames():
+    t = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[:, :600]  # [tensors, 600, 4, 8]
+    v0 = kvdata.tensors("stories260k_text_kv_bf16.safetensors")["layer0.v"][:2000]
+    return {
+        "dense": kvcore.compress(t, block_bytes=16384),
+        "fast": kvcore.compress(t, mode="fast", block_bytes=16384),
+        "fp16": kvcore.compress(t.float().half(), block_bytes=16384),
+        "fp32": kvcore.compress(t[:2].float(), block_bytes=16384),
+        "zstd": kvcore.compress(v0, block_bytes=8192),
+        "tiny": kvcore.compress(torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)),
+    }
+
+
+FRAMES = sample_frames() if kvdata.files() else {}
+
+
+def header_length(frame: bytes) -> int:
+    ndim = frame[6]
+    period = struct.unpack_from("<I", frame, 24 + 8 * ndim)[0]
+    residual = period if frame[7] & 2 else 0
+    n_blocks = struct.unpack_from("<I", frame, 12)[0]
+    return 24 + 8 * ndim + 4 + residual + 4 * n_blocks + 4
+
+
+def reseal(frame: bytearray) -> bytes:
+    """Recompute the header checksum, as a deliberate tamperer would."""
+    end = header_length(bytes(frame)) - 4
+    struct.pack_into("<I", frame, end, xxhash.xxh3_64_intdigest(bytes(frame[:end])) & 0xFFFFFFFF)
+    return bytes(frame)
+
+
+@pytest.mark.parametrize("kind", sorted(FRAMES))
+def test_valid_frames_decode(kind):
+    kvcore.decompress(FRAMES[kind])
+
+
+@pytest.mark.parametrize("kind", sorted(FRAMES))
+def test_every_truncation_is_detected(kind):
+    frame = FRAMES[kind]
+    lengths = range(len(frame)) if len(frame) < 400 else sorted(
+        set(range(0, 300)) | set(random.Random(1).sample(range(len(frame)), 300))
+    )
+    for n in lengths:
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(frame[:n])
+
+
+@pytest.mark.parametrize("kind", sorted(FRAMES))
+def test_every_single_bit_flip_is_detected(kind):
+    frame = FRAMES[kind]
+    rng = random.Random(kind)
+    positions = range(len(frame)) if len(frame) < 400 else [rng.randrange(len(frame)) for _ in range(400)]
+    for pos in positions:
+        bad = bytearray(frame)
+        bad[pos] ^= 1 << rng.randrange(8)
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(bytes(bad))
+
+
+def test_appended_bytes_are_detected():
+    for frame in FRAMES.values():
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(frame + b"\0")
+
+
+@pytest.mark.parametrize(
+    "offset,fmt,value",
+    [
+        (4, "B", 2),  # version
+        (5, "B", 5),  # dtype bf16 -> fp16 (same element size)
+        (5, "B", 9),  # unknown dtype
+        (6, "B", 9),  # rank above 8
+        (7, "B", 0x10),  # unknown flag
+        (7, "B", 0),  # layout flags dropped
+        (8, "I", 1),  # block_elems
+        (8, "I", 0),
+        (12, "I", 0xFFFFFFFF),  # n_blocks
+        (16, "Q", 1 << 62),  # n_elems
+        (24, "Q", 3),  # first dimension
+    ],
+)
+def test_edited_header_fields_with_resealed_checksum(offset, fmt, value):
+    frame = bytearray(FRAMES["dense"])
+    struct.pack_into("<" + fmt, frame, offset, value)
+    try:
+        tampered = reseal(frame)
+    except struct.error:
+        tampered = bytes(frame)
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.decompress(tampered)
+
+
+def test_swapped_blocks_are_detected():
+    frame = FRAMES["fp32"]
+    n_blocks = struct.unpack_from("<I", frame, 12)[0]
+    h = header_length(frame)
+    table = h - 4 - 4 * n_blocks
+    sizes = struct.unpack_from(f"<{n_blocks}I", frame, table)
+    assert n_blocks >= 2
+    blocks, pos = [], h
+    for s in sizes:
+        blocks.append(frame[pos : pos + s])
+        pos += s
+    swapped = bytearray(frame[:h])
+    struct.pack_into("<2I", swapped, table, sizes[1], sizes[0])
+    swapped = reseal(swapped) + blocks[1] + blocks[0] + b"".join(blocks[2:])
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.decompress(swapped)
+
+
+def test_garbage_and_empty_input():
+    rng = random.Random(5)
+    for n in (0, 1, 3, 4, 23, 24, 100, 5000):
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(bytes(rng.randrange(256) for _ in range(n)))
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.frame_info(b"KVCF" + bytes(40))
+
+
+def test_corrupt_frame_is_a_kvcore_error():
+    assert issubclass(kvcore.CorruptFrameError, kvcore.KVCoreError)

@@ -1,0 +1,449 @@
+"""The "fast" mode plane coder (csrc/entropy/fastcode.*): round trips on real KV
+byte planes, every code width and SIMD variant, the documented stream layout,
+and corrupt input (bit flips, truncation, garbage) that must end in
+CorruptFrameError or a clean n-byte result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvcore
+from kvcore import _native as N
+
+from conftest import KVDATA, kvdata_files
+
+VARIANTS = {"scalar": "avx2", "widest": ""}
+WIDTHS = range(1, 8)
+SIZES = [0, 1, 2, 3, 31, 32, 33, 255, 256, 257, 4097, 1 << 20]
+PIECE = 128 * 1024
+
+
+@pytest.fixture(params=list(VARIANTS), ids=list(VARIANTS))
+def variant(request):
+    kvcore.set_disabled_isa(VARIANTS[request.param])
+    yield request.param
+    kvcore.set_disabled_isa("")
+
+
+def in_variant(name: str, fn, *args):
+    kvcore.set_disabled_isa(VARIANTS[name])
+    try:
+        return fn(*args)
+    finally:
+        kvcore.set_disabled_isa("")
+
+
+def skewed(n: int, seed: int = 0) -> np.ndarray:
+    """Exponent-like bytes: a few frequent values and a tail of rare ones."""
+    rng = np.random.default_rng(seed)
+    return (rng.geometric(0.35, n) + 110).clip(0, 255).astype(np.uint8)
+
+
+def encode_any(x: np.ndarray, width: int = 0) -> bytes:
+    """Encodes with a capacity that any width fits (the stream may grow)."""
+    return N.fastcode_encode(x, width, N.fastcode_bound(len(x)))
+
+
+def load_planes(max_elems: int = 1 << 20) -> dict[str, np.ndarray]:
+    import torch
+    from safetensors.torch import load_file
+
+    planes: dict[str, np.ndarray] = {}
+    for path in kvdata_files():
+        tensors = load_file(str(path))
+        v = torch.cat([t.reshape(-1).view(torch.int16) for t in tensors.values()]).numpy().view(np.uint16)
+        v = v[: max_elems]
+        name = path.stem
+        if "bf16" in name:
+            planes[f"{name}:exponent"] = ((v >> 7) & 0xFF).astype(np.uint8)
+        planes[f"{name}:high"] = (v >> 8).astype(np.uint8)
+    return planes
+
+
+@pytest.fixture(scope="module")
+def planes():
+    if not KVDATA.is_dir() or not kvdata_files():
+        pytest.skip("../shared/kvdata is not present")
+    return load_planes()
+
+
+# ----------------------------------------------------------------- reference layout
+
+def ref_encode(x: np.ndarray, w: int) -> bytes:
+    """The stream layout of csrc/entropy/fastcode_format.h, written out in numpy."""
+    n = len(x)
+    hist = np.bincount(x, minlength=256)
+    order = sorted(range(256), key=lambda s: (-hist[s], s))
+    esc = (1 << w) - 1
+    code_of = np.full(256, esc, np.uint8)
+    code_of[order[:esc]] = np.arange(esc, dtype=np.uint8)
+    codes = code_of[x]
+    lits = x[codes == esc]
+    out = bytearray([w])
+    v = len(lits)
+    while True:
+        out.append((v & 0x7F) | (0x80 if v >= 0x80 else 0))
+        v >>= 7
+        if not out[-1] & 0x80:
+            break
+    out += bytes(order[:esc])
+    out += lits.tobytes()
+    comps = [(c, sum(d for d in (4, 2) if d > c and w & d)) for c in (4, 2, 1) if w & c]
+    for g in range(n // 256):
+        cg = codes[256 * g : 256 * g + 256].reshape(8, 32)
+        for c, o in comps:
+            per = 8 // c
+            for j in range(c):
+                vec = np.zeros(32, np.uint8)
+                for f in range(per):
+                    vec |= ((cg[j * per + f] >> o) & ((1 << c) - 1)) << (c * f)
+                out += vec.tobytes()
+    tail = codes[(n // 256) * 256 :]
+    acc = 0
+    for j, c in enumerate(tail):
+        acc |= int(c) << (j * w)
+    out += acc.to_bytes((len(tail) * w + 7) // 8, "little")
+    return bytes(out)
+
+
+@pytest.mark.parametrize("w", WIDTHS)
+def test_stream_matches_documented_layout(variant, w):
+    for n in (0, 1, 33, 256, 700):
+        x = skewed(n, seed=n + w)
+        assert encode_any(x, w) == ref_encode(x, w), (n, w)
+
+
+def test_hand_built_stream_decodes():
+    # w=1, one escape literal (9), table [7], tail codes 0,1,0 -> bits 0b010
+    stream = bytes([1, 1, 7, 9, 0b010])
+    assert N.fastcode_decode(stream, 3) == bytes([7, 9, 7])
+
+
+# ----------------------------------------------------------------- round trips
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("w", WIDTHS)
+def test_round_trip_every_size_and_width(variant, n, w):
+    x = skewed(n, seed=w)
+    s = encode_any(x, w)
+    assert s[0] == w
+    assert len(s) <= N.fastcode_bound(n)
+    assert N.fastcode_decode(s, n) == x.tobytes()
+
+
+def test_real_planes_round_trip(variant, planes):
+    for name, plane in planes.items():
+        total = 0
+        for start in range(0, len(plane), PIECE):
+            piece = plane[start : start + PIECE]
+            s = N.fastcode_encode(piece)
+            total += len(s)
+            back = np.empty_like(piece)
+            N.fastcode_decode_into(s, back)
+            assert np.array_equal(back, piece), name
+        ratio = total / len(plane)
+        p = np.bincount(plane, minlength=256) / len(plane)
+        p = p[p > 0]
+        entropy_ratio = float(-(p * np.log2(p)).sum()) / 8
+        # fixed-width codes cost at most ~1 bit/symbol over the order-0 entropy here
+        # (bf16 exponent: ~2.8-3.3 bits -> w = 3 plus escapes, ratio ~0.42)
+        assert entropy_ratio < ratio < entropy_ratio + 0.1, (name, ratio, entropy_ratio)
+        if "bf16" in name:
+            assert ratio < 0.47, (name, ratio)
+
+
+def test_real_planes_every_width(planes):
+    plane = next(iter(planes.values()))[: 3 * PIECE + 77]
+    for w in WIDTHS:
+        s = encode_any(plane, w)
+        for v in VARIANTS:
+            assert in_variant(v, N.fastcode_decode, s, len(plane)) == plane.tobytes(), (w, v)
+
+
+def test_auto_width_is_the_smallest(variant):
+    for seed, n in [(1, 5000), (2, 1 << 16)]:
+        x = skewed(n, seed)
+        best = min(len(encode_any(x, w)) for w in WIDTHS)
+        assert len(encode_any(x)) == best
+
+
+def test_constant_plane(variant):
+    x = np.full(1 << 20, 0x7F, np.uint8)
+    s = N.fastcode_encode(x)
+    assert s[0] == 1 and len(s) < (1 << 20) // 8 + 16
+    assert N.fastcode_decode(s, len(x)) == x.tobytes()
+
+
+def test_uniform_random_does_not_shrink(variant):
+    x = np.random.default_rng(5).integers(0, 256, 1 << 16, dtype=np.uint8)
+    with pytest.raises(kvcore.BufferTooSmallError):
+        N.fastcode_encode(x)
+    for w in WIDTHS:
+        s = encode_any(x, w)
+        assert N.fastcode_decode(s, len(x)) == x.tobytes()
+
+
+def test_cap_is_respected():
+    x = skewed(10000)
+    s = N.fastcode_encode(x)
+    assert N.fastcode_encode(x, 0, len(s)) == s
+    with pytest.raises(kvcore.BufferTooSmallError):
+        N.fastcode_encode(x, 0, len(s) - 1)
+    with pytest.raises(kvcore.BufferTooSmallError):
+        N.fastcode_encode(np.zeros(0, np.uint8))  # nothing to gain
+
+
+def test_bad_width_is_invalid():
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_encode(skewed(100), 8, 1000)
+
+
+@pytest.mark.parametrize("w", WIDTHS)
+def test_cross_variant(w):
+    x = skewed(3 * 256 + 45, seed=w)
+    streams = {v: in_variant(v, encode_any, x, w) for v in VARIANTS}
+    assert streams["scalar"] == streams["widest"]
+    for enc in VARIANTS:
+        for dec in VARIANTS:
+            assert in_variant(dec, N.fastcode_decode, streams[enc], len(x)) == x.tobytes()
+
+
+def test_decode_into_buffers():
+    x = skewed(5000)
+    s = N.fastcode_encode(x)
+    out = bytearray(len(x))
+    N.fastcode_decode_into(s, out)
+    assert bytes(out) == x.tobytes()
+    with pytest.raises(kvcore.CorruptFrameError):
+        N.fastcode_decode_into(s, bytearray(len(x) + 1))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_decode_into(s, bytes(len(x)))
+    strided = np.zeros(2 * len(x), np.uint8)[::2]
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_decode_into(s, strided)
+    offset = np.zeros(len(x) + 1, np.uint8)[1:]  # unaligned destination
+    N.fastcode_decode_into(s, offset)
+    assert offset.tobytes() == x.tobytes()
+    assert N.fastcode_decode(memoryview(bytearray(b"\0" + s))[1:], len(x)) == x.tobytes()  # unaligned source
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_decode(s, -1)
+
+
+# ----------------------------------------------------------------- corrupt input
+
+def decode_checked(stream: bytes, n: int) -> None:
+    """Decoding must raise CorruptFrameError or return exactly n bytes."""
+    try:
+        out = N.fastcode_decode(stream, n)
+    except kvcore.CorruptFrameError:
+        return
+    assert len(out) == n
+
+
+@pytest.mark.parametrize("w", [1, 3, 4, 6, 7])
+def test_bit_flips(variant, w):
+    x = skewed(2 * 256 + 100, seed=w)
+    s = bytearray(encode_any(x, w))
+    for bit in range(len(s) * 8):
+        s[bit // 8] ^= 1 << (bit % 8)
+        decode_checked(bytes(s), len(x))
+        s[bit // 8] ^= 1 << (bit % 8)
+
+
+@pytest.mark.parametrize("w", [1, 3, 5, 7])
+def test_truncation_and_extension(variant, w):
+    x = skewed(600, seed=w)
+    s = encode_any(x, w)
+    for cut in range(len(s)):
+        with pytest.raises(kvcore.CorruptFrameError):
+            N.fastcode_decode(s[:cut], len(x))
+    with pytest.raises(kvcore.CorruptFrameError):
+        N.fastcode_decode(s + b"\0", len(x))
+    for n in (len(x) - 1, len(x) + 1, 0):
+        decode_checked(s, n)
+
+
+def test_escape_count_must_match(variant):
+    # w=1, table [5]: 300 codes, 256 in a group (32 bytes) + 44 in the tail
+    def stream(nexc: int, ones: int) -> bytes:
+        codes = np.zeros(300, np.uint8)
+        codes[:ones] = 1
+        group = np.packbits(codes[:256].reshape(8, 32).T, axis=1, bitorder="little").reshape(-1)
+        tail = int("".join(str(b) for b in codes[256:][::-1]), 2).to_bytes(6, "little")
+        return bytes([1, nexc, 5]) + bytes(range(nexc)) + group.tobytes() + tail
+
+    good = N.fastcode_decode(stream(3, 3), 300)
+    assert good[:3] == bytes([0, 1, 2]) and set(good[3:]) == {5}
+    for nexc, ones in [(2, 3), (4, 3), (0, 1), (1, 0), (10, 40)]:
+        with pytest.raises(kvcore.CorruptFrameError):
+            N.fastcode_decode(stream(nexc, ones), 300)
+
+
+def test_header_fields(variant):
+    x = skewed(1000)
+    s = bytearray(N.fastcode_encode(x))
+    for b0 in (0, 8, 0x13, 0xFF):
+        bad = bytes([b0]) + bytes(s[1:])
+        with pytest.raises(kvcore.CorruptFrameError):
+            N.fastcode_decode(bad, len(x))
+    # escape count over n, and non-canonical / overlong varints
+    for varint in (b"\xe9\x07", b"\x80\x00", b"\xff" * 11):
+        bad = bytes([s[0]]) + varint + bytes(s[2:])
+        with pytest.raises(kvcore.CorruptFrameError):
+            N.fastcode_decode(bad, len(x))
+    with pytest.raises(kvcore.CorruptFrameError):
+        N.fastcode_decode(b"", 0)
+
+
+def test_garbage(variant):
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        size = int(rng.integers(0, 400))
+        g = rng.integers(0, 256, size, dtype=np.uint8)
+        g[0:1] = rng.integers(1, 8)  # mostly a valid width so parsing goes deeper
+        n = int(rng.integers(0, 2000))
+        decode_checked(g.tobytes(), n)
+        # a well-formed header over random codes: sizes consistent, data random
+        w = int(rng.integers(1, 8))
+        n = int(rng.integers(256, 3000))
+        nexc = int(rng.integers(0, 100))
+        body = rng.integers(0, 256, (1 << w) - 1 + nexc + (n // 256) * 32 * w + ((n % 256) * w + 7) // 8,
+                            dtype=np.uint8)
+        decode_checked(bytes([w, nexc]) + body.tobytes(), n)
+
+
+# ----------------------------------------------------------------- properties
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=2000), width=st.integers(0, 7), scalar=st.booleans())
+def test_property_round_trip(data, width, scalar):
+    x = np.frombuffer(data, np.uint8)
+    variant = "scalar" if scalar else "widest"
+    s = in_variant(variant, encode_any, x, width)
+    assert in_variant("widest" if scalar else "scalar", N.fastcode_decode, s, len(x)) == data
+
+
+@settings(max_examples=500, deadline=None)
+@given(stream=st.binary(max_size=600), n=st.integers(0, 3000), scalar=st.booleans())
+def test_property_any_bytes_decode_cleanly(stream, n, scalar):
+    in_variant("scalar" if scalar else "widest", decode_checked, stream, n)
+
+
+# ----------------------------------------------------------------- sanitizers
+
+@pytest.mark.slow
+def test_native_sanitizer_run(tmp_path):
+    """Builds tests/native/fastcode_sanitize.cpp with ASan+UBSan and runs it."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    root = Path(__file__).resolve().parent.parent
+    exe = tmp_path / "fastcode_sanitize"
+    build = subprocess.run(
+        [cxx, "-std=c++17", "-O0", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+         f"-I{root / 'csrc'}", str(root / "tests/native/fastcode_sanitize.cpp"),
+         str(root / "csrc/entropy/fastcode.cpp"), str(root / "csrc/cpu/cpu_features.cpp"), "-o", str(exe)],
+        capture_output=True, text=True)
+    if build.returncode != 0 and "sanitize" in build.stderr:
+        pytest.skip("compiler lacks sanitizer support: " + build.stderr[-300:])
+    assert build.returncode == 0, build.stderr[-2000:]
+    run = subprocess.run([str(exe), "1500"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "corrupt" in run.stdout
+
+
+# ----------------------------------------------------------------- fused decode + merge
+
+def merge_planes(v: np.ndarray, how: int) -> tuple[np.ndarray, np.ndarray]:
+    """(coded plane, raw plane) of uint16 values, as fastcode_decode_merge16 expects."""
+    if how == 0:
+        return (v >> 8).astype(np.uint8), (v & 0xFF).astype(np.uint8)
+    return ((v >> 7) & 0xFF).astype(np.uint8), (((v >> 8) & 0x80) | (v & 0x7F)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("how", [0, 1])
+def test_decode_merge16(variant, how):
+    rng = np.random.default_rng(how)
+    real = rng.integers(0, 1 << 16, 1 << 17, dtype=np.uint16)
+    real[: 1 << 16] = (rng.normal(size=1 << 16).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    for n in (0, 1, 31, 255, 256, 257, 4096 + 3, 16 * 256 * 3 + 5, 1 << 17):
+        v = real[:n]
+        e, m = merge_planes(v, how)
+        for w in (0, 3, 7):
+            s = encode_any(e, w)
+            out = np.empty(n, np.uint16)
+            N.fastcode_decode_merge16(s, m, out, how)
+            assert np.array_equal(out, v), (n, w)
+
+
+def test_decode_merge16_real_bf16(variant):
+    path = KVDATA / "minilm_l6_kv_bf16.safetensors"
+    if not path.exists():
+        pytest.skip("no kvdata")
+    import torch
+    from safetensors.torch import load_file
+
+    v = load_file(str(path))["layer2.k"].reshape(-1).view(torch.int16).numpy().view(np.uint16)
+    e, m = merge_planes(v, 1)
+    out = np.empty_like(v)
+    for a in range(0, len(v), PIECE):
+        N.fastcode_decode_merge16(N.fastcode_encode(e[a : a + PIECE]), m[a : a + PIECE], out[a : a + PIECE], 1)
+    assert np.array_equal(out, v)
+
+
+def test_decode_merge16_errors(variant):
+    v = np.arange(3000, dtype=np.uint16) * 7
+    e, m = merge_planes(v, 1)
+    s = bytearray(encode_any(e, 3))
+    out = np.empty(3000, np.uint16)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_decode_merge16(bytes(s), m, out, 2)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_decode_merge16(bytes(s), m, np.empty(2999, np.uint16), 1)
+    with pytest.raises(kvcore.CorruptFrameError):
+        N.fastcode_decode_merge16(bytes(s), m[:-1], out[:-1], 1)
+    for cut in range(0, len(s), 7):
+        with pytest.raises(kvcore.CorruptFrameError):
+            N.fastcode_decode_merge16(bytes(s[:cut]), m, out, 1)
+    for bit in range(0, len(s) * 8, 3):
+        s[bit // 8] ^= 1 << (bit % 8)
+        try:
+            N.fastcode_decode_merge16(bytes(s), m, out, 1)
+        except kvcore.CorruptFrameError:
+            pass
+        s[bit // 8] ^= 1 << (bit % 8)
+
+
+@pytest.mark.parametrize("w", [1, 2, 3])
+def test_escape_count_checked_on_dense_escapes(variant, w):
+    # many escapes: the AVX2 decoder patches in the same pass as it decodes
+    x = skewed(256 * 40 + 9, seed=3)
+    s = encode_any(x, w)
+    nexc, pos, shift = 0, 1, 0
+    while True:  # LEB128 escape count after the width byte
+        nexc |= (s[pos] & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if not s[pos - 1] & 0x80:
+            break
+    assert nexc * 64 >= len(x)
+    table = set(s[pos : pos + (1 << w) - 1])
+    first_group = len(s) - (len(x) // 256) * 32 * w - ((len(x) % 256) * w + 7) // 8
+    for group, b in ((0, 0), (20, 5), (39, 31)):
+        at = [first_group + 32 * w * group + 32 * j + b for j in range(w)]  # byte b of every vector
+        escaped = sum(int(x[256 * group + 32 * i + b]) not in table for i in range(8))
+        for value, after in ((0x00, 0), (0xFF, 8)):  # the 8 symbols there: no escapes / all
+            if escaped == after:
+                continue
+            bad = bytearray(s)
+            for a in at:
+                bad[a] = value
+            with pytest.raises(kvcore.CorruptFrameError):
+                N.fastcode_decode(bytes(bad), len(x))

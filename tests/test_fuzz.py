@@ -1,0 +1,45 @@
+"""Runs the atheris fuzz targets briefly (the decoder seeded with valid frames of real data)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import kvcore
+
+import kvdata
+
+FUZZER = Path(__file__).parent / "fuzz" / "fuzz_frame.py"
+pytest.importorskip("atheris")
+
+
+def run_fuzzer(target: str, *args: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    proc = subprocess.run(
+        [sys.executable, str(FUZZER), target, *args], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Done" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
+def test_fuzz_decoder_briefly(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    t = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[:, :40]
+    seeds = {
+        "dense": kvcore.compress(t, block_bytes=512),
+        "fast": kvcore.compress(t, mode="fast", block_bytes=512),
+        "fp32": kvcore.compress(t[:1, :8].float(), block_bytes=256),
+        "zstd": kvcore.compress(torch.zeros(64, 8, dtype=torch.bfloat16).repeat(4, 1), block_bytes=1024),
+    }
+    for name, frame in seeds.items():
+        (corpus / name).write_bytes(frame)
+    run_fuzzer("decode", "-runs=4000", "-max_len=20000", "-seed=1", str(corpus))
+
+
+def test_fuzz_roundtrip_briefly():
+    run_fuzzer("roundtrip", "-runs=3000", "-max_len=4096", "-seed=2")
