@@ -89,9 +89,18 @@ def test_round_trip_remote(redis_server, kv):
         assert tm.lookup(toks).tiers == ["ddr"] * 4  # promoted on hit
 
 
+def blob_size(kv):
+    from kvcore.tiers.blob import encode_chunk
+    from kvcore.tiers.codecs import make_codec
+
+    return max(len(encode_chunk(kv[:, :, i:i + 256], make_codec("auto"), key=bytes(16), index=0))
+               for i in range(0, kv.shape[2], 256))
+
+
 def test_demotion_chain_ddr_ssd_remote(tmp_path, redis_server, kv):
     toks = tokens_for(1024, 3)
-    with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path), ssd_bytes=3 << 20,
+    cap = int(blob_size(kv) * 1.5)  # one chunk each in DDR and on SSD, the rest in Redis
+    with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=cap,
                      remote_url=redis_server.url, namespace=NS, promote_on_hit=False) as tm:
         tm.store(toks, kv)
         tm.flush()
