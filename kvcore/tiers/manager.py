@@ -163,6 +163,8 @@ class TierManager:
                                fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
                                evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
+        self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
+        self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
@@ -292,6 +294,7 @@ class TierManager:
                 self._queue.task_done()
 
     def _job_flush(self, event: threading.Event) -> None:
+        self._drain_writer()
         event.set()
 
     def _job_call(self, fn: Callable, box: list, event: threading.Event) -> None:
@@ -302,6 +305,7 @@ class TierManager:
 
     def _job_store(self, ck: ChunkKey, part: torch.Tensor, expires: float) -> None:
         t0 = time.perf_counter()
+        handed_off = False
         try:
             holder: dict = {}
             try:
@@ -326,15 +330,43 @@ class TierManager:
                     self.metrics.inc("ddr", "stores")
                     self.metrics.inc("ddr", "bytes_in", view.nbytes)
             if block is None or self.config.write_through:
-                # Did not fit in DDR (or write-through): place it below now.
-                placed = self._write_below(ck, view, expires, both=self.config.write_through)
-                if block is None and not placed:
-                    self.metrics.inc("ddr", "rejected")
-            if block is None and self.remote is None:
+                # Did not fit in DDR (or write-through): place it below, on the writer
+                # thread, so that the next chunk encodes while this one is written.
+                entry = None
+                if block is not None:
+                    with self._lock:
+                        entry = self.ddr.acquire(ck.digest)  # not freed while being written
+                self._writes.acquire()
+                handed_off = True
+                self._writer.submit(self._write_job, ck, view, expires, block is None, entry)
+        finally:
+            if not handed_off:
+                with self._lock:
+                    self._pending.pop(ck.digest, None)
+
+    def _write_job(self, ck: ChunkKey, view, expires: float, staged: bool, entry) -> None:
+        try:
+            placed = self._write_below(ck, view, expires, both=self.config.write_through)
+            if staged and not placed:
+                self.metrics.inc("ddr", "rejected")
+            if staged and self.remote is None:
                 self._scratch.put(view.obj)  # (a remote send that timed out may still read it)
+        except Exception:
+            log.exception("kvcore tier writer failed")
+            self.metrics.inc("manager", "errors")
         finally:
             with self._lock:
-                self._pending.pop(ck.digest, None)
+                if entry is not None:
+                    self.ddr.release(entry)
+                self._pending.pop(ck.digest, None)  # until now, retrievable from its raw copy
+            self._writes.release()
+
+    def _drain_writer(self, timeout: Optional[float] = None) -> bool:
+        try:
+            self._writer.submit(lambda: None).result(timeout)  # one thread: FIFO
+            return True
+        except (cf.TimeoutError, RuntimeError):
+            return False
 
     def _alloc_blob(self, nbytes: int, holder: dict) -> memoryview:
         block = self._make_room(nbytes)
@@ -874,6 +906,8 @@ class TierManager:
             clean = False
         self._worker.join(max(0.0, deadline - time.monotonic()))
         clean = clean and not self._worker.is_alive()
+        clean = self._drain_writer(max(0.0, deadline - time.monotonic())) and clean
+        self._writer.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
         if self.remote is not None:
             self.remote.close()
