@@ -508,3 +508,23 @@ def test_store_queue_is_bounded(kv):
         w.join()
         assert 1 <= peak[0] <= 3
         assert tm.status()["queue"]["capacity"] == 1 and tm.lookup(toks).tokens == 0
+
+
+@pytest.mark.parametrize("read_ahead", [0, 2])
+def test_corrupt_ssd_chunk_mid_prefix(tmp_path, kv, read_ahead):
+    """A damaged file in the middle of a prefix: the chunks before it are restored, it is a
+    miss (counted, removed), nothing raises."""
+    toks = tokens_for(1024, 20)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS,
+                     read_ahead=read_ahead) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        path = tm.ssd.entry(tm.keys(toks)[2].digest).path
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        path.write_bytes(data)
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 512
+        assert same(out[:, :, :512], kv[:, :, :512])
+        assert not path.exists() and tm.status()["tiers"]["ssd"]["corrupt"] == 1
+        assert tm.lookup(toks).tokens == 512

@@ -165,6 +165,7 @@ class TierManager:
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
         self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
+        self._stream_io = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-stream")
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
@@ -587,7 +588,13 @@ class TierManager:
                     fut = ahead.pop(i, None)
                     for j in range(i + 1, i + 1 + self.config.read_ahead):
                         read_ahead(j)  # the next chunks load while this one decodes
-                    tier, blob = fut.result() if fut is not None else self._fetch_below(ck)
+                    tier, blob = None, None
+                    if (fut is None and on_layer is None and prefill_s_per_token is None
+                            and self.ssd is not None and self.ssd.contains(ck.digest)):
+                        blob = self._stream_from_ssd(ck, out)  # decodes while it reads
+                        tier = "ssd-decoded" if blob is not None else None
+                    if blob is None:
+                        tier, blob = fut.result() if fut is not None else self._fetch_below(ck)
                     if blob is None:
                         self.metrics.inc("ddr", "misses")
                         break
@@ -600,6 +607,10 @@ class TierManager:
                             with self._lock:
                                 self.ddr.release(item[3])
                         break
+                if item[1] == "ssd-decoded":
+                    item = (ck, "ssd", item[2], None)
+                    fetched.append(item)
+                    continue
                 fetched.append(item)
                 if on_layer is None:
                     self._decode(item, out, None)
@@ -627,6 +638,35 @@ class TierManager:
                     self._scratch.put(getattr(blob, "obj", None))
         self.metrics.observe("retrieve", time.perf_counter() - t0)
         return restored
+
+    def _stream_from_ssd(self, ck: ChunkKey, out: torch.Tensor):
+        """Reads ck's file in segments and decodes each layer as soon as its frames have
+        arrived (frames carry their own checksums; the blob checksum is checked at the
+        end). Returns the verified blob, or None (nothing restored from this chunk)."""
+        t0 = time.perf_counter()
+        sr = self.ssd.stream(ck.digest, scratch=self._scratch, executor=self._stream_io)
+        if sr is None:
+            return None
+        try:
+            if not sr.wait(64 << 10):
+                return sr.finish()
+            header = BlobHeader.parse(sr.view)
+            if header.key != ck.digest:
+                return sr.finish()
+            for l in range(header.layers):
+                end = max(off + n for off, n in header.frames[l * header.kv:(l + 1) * header.kv])
+                if not sr.wait(end):
+                    return sr.finish()
+                decode_into(sr.view, header, out, self.codec, start=ck.start, layers=range(l, l + 1))
+        except Exception:
+            blob = sr.finish()
+            if blob is None:
+                return None
+            raise  # a valid blob that does not fit out: the caller's error
+        blob = sr.finish()
+        if blob is not None:
+            self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
+        return blob
 
     def _decode(self, item, out: torch.Tensor, layers: Optional[range]) -> None:
         ck, tier, data, _ = item
@@ -909,6 +949,7 @@ class TierManager:
         clean = self._drain_writer(max(0.0, deadline - time.monotonic())) and clean
         self._writer.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
+        self._stream_io.shutdown(wait=False, cancel_futures=True)
         if self.remote is not None:
             self.remote.close()
         if clean:

@@ -304,6 +304,18 @@ class SSDTier:
                 got += n
         return mv[:got]
 
+    def stream(self, key: bytes, *, scratch: "ScratchPool", executor, segment_bytes: int = 2 << 20
+               ) -> Optional["StreamRead"]:
+        """Starts reading key's file in segments on executor; the caller decodes what has
+        arrived (StreamRead.wait) while the rest loads, then calls finish() to verify."""
+        e = self.index.get(key)
+        if e is None or e.expired():
+            if e is not None:
+                self.remove(key)
+            self.metrics.inc(self.name, "misses")
+            return None
+        return StreamRead(self, key, e, scratch, executor, segment_bytes)
+
     # ---- removal ----
     def _forget(self, key: bytes, e: SSDEntry) -> None:
         with self._lock:
@@ -337,6 +349,77 @@ class SSDTier:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+class StreamRead:
+    """One file read in segments by a background thread; see SSDTier.stream()."""
+
+    def __init__(self, tier: SSDTier, key: bytes, entry: SSDEntry, scratch: "ScratchPool", executor,
+                 segment_bytes: int):
+        self.tier, self.key, self.entry = tier, key, entry
+        self.size = entry.size
+        self.view = memoryview(scratch.get(self.size))[:self.size]
+        self._done = 0
+        self._error: Optional[BaseException] = None
+        self._cond = threading.Condition()
+        self._t0 = time.perf_counter()
+        executor.submit(self._run, segment_bytes)
+
+    def _run(self, segment_bytes: int) -> None:
+        try:
+            fd = os.open(self.entry.path, os.O_RDONLY)
+            try:
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                pos = 0
+                while pos < self.size:
+                    n = os.preadv(fd, [self.view[pos:min(self.size, pos + segment_bytes)]], pos)
+                    if n <= 0:
+                        raise CorruptFrameError("file is shorter than indexed")
+                    pos += n
+                    with self._cond:
+                        self._done = pos
+                        self._cond.notify_all()
+            finally:
+                os.close(fd)
+        except BaseException as exc:  # reported to the reader
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def wait(self, upto: int) -> bool:
+        """Blocks until the first upto bytes are in view; False when the read failed."""
+        upto = min(upto, self.size)
+        with self._cond:
+            while self._done < upto and self._error is None:
+                self._cond.wait()
+            return self._done >= upto
+
+    def finish(self) -> Optional[memoryview]:
+        """The whole verified blob, or None (missing, short or corrupt: counted, file removed)."""
+        ok = self.wait(self.size)
+        t = self.tier
+        if not ok and isinstance(self._error, OSError) and not isinstance(self._error, FileNotFoundError):
+            t.metrics.inc(t.name, "errors")
+            t.metrics.inc(t.name, "misses")
+            return None
+        try:
+            if not ok:
+                raise CorruptFrameError("short or missing file")
+            h = BlobHeader.parse(self.view, verify=True)
+            if h.key != self.key:
+                raise CorruptFrameError("file holds another key")
+        except CorruptFrameError:
+            if not isinstance(self._error, FileNotFoundError):
+                t.metrics.inc(t.name, "corrupt")
+            t.metrics.inc(t.name, "misses")
+            t._forget(self.key, self.entry)
+            return None
+        t.policy.touch(self.key)
+        t.metrics.inc(t.name, "hits")
+        t.metrics.inc(t.name, "bytes_out", self.size)
+        t.metrics.observe("ssd_read", time.perf_counter() - self._t0)
+        return self.view
 
 
 class ScratchPool:
