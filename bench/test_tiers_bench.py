@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KVDATA = ROOT.parent / "shared" / "kvdata"
 L, H, D, T = 36, 8, 128, 256
 CHUNK_BYTES = L * 2 * T * H * D * 2
-ROUNDS = 3
+ROUNDS = 4
 RESULTS: dict = {}
 
 
@@ -121,11 +121,14 @@ def redis_url():
 
 # ---------------------------------------------------------------------------- kvcore
 def _kvcore_store(tm, chunk, first: int, n: int) -> float:
-    t0 = time.perf_counter()
+    """Best seconds to store one chunk until it is placed (durable for SSD), over n chunks."""
+    best = float("inf")
     for i in range(first, first + n):
+        t0 = time.perf_counter()
         tm.store(toks(i), chunk, copy=False)
-    tm.flush()
-    return time.perf_counter() - t0
+        tm.flush()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _kvcore_retrieve(tm, chunk, first: int, n: int, before=None, out=None) -> float:
@@ -144,10 +147,11 @@ def _kvcore_retrieve(tm, chunk, first: int, n: int, before=None, out=None) -> fl
 
 
 def _timed(benchmark, fn) -> float:
-    """Runs fn ROUNDS times under pytest-benchmark; returns the mean of fn's own timings."""
+    """Runs fn ROUNDS times under pytest-benchmark; returns the best of fn's own timings
+    (the machine is shared: the best run is the least disturbed one, for both systems)."""
     times = []
     benchmark.pedantic(lambda: times.append(fn()), rounds=ROUNDS, iterations=1)
-    return sum(times) / len(times)
+    return min(times)
 
 
 def test_kvcore_ddr(chunk, benchmark):
@@ -156,7 +160,7 @@ def test_kvcore_ddr(chunk, benchmark):
     out = torch.zeros_like(chunk)
     rt = _timed(benchmark, lambda: _kvcore_retrieve(tm, chunk, 0, 1, out=out))
     ratio = tm.status()["compression_ratio"]
-    record("kvcore", "ddr", "store_GBps", gbps(CHUNK_BYTES * ROUNDS, st))
+    record("kvcore", "ddr", "store_GBps", gbps(CHUNK_BYTES, st))
     record("kvcore", "ddr", "retrieve_GBps", gbps(CHUNK_BYTES, rt), codec=tm.codec.name, ratio=round(ratio, 4))
     benchmark.extra_info.update(RESULTS["kvcore"]["ddr"])
     tm.close()
@@ -178,7 +182,7 @@ def test_kvcore_ssd(chunk, benchmark, tmp_path):
     tm = TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=4 << 30, promote_on_hit=False,
                      namespace=Namespace("qwen3-8b", "bfloat16"))
     st = _kvcore_store(tm, chunk, 0, ROUNDS)  # durable: fsync + rename + directory fsync
-    record("kvcore", "ssd", "store_fsync_GBps", gbps(CHUNK_BYTES * ROUNDS, st))
+    record("kvcore", "ssd", "store_fsync_GBps", gbps(CHUNK_BYTES, st))
     out = torch.zeros_like(chunk)
     rt = _timed(benchmark, lambda: _kvcore_retrieve(tm, chunk, 0, 1, before=tm.ssd.drop_page_cache, out=out))
     record("kvcore", "ssd", "retrieve_cold_GBps", gbps(CHUNK_BYTES, rt),
@@ -187,23 +191,23 @@ def test_kvcore_ssd(chunk, benchmark, tmp_path):
     key = tm.keys(toks(0))[0].digest
     size = tm.ssd.entry(key).size
     for direct in (True, False):
-        t = 0.0
+        t = float("inf")
         for _ in range(ROUNDS):
             tm.ssd.drop_page_cache()
             t0 = time.perf_counter()
             v = tm.ssd.read(key, direct=direct, scratch=tm._scratch)
+            t = min(t, time.perf_counter() - t0)
             assert v is not None
             tm._scratch.put(v.obj)
-            t += time.perf_counter() - t0
-        record("kvcore", "ssd", f"read_cold_{'direct' if direct else 'buffered'}_GBps", gbps(size * ROUNDS, t))
-    t = 0.0
+        record("kvcore", "ssd", f"read_cold_{'direct' if direct else 'buffered'}_GBps", gbps(size, t))
+    t = float("inf")
     tm._scratch.put(tm.ssd.read(key, direct=False, scratch=tm._scratch).obj)
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
         v = tm.ssd.read(key, direct=False, scratch=tm._scratch)
-        t += time.perf_counter() - t0
+        t = min(t, time.perf_counter() - t0)
         tm._scratch.put(v.obj)
-    record("kvcore", "ssd", "read_warm_buffered_GBps", gbps(size * ROUNDS, t))
+    record("kvcore", "ssd", "read_warm_buffered_GBps", gbps(size, t))
     benchmark.extra_info.update(RESULTS["kvcore"]["ssd"])
     tm.close()
 
@@ -214,7 +218,7 @@ def test_kvcore_remote(chunk, benchmark, redis_url):
     st = _kvcore_store(tm, chunk, 0, ROUNDS)
     out = torch.zeros_like(chunk)
     rt = _timed(benchmark, lambda: _kvcore_retrieve(tm, chunk, 0, 1, out=out))
-    record("kvcore", "remote", "store_GBps", gbps(CHUNK_BYTES * ROUNDS, st))
+    record("kvcore", "remote", "store_GBps", gbps(CHUNK_BYTES, st))
     record("kvcore", "remote", "retrieve_GBps", gbps(CHUNK_BYTES, rt))
     # close() with the server dead
     dead = TierManager(ddr_bytes=0, remote_url=f"redis://127.0.0.1:{_free_port()}",
@@ -276,24 +280,26 @@ if kind == "cpu" and float(arg) < 1.0:  # density: how many chunks fit
     time.sleep(0.5)
     res["chunks_held"] = sum(present(100 + i) for i in range(12))
 else:
-    t0 = time.perf_counter()
-    for i in range(ROUNDS):
+    best = float("inf")
+    for i in range(ROUNDS):  # one chunk at a time, until the backend has it
+        t0 = time.perf_counter()
         eng.store(torch.tensor(toks(i)), kvcaches=chunk)
-    deadline = time.monotonic() + 60
-    while not all(present(i) for i in range(ROUNDS)) and time.monotonic() < deadline:
-        time.sleep(0.001)
-    res["store_GBps"] = CHUNK_BYTES * ROUNDS / (time.perf_counter() - t0) / 1e9
+        deadline = time.monotonic() + 60
+        while not present(i) and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        best = min(best, time.perf_counter() - t0)
+    res["store_GBps"] = CHUNK_BYTES / best / 1e9
     out = torch.zeros_like(chunk)
-    total = 0.0
+    best = float("inf")
     for i in range(ROUNDS):
         if kind == "disk":
             drop_cache(Path(arg))
         t0 = time.perf_counter()
         mask = eng.retrieve(torch.tensor(toks(i)), kvcaches=out)
-        total += time.perf_counter() - t0
+        best = min(best, time.perf_counter() - t0)
         assert int(mask.sum()) == T, int(mask.sum())
     assert torch.equal(out.view(torch.int16), chunk.view(torch.int16))
-    res["retrieve_GBps" if kind != "disk" else "retrieve_cold_GBps"] = CHUNK_BYTES * ROUNDS / total / 1e9
+    res["retrieve_GBps" if kind != "disk" else "retrieve_cold_GBps"] = CHUNK_BYTES / best / 1e9
 print("RESULT " + json.dumps(res), flush=True)
 t0 = time.perf_counter()
 LMCacheEngineBuilder.destroy("bench")
