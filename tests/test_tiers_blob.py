@@ -28,8 +28,17 @@ def test_round_trip_and_header(blob):
     decode_into(b, h, out, CODEC, start=10)
     assert torch.equal(out[:, :, 10:74].view(torch.int16), kv.view(torch.int16))
     assert not out[:, :, :10].any() and not out[:, :, 74:].any()
-    decode_into(b, h, out, CODEC, start=0, layers=range(2, 3))
-    assert torch.equal(out[2, :, :64].view(torch.int16), kv[2].view(torch.int16))
+    assert h.layers_per_frame == 5 and len(h.frames) == 1  # 5 x 16 KB layers: one frame
+    small = bytes(encode_chunk(kv, CODEC, key=b"K" * 16, index=3, frame_bytes=2 * 2 * 64 * 4 * 8 * 2))
+    hs = BlobHeader.parse(small, verify=True)
+    assert hs.layers_per_frame == 2 and len(hs.frames) == 3 and hs.frame_layers(2) == (4, 5)
+    out.zero_()
+    decode_into(small, hs, out, CODEC, start=0, frames=range(1, 2))  # layers 2 and 3 only
+    assert torch.equal(out[2:4, :, :64].view(torch.int16), kv[2:4].view(torch.int16))
+    assert not out[:2].any() and not out[4:].any()
+    contiguous = torch.zeros_like(kv)  # out slice contiguous: decoded in place
+    decode_into(small, hs, contiguous, CODEC)
+    assert torch.equal(contiguous.view(torch.int16), kv.view(torch.int16))
 
 
 def test_all_dtypes_raw():

@@ -3,14 +3,15 @@
 Every tier stores the same blob (DDR in its pool, SSD as a file, Redis as a value),
 so moving a chunk between tiers never re-encodes it. Layout (little-endian)::
 
-    magic "KVCK" | version u8 | codec u8 | dtype u8 | flags u8
+    magic "KVCK" | version u8 | codec u8 | dtype u8 | layers per frame u8
     layers u16 | kv u16 | ntokens u32 | heads u32 | head_dim u32 | chunk index u32
     key (16 bytes) | nframes u32 | nframes x (offset u64, length u64)
     frames ... | xxh3-64 of everything before (u64)
 
-Frame ``l * kv + j`` holds layer ``l``'s K (j=0) or V (j=1) for the chunk's tokens,
-shaped [ntokens, heads, head_dim], coded by the blob's codec. Frames are separate so a
-reader can decode layer 0 first and the destination slices are contiguous.
+Frame ``i`` holds layers ``[i*g, min(layers, (i+1)*g))`` (g = layers per frame), K and
+V, shaped [g, kv, ntokens, heads, head_dim], coded by the blob's codec. Layers are
+grouped so each frame is about ``frame_bytes`` (codecs have a per-call cost) while a
+reader can still decode the first layers before the rest has arrived.
 
 >>> import torch
 >>> from kvcore.tiers.blob import encode_chunk, decode_into, BlobHeader
@@ -27,6 +28,7 @@ True
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -72,6 +74,12 @@ class BlobHeader:
     key: bytes
     frames: tuple  # ((offset, length), ...)
     size: int
+    layers_per_frame: int = 1
+
+    def frame_layers(self, i: int) -> tuple:
+        """(first layer, end layer) of frame i."""
+        g = self.layers_per_frame
+        return i * g, min(self.layers, (i + 1) * g)
 
     @property
     def raw_bytes(self) -> int:
@@ -84,7 +92,7 @@ class BlobHeader:
         size = view.nbytes
         if size < _HEAD.size + _TRAILER.size:
             raise CorruptFrameError(f"chunk blob of {size} bytes is truncated")
-        (magic, version, codec, dtype_code, _flags, layers, kv, ntokens, heads, head_dim, index, key,
+        (magic, version, codec, dtype_code, per_frame, layers, kv, ntokens, heads, head_dim, index, key,
          nframes) = _HEAD.unpack_from(view, 0)
         if magic != MAGIC:
             raise CorruptFrameError("not a kvcore chunk blob (bad magic)")
@@ -92,7 +100,7 @@ class BlobHeader:
             raise CorruptFrameError(f"chunk blob version {version} is not supported")
         if dtype_code not in CODE_DTYPES:
             raise CorruptFrameError(f"chunk blob has unknown dtype code {dtype_code}")
-        if nframes != layers * kv or nframes == 0:
+        if per_frame == 0 or layers == 0 or nframes != -(-layers // per_frame):
             raise CorruptFrameError("chunk blob frame count does not match its shape")
         table_end = _HEAD.size + nframes * _ENTRY.size
         body_end = size - _TRAILER.size
@@ -109,7 +117,7 @@ class BlobHeader:
                 raise CorruptFrameError("chunk blob frame lies outside the blob")
             frames.append((off, length))
         return BlobHeader(codec, CODE_DTYPES[dtype_code], layers, kv, ntokens, heads, head_dim, index,
-                          bytes(key), tuple(frames), size)
+                          bytes(key), tuple(frames), size, per_frame)
 
 
 def blob_total_size(prefix) -> int:
@@ -143,8 +151,17 @@ def check_kv(kv: torch.Tensor) -> None:
         raise InvalidArgumentError("kv must be a CPU tensor")
 
 
+FRAME_BYTES = 4 << 20
+
+
+def layers_per_frame(kv: torch.Tensor, frame_bytes: int = FRAME_BYTES) -> int:
+    """Layers grouped into one frame so that a frame holds about frame_bytes (1..255)."""
+    per_layer = max(1, kv[0].numel() * kv.element_size())
+    return max(1, min(255, kv.shape[0], -(-frame_bytes // per_layer)))
+
+
 def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
-                 alloc: Optional[Callable[[int], memoryview]] = None):
+                 alloc: Optional[Callable[[int], memoryview]] = None, frame_bytes: int = FRAME_BYTES):
     """Encodes ``kv`` ([layers, 2, n, heads, dim]) into a blob.
 
     Returns bytes, or, when ``alloc(nbytes) -> writable memoryview`` is given, writes the
@@ -152,11 +169,12 @@ def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
     """
     check_kv(kv)
     layers, nkv, ntokens, heads, head_dim = kv.shape
-    frames = [codec.encode(kv[l, j]) for l in range(layers) for j in range(nkv)]
+    g = layers_per_frame(kv, frame_bytes)
+    frames = [codec.encode(kv[l:l + g]) for l in range(0, layers, g)]
     table_end = _HEAD.size + len(frames) * _ENTRY.size
     total = table_end + sum(len(f) for f in frames) + _TRAILER.size
     out = alloc(total) if alloc is not None else memoryview(bytearray(total))
-    _HEAD.pack_into(out, 0, MAGIC, VERSION, codec.code, DTYPE_CODES[kv.dtype], 0, layers, nkv, ntokens,
+    _HEAD.pack_into(out, 0, MAGIC, VERSION, codec.code, DTYPE_CODES[kv.dtype], g, layers, nkv, ntokens,
                     heads, head_dim, index, key, len(frames))
     pos = table_end
     for i, f in enumerate(frames):
@@ -167,9 +185,26 @@ def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
     return out if alloc is not None else out.obj
 
 
+_staging = threading.local()
+
+
+def _staging_tensor(shape, dtype) -> torch.Tensor:
+    """A reusable per-thread contiguous tensor (decoding into it costs no page faults)."""
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    buf = getattr(_staging, "buf", None)
+    if buf is None or buf.numel() < nbytes:
+        buf = _staging.buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8)
+    return buf[:nbytes].view(dtype).view(shape)
+
+
 def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, start: int = 0,
-                layers: Optional[range] = None) -> None:
-    """Decodes the blob's frames into ``out[l, j, start:start+ntokens]`` for the given layers."""
+                frames: Optional[range] = None) -> None:
+    """Decodes the blob's frames (all, or the given frame numbers) into
+    ``out[l0:l1, :, start:start+ntokens]``: directly when that slice is contiguous, else
+    through a reusable staging tensor."""
     if codec.code != header.codec:
         codec = codec_for_code(header.codec)
     if (out.dim() != 5 or out.shape[0] != header.layers or out.shape[1] != header.kv
@@ -182,8 +217,17 @@ def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, st
     if start + header.ntokens > out.shape[2]:
         raise InvalidArgumentError("out has too few token positions for the restored chunk")
     view = memoryview(blob).cast("B")
-    for l in (layers if layers is not None else range(header.layers)):
-        for j in range(header.kv):
-            off, length = header.frames[l * header.kv + j]
-            dst = out[l, j, start:start + header.ntokens]
+    for i in (frames if frames is not None else range(len(header.frames))):
+        off, length = header.frames[i]
+        l0, l1 = header.frame_layers(i)
+        dst = out[l0:l1, :, start:start + header.ntokens]
+        if dst.is_contiguous():
             codec.decode_into(view[off:off + length], dst)
+        else:
+            tmp = _staging_tensor(tuple(dst.shape), dst.dtype)
+            codec.decode_into(view[off:off + length], tmp)
+            dst.copy_(tmp)
+
+
+def frame_of_layer(header: BlobHeader, layer: int) -> int:
+    return layer // header.layers_per_frame

@@ -55,7 +55,8 @@ class TierConfig:
     to SSD (else remote) instead of being dropped; write_through: every stored chunk
     also goes to SSD and remote at once; ttl_s: default per-entry TTL; direct_io,
     fsync: SSD options; read_ahead: chunks retrieve() reads from SSD/remote ahead of
-    the one it decodes (0: none).
+    the one it decodes (0: none); frame_bytes: original bytes per coded frame (layers
+    are grouped up to it: fewer codec calls; smaller = finer layer-by-layer restore).
     """
 
     ddr_bytes: int
@@ -77,6 +78,7 @@ class TierConfig:
     direct_io: Union[bool, str] = False  # measured slower than page-cache reads on a VM disk
     fsync: bool = True
     read_ahead: int = 2
+    frame_bytes: int = 4 << 20
     remote: Optional[RemoteConfig] = None
 
     def validate(self) -> None:
@@ -311,7 +313,8 @@ class TierManager:
             holder: dict = {}
             try:
                 view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
-                                    alloc=lambda n: self._alloc_blob(n, holder))
+                                    alloc=lambda n: self._alloc_blob(n, holder),
+                                    frame_bytes=self.config.frame_bytes)
             except BaseException:
                 if "block" in holder:
                     holder["block"].free()
@@ -615,10 +618,10 @@ class TierManager:
                 if on_layer is None:
                     self._decode(item, out, None)
             if on_layer is not None:
-                layers = out.shape[0]
-                for l in range(layers):
-                    for item in fetched:
-                        self._decode(item, out, range(l, l + 1))
+                done = [set() for _ in fetched]  # frames decoded, per chunk
+                for l in range(out.shape[0]):
+                    for item, d in zip(fetched, done):
+                        self._decode_layer(item, out, l, d)
                     on_layer(l)
             restored = fetched[-1][0].end if fetched else 0
         finally:
@@ -653,11 +656,10 @@ class TierManager:
             header = BlobHeader.parse(sr.view)
             if header.key != ck.digest:
                 return sr.finish()
-            for l in range(header.layers):
-                end = max(off + n for off, n in header.frames[l * header.kv:(l + 1) * header.kv])
-                if not sr.wait(end):
+            for i, (off, n) in enumerate(header.frames):
+                if not sr.wait(off + n):
                     return sr.finish()
-                decode_into(sr.view, header, out, self.codec, start=ck.start, layers=range(l, l + 1))
+                decode_into(sr.view, header, out, self.codec, start=ck.start, frames=range(i, i + 1))
         except Exception:
             blob = sr.finish()
             if blob is None:
@@ -668,19 +670,32 @@ class TierManager:
             self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
         return blob
 
-    def _decode(self, item, out: torch.Tensor, layers: Optional[range]) -> None:
+    def _decode(self, item, out: torch.Tensor, frames: Optional[range]) -> None:
         ck, tier, data, _ = item
         t0 = time.perf_counter()
         if tier == "pending":
-            sl = slice(None) if layers is None else slice(layers.start, layers.stop)
-            out[sl, :, ck.start:ck.end].copy_(data[sl])
+            out[:, :, ck.start:ck.end].copy_(data)
             return
         header = BlobHeader.parse(data)
         if header.key != ck.digest:
             raise InvalidArgumentError("stored chunk does not match its key")
-        decode_into(data, header, out, self.codec, start=ck.start, layers=layers)
-        if layers is None:
+        decode_into(data, header, out, self.codec, start=ck.start, frames=frames)
+        if frames is None:
             self._measure("decode", header.raw_bytes, time.perf_counter() - t0)
+
+    def _decode_layer(self, item, out: torch.Tensor, layer: int, done: set) -> None:
+        """Makes layer complete in out for this chunk (decoding the frame holding it)."""
+        ck, tier, data, _ = item
+        if tier == "pending":
+            out[layer, :, ck.start:ck.end].copy_(data[layer])
+            return
+        header = BlobHeader.parse(data)
+        if header.key != ck.digest:
+            raise InvalidArgumentError("stored chunk does not match its key")
+        f = layer // header.layers_per_frame
+        if f not in done:
+            decode_into(data, header, out, self.codec, start=ck.start, frames=range(f, f + 1))
+            done.add(f)
 
     # ------------------------------------------------------------------ restore vs recompute
     def _restore_s(self, tier: str, blob_bytes: int, ntokens: int) -> float:
