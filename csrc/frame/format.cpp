@@ -137,7 +137,7 @@ Status parse_header(const uint8_t* frame, size_t size, Header* h, size_t* consum
 
     // The block table must fit before anything is allocated for it.
     if (size_t(h->n_blocks) > r.left / 4) return corrupt("frame too short for its block table");
-    const uint8_t* table;
+    const uint8_t* table = nullptr;
     r.take(4 * size_t(h->n_blocks), &table);
     const uint8_t* sum;
     if (!r.take(4, &sum)) return corrupt("frame too short for its header checksum");

@@ -19,7 +19,8 @@ constexpr uint8_t kFlagFastMode = 1u << 2;  // informational: the encoder's mode
 constexpr uint8_t kKnownFlags = kFlagRotate | kFlagResidual | kFlagFastMode;
 constexpr uint32_t kMaxChannels = 4096;        // channels per row, at most
 constexpr uint32_t kMaxBlockBytes = 16u << 20;  // bound on one block's original size
-constexpr uint32_t kDefaultBlockBytes = 1u << 20;  // amortizes per-block code tables
+constexpr uint32_t kDefaultBlockBytes = 1u << 20;  // dense: amortizes per-block code tables
+constexpr uint32_t kDefaultFastBlockBytes = 256u << 10;  // fast: a block's output stays in L2
 constexpr size_t kBlockPrefixBytes = 8;         // the block's checksum
 constexpr size_t kPlanePrefixBytes = 5;         // method (1) + payload size (4)
 

@@ -101,7 +101,7 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
             return st;
         }
     }
-    if (best_method == Method::kRaw) std::memcpy(dst, plane, n);
+    if (best_method == Method::kRaw && dst != plane) std::memcpy(dst, plane, n);
     *method = best_method;
     *written = best;
     return Status::ok();

@@ -36,7 +36,7 @@ struct PlanePolicy {
 inline size_t plane_payload_bound(size_t n) { return n; }
 
 // Encodes plane[0, n) into dst (capacity >= n), picking the smallest method the
-// policy allows.
+// policy allows. plane may be dst itself (then a raw result needs no copy).
 Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
                     Method* method, size_t* written);
 

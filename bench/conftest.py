@@ -1,0 +1,58 @@
+"""Benchmark fixtures: real KV data from ../shared/kvdata, codecs, and the summary table.
+
+Run: ``python -m pytest bench/ --benchmark-only`` (a few minutes on 2 cores). Each data file's
+tensors are joined into one contiguous tensor (kvcore.bench.data.load_kv_file); fp8 (e4m3,
+e5m2, with a per-tensor scale) and fp32 inputs are derived from each model's fp16 file by
+casting. At the end a table gives per input and codec the ratio and GB/s of original bytes
+(original_bytes / mean time), and the issue's targets, marked met / NOT met.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from kvbench import THREADS_INPUT_BYTES, Row, kv_inputs, load_input, summary_lines
+from kvcore.bench.data import repeat_to_size
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--kv-full", action="store_true", default=False,
+        help="also run the slowest peers (zlib level 6 in 256 KiB chunks, ISA-L) on the inputs derived by casting",
+    )
+
+
+@pytest.fixture(scope="session")
+def kv_full(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--kv-full"))
+
+
+@pytest.fixture(scope="session")
+def threads_input() -> torch.Tensor:
+    """64 MiB of real bf16 KV (the largest bf16 file, repeated along the token axis)."""
+    bf16 = [i for i in kv_inputs() if i.dtype == "bf16"]
+    if not bf16:
+        pytest.skip("../shared/kvdata has no bf16 file")
+    biggest = max(bf16, key=lambda i: i.path.stat().st_size)
+    return repeat_to_size(load_input(biggest), THREADS_INPUT_BYTES)
+
+
+_RESULTS_KEY = pytest.StashKey[list]()
+
+
+@pytest.fixture(scope="session")
+def kv_results(request: pytest.FixtureRequest) -> list[Row]:
+    """Rows of finished benchmarks, printed by pytest_terminal_summary."""
+    return request.config.stash.setdefault(_RESULTS_KEY, [])
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    rows = config.stash.get(_RESULTS_KEY, [])
+    if not rows:
+        return
+    terminalreporter.section("kvcore benchmark summary")
+    for line in summary_lines(rows):
+        terminalreporter.write_line(line)

@@ -1,0 +1,191 @@
+"""Helpers of the benchmark suite: its inputs, result rows and the summary table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from kvcore.bench.data import cast_kv, dtype_name, load_kv_file
+
+ROOT = Path(__file__).resolve().parent.parent
+KVDATA = ROOT.parent / "shared" / "kvdata"
+
+NATIVE = ("bf16", "fp16")
+DERIVED = ("fp8_e4m3", "fp8_e5m2", "fp32")  # cast from the model's fp16 file
+THREADS_INPUT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class KVInput:
+    """One benchmark input: a model's KV file, in one dtype."""
+
+    model: str  # e.g. "minilm_l6_kv"
+    dtype: str  # "bf16", "fp16", "fp8_e4m3", ...
+    path: Path  # the file it comes from
+    cast: bool  # derived by casting
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}-{self.dtype}"
+
+
+def kv_inputs() -> list[KVInput]:
+    """Every input the suite measures (empty when ../shared/kvdata is absent)."""
+    out = []
+    models: dict[str, dict[str, Path]] = {}
+    for p in sorted(KVDATA.glob("*.safetensors")):
+        stem, _, dt = p.stem.rpartition("_")
+        if dt in NATIVE and stem:
+            models.setdefault(stem, {})[dt] = p
+    for model, files in models.items():
+        for dt in NATIVE:
+            if dt in files:
+                out.append(KVInput(model, dt, files[dt], False))
+        src = files.get("fp16") or files.get("bf16")
+        for dt in DERIVED:
+            out.append(KVInput(model, dt, src, True))
+    return out
+
+
+_tensors: dict[KVInput, torch.Tensor] = {}
+
+
+def load_input(inp: KVInput) -> torch.Tensor:
+    """The joined tensor of an input, loaded once per session."""
+    t = _tensors.get(inp)
+    if t is None:
+        t = load_kv_file(inp.path, inp.dtype if inp.cast else None)
+        if dtype_name(t.dtype) != inp.dtype:
+            t = cast_kv(t, inp.dtype)
+        _tensors[inp] = t
+    return t
+
+
+# ---- results and the summary table ---------------------------------------------------
+
+@dataclass
+class Row:
+    data: str
+    dtype: str
+    codec: str
+    direction: str  # "compress" / "decompress"
+    original_bytes: int
+    compressed_bytes: int
+    mean_s: Optional[float] = None  # None when benchmarks are disabled
+    min_s: Optional[float] = None
+
+    @property
+    def ratio(self) -> float:
+        return self.compressed_bytes / self.original_bytes
+
+    @property
+    def gbps(self) -> Optional[float]:
+        """GB/s of original bytes over the mean time (the summary's speed)."""
+        return self.original_bytes / self.mean_s / 1e9 if self.mean_s else None
+
+    @property
+    def best_gbps(self) -> Optional[float]:
+        """Same over the fastest round (less sensitive to a busy machine)."""
+        return self.original_bytes / self.min_s / 1e9 if self.min_s else None
+
+
+def record(results: list[Row], benchmark: Any, row: Row) -> None:
+    """Store a finished benchmark's row (times from pytest-benchmark's own stats)."""
+    stats = getattr(benchmark, "stats", None)
+    if stats is not None and not getattr(benchmark, "disabled", False):
+        row.mean_s = stats.stats.mean
+        row.min_s = stats.stats.min
+    results.append(row)
+
+
+def _fmt(x: Optional[float], spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _factor(a: Optional[Row], b: Optional[Row], best: bool = False) -> Optional[float]:
+    if a is None or b is None:
+        return None
+    x, y = (a.best_gbps, b.best_gbps) if best else (a.gbps, b.gbps)
+    return x / y if x and y else None
+
+
+THREADS_DATA = "threads-64MB"
+
+
+def summary_lines(rows: list[Row]) -> list[str]:
+    """The end-of-session table and the issue's targets, met / NOT met."""
+    by: dict[tuple[str, str], dict[str, dict[str, Row]]] = {}
+    threads: dict[tuple[str, str], Row] = {}
+    for r in rows:
+        if r.data == THREADS_DATA:
+            threads[(r.codec, r.direction)] = r
+        else:
+            by.setdefault((r.data, r.dtype), {}).setdefault(r.codec, {})[r.direction] = r
+
+    wd = max([len("data")] + [len(d) for d, _ in by])
+    lines = [
+        "ratio = compressed/original; GB/s of original bytes = original_bytes / mean time "
+        "(best = over the fastest round); single thread",
+    ]
+    header = (f"{'data':<{wd}} {'dtype':<9} {'codec':<20} {'ratio':>7} {'comp GB/s':>10} {'decomp GB/s':>12}"
+              f" {'best comp':>10} {'best decomp':>12}")
+    lines += [header, "-" * len(header)]
+    for (data, dtype), codecs in by.items():
+        for codec, dirs in codecs.items():
+            ratio = next(iter(dirs.values())).ratio
+            c, d = dirs.get("compress"), dirs.get("decompress")
+            lines.append(
+                f"{data:<{wd}} {dtype:<9} {codec:<20} {ratio:>7.4f} {_fmt(c and c.gbps):>10} {_fmt(d and d.gbps):>12}"
+                f" {_fmt(c and c.best_gbps):>10} {_fmt(d and d.best_gbps):>12}"
+            )
+        lines.append("")
+    if threads:
+        lines.append("kvcore dense on 64 MiB of real bf16 KV, by threads:")
+        for (codec, direction), r in sorted(threads.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            lines.append(f"  {direction:<10} {codec:<10} ratio {r.ratio:.4f}  {_fmt(r.gbps)} GB/s  "
+                         f"(best {_fmt(r.best_gbps)})")
+        lines.append("")
+
+    lines.append("targets (kvcore against peers measured in this run; factor on mean times, on best times in brackets):")
+
+    def verdict(f: Optional[float], goal: float) -> str:
+        return "n/a (not measured)" if f is None else ("met" if f >= goal else "NOT met")
+
+    def row(codecs: dict[str, dict[str, Row]], codec: str, direction: str) -> Optional[Row]:
+        return codecs.get(codec, {}).get(direction)
+
+    wt = wd + 10
+    for (data, dtype), codecs in by.items():
+        tag = f"{data} {dtype}"
+        dense = next(iter(codecs.get("kvcore-dense", {}).values()), None)
+        zipnn = next(iter(codecs.get("zipnn", {}).values()), None)
+        if dtype in NATIVE:
+            ok = None if dense is None or zipnn is None else dense.ratio < zipnn.ratio
+            lines.append(
+                f"  {tag:<{wt}} dense ratio < zipnn: {_fmt(dense and dense.ratio, '.4f')} vs "
+                f"{_fmt(zipnn and zipnn.ratio, '.4f')} -> {'n/a (not measured)' if ok is None else ('met' if ok else 'NOT met')}"
+            )
+        if zipnn is not None or dtype in NATIVE:
+            for direction in ("compress", "decompress"):
+                a, b = row(codecs, "kvcore-dense", direction), row(codecs, "zipnn", direction)
+                f, fb = _factor(a, b), _factor(a, b, best=True)
+                lines.append(f"  {tag:<{wt}} dense {direction} >= 3x zipnn: {_fmt(f, '.2f')}x "
+                             f"[{_fmt(fb, '.2f')}x] -> {verdict(f, 3.0)}")
+        a, b = row(codecs, "kvcore-fast", "decompress"), row(codecs, "memcpy", "decompress")
+        f, fb = _factor(a, b), _factor(a, b, best=True)
+        lines.append(f"  {tag:<{wt}} fast decompress >= 0.5x memcpy: {_fmt(f, '.2f')}x "
+                     f"[{_fmt(fb, '.2f')}x] -> {verdict(f, 0.5)}")
+    for direction in ("compress", "decompress"):
+        one, two = threads.get(("threads=1", direction)), threads.get(("threads=2", direction))
+        f, fb = _factor(two, one), _factor(two, one, best=True)
+        lines.append(f"  {'64 MiB bf16':<{wt}} dense {direction}, 2 threads >= 1.7x 1 thread: {_fmt(f, '.2f')}x "
+                     f"[{_fmt(fb, '.2f')}x] -> {verdict(f, 1.7)}")
+    kv_rows = [r for r in rows if r.codec.startswith("kvcore") and r.data != THREADS_DATA]
+    if kv_rows:
+        worst = max(kv_rows, key=lambda r: r.ratio)
+        lines.append(f"  largest kvcore ratio: {worst.ratio:.4f} ({worst.codec} on {worst.data} {worst.dtype}; "
+                     f"must not exceed raw + header)")
+    return lines

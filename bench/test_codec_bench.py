@@ -1,0 +1,142 @@
+"""kvcore against its peers on real KV data, single thread, plus 1 vs 2 threads on 64 MB.
+
+Every input x codec x direction is one benchmark in the group "<model>-<dtype> <direction>",
+so pytest-benchmark's tables compare like with like. Each decompression benchmark checks once,
+outside the timing, that the result is bit-exact. Rounds are few (pedantic): the whole suite
+must run in minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from kvbench import THREADS_DATA, KVInput, Row, kv_inputs, load_input, record
+from kvcore.bench.codecs import MODES, KvcoreCodec, frame_summary, kvcore_codec_available
+from kvcore.bench.peers import PEER_NAMES, Bound, Codec, missing_peers, peer_codecs
+
+CODECS = [f"kvcore-{m}" for m in MODES] + PEER_NAMES
+INPUTS = kv_inputs()
+TARGET_S = 1.0  # timed seconds per benchmark, roughly
+MAX_ROUNDS = 5
+SLOW_PEERS = {"zlib-6+shuffle/256K", "isal-1+shuffle"}
+
+_codecs: dict[str, Codec] = {}
+_bound: dict[tuple[KVInput, str], Bound] = {}
+_payloads: dict[tuple[KVInput, str], tuple[Any, float]] = {}
+
+
+def get_codec(name: str) -> Codec:
+    if name not in _codecs:
+        if name.startswith("kvcore-"):
+            why = kvcore_codec_available()
+            if why:
+                pytest.skip(why)
+            _codecs[name] = KvcoreCodec(name.removeprefix("kvcore-"), threads=1)
+        else:
+            missing = missing_peers([name])
+            if missing:
+                pytest.skip(missing[name])
+            (_codecs[name],) = peer_codecs(1, [name])
+    return _codecs[name]
+
+
+def bind(inp: KVInput, name: str) -> Bound:
+    key = (inp, name)
+    if key not in _bound:
+        codec = get_codec(name)
+        data = load_input(inp)
+        if not codec.applies(data.dtype):
+            pytest.skip(f"{name} does not apply to {inp.dtype}")
+        _bound[key] = codec.bind(data)
+    return _bound[key]
+
+
+def first_payload(inp: KVInput, name: str) -> tuple[Any, float]:
+    """One untimed compression (warm-up): the payload and how long it took."""
+    key = (inp, name)
+    if key not in _payloads:
+        b = bind(inp, name)
+        t0 = time.perf_counter()
+        payload = b.compress()
+        _payloads[key] = (payload, time.perf_counter() - t0)
+    return _payloads[key]
+
+
+def rounds_for(seconds: float) -> int:
+    return max(1, min(MAX_ROUNDS, int(TARGET_S / max(seconds, 1e-6))))
+
+
+def describe(benchmark: Any, inp: KVInput, name: str, direction: str, b: Bound, size: int) -> None:
+    benchmark.group = f"{inp.id} {direction}"
+    benchmark.extra_info.update(
+        codec=name,
+        data=inp.path.name,
+        derived_by_cast=inp.cast,
+        dtype=inp.dtype,
+        original_bytes=b.original_bytes,
+        compressed_bytes=size,
+        ratio=round(size / b.original_bytes, 6),
+    )
+
+
+skip_no_data = pytest.mark.skipif(not INPUTS, reason="../shared/kvdata is not present")
+
+
+@skip_no_data
+@pytest.mark.parametrize("direction", ["compress", "decompress"])
+@pytest.mark.parametrize("name", CODECS)
+@pytest.mark.parametrize("inp", INPUTS, ids=lambda i: i.id)
+def test_codec(benchmark: Any, kv_results: list, kv_full: bool, inp: KVInput, name: str, direction: str) -> None:
+    """One codec, one input, one direction (compress runs before decompress for each pair)."""
+    if inp.cast and name in SLOW_PEERS and not kv_full:
+        pytest.skip(f"{name} is slow: on inputs derived by casting only with --kv-full")
+    b = bind(inp, name)
+    payload, t_first = first_payload(inp, name)
+    size = b.size(payload)
+    assert 0 < size
+    describe(benchmark, inp, name, direction, b, size)
+    if name.startswith("kvcore-"):
+        benchmark.extra_info["frame"] = frame_summary(payload)
+    if direction == "compress":
+        benchmark.pedantic(b.compress, rounds=rounds_for(t_first), iterations=1)
+    else:
+        t0 = time.perf_counter()
+        result = b.decompress(payload)
+        t_first = time.perf_counter() - t0
+        assert b.equal(result), f"{name} on {inp.id}: decompressed data is not bit-exact"
+        del result
+        benchmark.pedantic(b.decompress, args=(payload,), rounds=rounds_for(t_first), iterations=1)
+        _payloads.pop((inp, name), None)  # this pair is done: free its buffers
+        _bound.pop((inp, name), None)
+    record(kv_results, benchmark, Row(inp.model, inp.dtype, name, direction, b.original_bytes, size))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("direction", ["compress", "decompress"])
+def test_threads(benchmark: Any, kv_results: list, threads_input: Any, direction: str, threads: int) -> None:
+    why = kvcore_codec_available()
+    if why:
+        pytest.skip(why)
+    b = KvcoreCodec("dense", threads=threads).bind(threads_input)
+    t0 = time.perf_counter()
+    payload = b.compress()
+    t_c = time.perf_counter() - t0
+    size = b.size(payload)
+    benchmark.group = f"threads-64MB dense {direction}"
+    benchmark.extra_info.update(
+        codec="kvcore-dense", threads=threads, data="64 MiB of repeated bf16 KV", dtype="bf16",
+        original_bytes=b.original_bytes, compressed_bytes=size, ratio=round(size / b.original_bytes, 6),
+    )
+    if direction == "compress":
+        benchmark.pedantic(b.compress, rounds=rounds_for(t_c), iterations=1)
+    else:
+        t0 = time.perf_counter()
+        result = b.decompress(payload)
+        t_d = time.perf_counter() - t0
+        assert b.equal(result), f"threads={threads}: decompressed data is not bit-exact"
+        benchmark.pedantic(b.decompress, args=(payload,), rounds=rounds_for(t_d), iterations=1)
+    record(kv_results, benchmark,
+           Row(THREADS_DATA, "bf16", f"threads={threads}", direction, b.original_bytes, size))

