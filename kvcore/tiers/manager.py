@@ -167,7 +167,7 @@ class TierManager:
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
         self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
-        self._stream_io = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-stream")
+        self._stream_io = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kvcore-stream")
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:

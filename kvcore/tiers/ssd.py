@@ -304,7 +304,7 @@ class SSDTier:
                 got += n
         return mv[:got]
 
-    def stream(self, key: bytes, *, scratch: "ScratchPool", executor, segment_bytes: int = 2 << 20
+    def stream(self, key: bytes, *, scratch: "ScratchPool", executor, segment_bytes: int = 4 << 20
                ) -> Optional["StreamRead"]:
         """Starts reading key's file in segments on executor; the caller decodes what has
         arrived (StreamRead.wait) while the rest loads, then calls finish() to verify."""
@@ -352,40 +352,54 @@ class SSDTier:
 
 
 class StreamRead:
-    """One file read in segments by a background thread; see SSDTier.stream()."""
+    """One file read as segments in parallel (deep queue, like one large read) by an
+    executor's threads, consumable in order as segments land; see SSDTier.stream()."""
 
     def __init__(self, tier: SSDTier, key: bytes, entry: SSDEntry, scratch: "ScratchPool", executor,
                  segment_bytes: int):
         self.tier, self.key, self.entry = tier, key, entry
         self.size = entry.size
         self.view = memoryview(scratch.get(self.size))[:self.size]
-        self._done = 0
+        self._seg = max(_ALIGN, segment_bytes // _ALIGN * _ALIGN)
+        nseg = max(1, -(-self.size // self._seg))
+        self._landed = [False] * nseg
+        self._done = 0  # bytes of the leading segments that have all landed
         self._error: Optional[BaseException] = None
         self._cond = threading.Condition()
         self._t0 = time.perf_counter()
-        executor.submit(self._run, segment_bytes)
-
-    def _run(self, segment_bytes: int) -> None:
         try:
-            fd = os.open(self.entry.path, os.O_RDONLY)
-            try:
-                if hasattr(os, "posix_fadvise"):
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                pos = 0
-                while pos < self.size:
-                    n = os.preadv(fd, [self.view[pos:min(self.size, pos + segment_bytes)]], pos)
-                    if n <= 0:
-                        raise CorruptFrameError("file is shorter than indexed")
-                    pos += n
-                    with self._cond:
-                        self._done = pos
-                        self._cond.notify_all()
-            finally:
-                os.close(fd)
+            self._fd = os.open(self.entry.path, os.O_RDONLY)
+        except OSError as exc:
+            self._fd = -1
+            self._error = exc
+            return
+        self._left = nseg
+        for i in range(nseg):
+            executor.submit(self._read, i)
+
+    def _read(self, i: int) -> None:
+        start = i * self._seg
+        end = min(self.size, start + self._seg)
+        try:
+            pos = start
+            while pos < end:
+                n = os.preadv(self._fd, [self.view[pos:end]], pos)
+                if n <= 0:
+                    raise CorruptFrameError("file is shorter than indexed")
+                pos += n
         except BaseException as exc:  # reported to the reader
             with self._cond:
-                self._error = exc
-                self._cond.notify_all()
+                self._error = self._error or exc
+        with self._cond:
+            self._landed[i] = True
+            j = self._done // self._seg if self._done < self.size else len(self._landed)
+            while j < len(self._landed) and self._landed[j]:
+                j += 1
+            self._done = min(self.size, j * self._seg)
+            self._left -= 1
+            if self._left == 0:
+                os.close(self._fd)
+            self._cond.notify_all()
 
     def wait(self, upto: int) -> bool:
         """Blocks until the first upto bytes are in view; False when the read failed."""
@@ -393,7 +407,7 @@ class StreamRead:
         with self._cond:
             while self._done < upto and self._error is None:
                 self._cond.wait()
-            return self._done >= upto
+            return self._done >= upto and self._error is None
 
     def finish(self) -> Optional[memoryview]:
         """The whole verified blob, or None (missing, short or corrupt: counted, file removed)."""
