@@ -93,9 +93,13 @@ def native_codec_available() -> bool:
 
 
 def make_codec(name: str = "auto", threads: Optional[int] = None) -> Codec:
-    """"auto" (kvcore dense when built, else raw), "dense", "fast" or "raw"."""
+    """"auto" (kvcore fast when built, else raw), "dense", "fast" or "raw".
+
+    "fast" is the default: on real KV it stores ~4% more bytes than "dense" (0.70 vs
+    0.68 of the original) and decodes ~1.7x faster, which the DDR tier's restores need.
+    """
     if name == "auto":
-        return KvcoreCodec("dense", threads) if native_codec_available() else RawCodec()
+        return KvcoreCodec("fast", threads) if native_codec_available() else RawCodec()
     if name in ("dense", "fast"):
         return KvcoreCodec(name, threads)
     if name in ("raw", "none"):
