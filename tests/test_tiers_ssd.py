@@ -90,7 +90,7 @@ def test_corrupt_or_partial_file_is_miss_and_removed(tmp_path, chunks, damage):
 
 def test_capacity_evicts_oldest_and_rejects_oversize(tmp_path, chunks):
     kv, keys, blobs = chunks
-    cap = len(blobs[0]) * 2 + 10
+    cap = max(len(b) for b in blobs) * 2 + 10
     t = SSDTier(tmp_path, cap)
     for k, b in zip(keys, blobs):
         assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens)
@@ -134,8 +134,9 @@ def test_restart_with_smaller_capacity_trims(tmp_path, chunks):
     t = SSDTier(tmp_path, 1 << 30)
     for k, b in zip(keys, blobs):
         t.write(k.digest, b, ns_tag="ns")
-    t2 = SSDTier(tmp_path, len(blobs[0]) + 1)
-    assert len(t2) == 1 and t2.used_bytes <= len(blobs[0]) + 1
+    cap = max(len(b) for b in blobs) + 1
+    t2 = SSDTier(tmp_path, cap)
+    assert len(t2) == 1 and t2.used_bytes <= cap
 
 
 def test_clear_namespace(tmp_path, chunks):
