@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import KVDATA
+from kvdata import KVDATA
 
 
 def load_kv(name: str = "minilm_l6_kv_bf16.safetensors") -> torch.Tensor:
