@@ -17,6 +17,7 @@ from setuptools import find_packages, setup
 SYSTEM_LIBRARIES = [
     ("zstd.h", "zstd", "libzstd-dev"),
     ("xxhash.h", "xxhash", "libxxhash-dev"),
+    ("isa-l/igzip_lib.h", "isal", "libisal-dev"),
 ]
 
 HEADER_DIRS = ["/usr/include", "/usr/local/include", "/usr/include/x86_64-linux-gnu"]

@@ -30,6 +30,20 @@ def kv_full(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--kv-full"))
 
 
+def timer_name(config: pytest.Config) -> str:
+    """The timer pytest-benchmark uses (--benchmark-timer), e.g. "time.perf_counter"."""
+    try:
+        return str(config.getoption("benchmark_timer"))
+    except ValueError:
+        return "time.perf_counter"
+
+
+@pytest.fixture(scope="session")
+def cpu_timer(request: pytest.FixtureRequest) -> bool:
+    """True when benchmarks are timed in CPU time of the process (time.process_time)."""
+    return "process_time" in timer_name(request.config)
+
+
 @pytest.fixture(scope="session")
 def threads_input() -> torch.Tensor:
     """64 MiB of real bf16 KV (the largest bf16 file, repeated along the token axis)."""
@@ -54,5 +68,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not rows:
         return
     terminalreporter.section("kvcore benchmark summary")
+    timer = timer_name(config)
+    note = (" (CPU time of this process: steadier on a busy machine)" if "process_time" in timer
+            else " (wall clock; on a busy machine try --benchmark-timer=time.process_time)")
+    terminalreporter.write_line(f"timer: {timer}{note}")
     for line in summary_lines(rows):
         terminalreporter.write_line(line)

@@ -6,16 +6,28 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "copy/async_ops.h"
+#include "copy/copy_engine.h"
 #include "cpu/cpu_features.h"
+#include "deflate/deflate_plane.h"
+#include "dsa/dsa_desc.h"
+#include "dsa/dsa_engine.h"
 #include "entropy/fastcode.h"
 #include "entropy/huffman.h"
 #include "frame/codec.h"
 #include "frame/plane_methods.h"
 #include "parallel/thread_pool.h"
+#include "pool/pinned_pool.h"
+#include "qat/qat.h"
 #include "shuffle/shuffle.h"
 
 namespace py = pybind11;
@@ -100,6 +112,161 @@ unsigned thread_count(const py::object& threads) {
     return static_cast<unsigned>(n);
 }
 
+// ---- data mover helpers ----
+
+// A block of a pinned pool exposed to Python with the buffer protocol.
+// `exports` counts live memoryviews/numpy arrays over it, so free() can refuse
+// to hand the memory back while something still reads it.
+struct PinnedBlock {
+    std::shared_ptr<kvcore::pool::PinnedPool> pool;
+    uint8_t* ptr = nullptr;
+    size_t nbytes = 0;
+    int exports = 0;  // guarded by the GIL
+
+    PinnedBlock() = default;
+    PinnedBlock(const PinnedBlock&) = delete;
+    PinnedBlock& operator=(const PinnedBlock&) = delete;
+    ~PinnedBlock() {
+        if (ptr) (void)pool->release(ptr);
+    }
+};
+
+PinnedBlock* block_of(PyObject* obj) {
+    try {
+        return &py::handle(obj).cast<PinnedBlock&>();
+    } catch (const std::exception&) {
+        return nullptr;
+    }
+}
+
+int block_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
+    PinnedBlock* b = block_of(obj);
+    if (b == nullptr || b->ptr == nullptr) {
+        view->obj = nullptr;
+        PyErr_SetString(PyExc_BufferError, b == nullptr ? "PinnedBuffer is not initialised" : "PinnedBuffer was freed");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, obj, b->ptr, Py_ssize_t(b->nbytes), 0, flags) != 0) return -1;
+    ++b->exports;
+    return 0;
+}
+
+void block_releasebuffer(PyObject* obj, Py_buffer*) {
+    if (PinnedBlock* b = block_of(obj)) --b->exports;
+}
+
+// Runs `attempt(slice_ms)` until it stops returning kPoolExhausted/kTimeout or
+// the timeout passes, with the GIL released and Ctrl-C honoured between slices.
+template <typename F>
+Status wait_in_slices(double timeout_s, F attempt) {
+    const bool forever = timeout_s < 0 || std::isinf(timeout_s);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(forever ? 0 : int64_t(timeout_s * 1000.0));
+    for (bool first = true;; first = false) {
+        int64_t slice = 0;
+        if (forever) {
+            slice = 100;
+        } else if (!first || timeout_s > 0) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+            slice = std::max<int64_t>(0, std::min<int64_t>(left, 100));
+        }
+        Status st;
+        {
+            py::gil_scoped_release release;
+            st = attempt(slice);
+        }
+        if (st.code != Code::kPoolExhausted && st.code != Code::kTimeout) return st;
+        if (!forever && std::chrono::steady_clock::now() >= deadline) return st;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+}
+
+std::vector<uint64_t> u64_array(const py::buffer& b, const char* what) {
+    py::buffer_info info = b.request();
+    if (info.itemsize != 8 || info.ndim != 1 || (info.ndim == 1 && info.strides[0] != 8))
+        throw NativeError{Code::kInvalidArgument, std::string(what) + " must be a contiguous 1-D array of uint64"};
+    std::vector<uint64_t> v(size_t(info.size));
+    if (!v.empty()) std::memcpy(v.data(), info.ptr, v.size() * 8);
+    return v;
+}
+
+enum class Engine : int { kAuto = 0, kCpu = 1, kDsa = 2 };
+
+// The engine a copy of these segments runs on.
+Engine pick_engine(int requested, const std::vector<kvcore::copy::Segment>& segs) {
+    if (requested == int(Engine::kCpu)) return Engine::kCpu;
+    kvcore::dsa::Engine* dsa = kvcore::dsa::Engine::instance();
+    if (requested == int(Engine::kDsa)) {
+        if (!dsa)
+            throw NativeError{Code::kUnsupported,
+                              "engine='dsa' is not available: " + kvcore::dsa::Engine::last_discovery().reason};
+        return Engine::kDsa;
+    }
+    if (requested != int(Engine::kAuto)) throw NativeError{Code::kInvalidArgument, "unknown copy engine"};
+    if (!dsa || segs.empty()) return Engine::kCpu;
+    size_t total = 0;
+    for (const auto& s : segs) total += s.size;
+    return total / segs.size() >= dsa->break_even() ? Engine::kDsa : Engine::kCpu;
+}
+
+Status run_segments(Engine engine, const std::vector<kvcore::copy::Segment>& segs, const kvcore::copy::CopyOptions& options) {
+    if (engine == Engine::kDsa) return kvcore::dsa::Engine::instance()->copy_many(segs.data(), segs.size());
+    return kvcore::copy::copy_many(segs.data(), segs.size(), options);
+}
+
+py::dict queue_dict(const kvcore::dsa::WorkQueueInfo& q) {
+    py::dict d;
+    d["device"] = q.device;
+    d["name"] = q.name;
+    d["path"] = q.path;
+    d["mode"] = q.dedicated ? "dedicated" : "shared";
+    d["numa_node"] = q.numa_node;
+    d["size"] = q.size;
+    d["max_batch"] = q.max_batch;
+    d["max_transfer"] = q.max_transfer;
+    d["block_on_fault"] = q.block_on_fault;
+    return d;
+}
+
+py::dict discovery_dict(const kvcore::dsa::Discovery& disc) {
+    py::dict d;
+    d["library_loaded"] = disc.library_loaded;
+    d["cpu_movdir64b"] = disc.cpu_movdir64b;
+    d["cpu_enqcmd"] = disc.cpu_enqcmd;
+    py::list queues;
+    for (const auto& q : disc.queues) queues.append(queue_dict(q));
+    d["queues"] = queues;
+    d["reason"] = disc.reason;
+    return d;
+}
+
+py::bytes desc_bytes(const void* p, size_t n) { return py::bytes(static_cast<const char*>(p), n); }
+
+// The bytes object an asynchronous compression writes its frame into (no
+// copy, no zero-fill); take(n) trims it to the frame's size once done.
+struct FrameOut {
+    PyObject* obj = nullptr;  // owned reference (released with the GIL held)
+    size_t capacity = 0;
+    explicit FrameOut(size_t cap) : capacity(cap) {
+        obj = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(cap));
+        if (obj == nullptr) throw py::error_already_set();
+    }
+    FrameOut(const FrameOut&) = delete;
+    FrameOut& operator=(const FrameOut&) = delete;
+    ~FrameOut() { Py_XDECREF(obj); }
+    uint8_t* data() const { return reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(obj)); }
+    py::bytes take(size_t n) {
+        if (n > capacity) throw NativeError{Code::kInvalidArgument, "frame larger than its buffer"};
+        if (n != size_t(PyBytes_GET_SIZE(obj))) {
+            if (Py_REFCNT(obj) != 1) return py::bytes(reinterpret_cast<const char*>(data()), n);
+            if (_PyBytes_Resize(&obj, static_cast<Py_ssize_t>(n)) != 0) {
+                obj = nullptr;
+                throw py::error_already_set();
+            }
+        }
+        return py::reinterpret_borrow<py::bytes>(obj);
+    }
+};
 
 }  // namespace
 
@@ -606,8 +773,481 @@ PYBIND11_MODULE(_native, m) {
     });
 
     // ---- section: data mover ----
+    {
+        namespace kp = kvcore::pool;
+        namespace kc = kvcore::copy;
+        namespace km = kvcore::mover;
+        namespace kd = kvcore::dsa;
+
+        py::class_<kp::PinnedPool, std::shared_ptr<kp::PinnedPool>>(m, "PinnedPoolNative")
+            .def(py::init([](size_t capacity, size_t segment_bytes, size_t alignment, bool huge_pages, bool lock,
+                             int numa_node) {
+                     kp::PoolOptions o;
+                     o.capacity = capacity;
+                     o.segment_bytes = segment_bytes;
+                     o.alignment = alignment;
+                     o.huge_pages = huge_pages;
+                     o.lock = lock;
+                     o.numa_node = numa_node;
+                     std::shared_ptr<kp::PinnedPool> pool;
+                     Status st;
+                     {
+                         py::gil_scoped_release release;
+                         st = kp::PinnedPool::create(o, &pool);
+                     }
+                     check(st);
+                     return pool;
+                 }),
+                 py::arg("capacity"), py::arg("segment_bytes") = 0, py::arg("alignment") = 4096,
+                 py::arg("huge_pages") = true, py::arg("lock") = true, py::arg("numa_node") = -1)
+            .def("stats", [](const kp::PinnedPool& p) {
+                const kp::PoolStats s = p.stats();
+                py::dict d;
+                d["capacity"] = s.capacity;
+                d["used"] = s.used;
+                d["free"] = s.free;
+                d["largest_free_block"] = s.largest_free;
+                d["allocations"] = s.allocations;
+                d["total_allocations"] = s.total_allocations;
+                d["failed_allocations"] = s.failed_allocations;
+                d["free_extents"] = s.free_blocks;
+                d["segments"] = s.segments;
+                d["segment_bytes"] = s.segment_bytes;
+                d["reserved_bytes"] = s.reserved_bytes;
+                d["alignment"] = s.alignment;
+                d["page_kind"] = kp::page_kind_name(s.page_kind);
+                d["locked"] = s.locked;
+                d["numa_node"] = s.numa_node < 0 ? py::object(py::none()) : py::object(py::int_(s.numa_node));
+                return d;
+            })
+            .def("segments", [](const kp::PinnedPool& p) {
+                py::list out;
+                for (const auto& s : p.segments())
+                    out.append(py::make_tuple(reinterpret_cast<uintptr_t>(s.base), s.size));
+                return out;
+            })
+            .def("contains", [](const kp::PinnedPool& p, uintptr_t addr, size_t n) {
+                return p.contains(reinterpret_cast<const uint8_t*>(addr), n);
+            });
+        m.def("memlock_limit", [] {
+            const uint64_t v = kp::memlock_limit();
+            return v == UINT64_MAX ? py::object(py::none()) : py::object(py::int_(v));
+        });
+        m.def("numa_node_count", &kp::numa_node_count);
+
+        auto block = py::class_<PinnedBlock>(m, "PinnedBlock", py::buffer_protocol())
+            .def(py::init([](std::shared_ptr<kp::PinnedPool> pool, size_t nbytes, double timeout_s) {
+                     auto b = std::make_unique<PinnedBlock>();
+                     uint8_t* ptr = nullptr;
+                     check(wait_in_slices(timeout_s, [&](int64_t slice_ms) { return pool->allocate(nbytes, slice_ms, &ptr); }));
+                     b->pool = std::move(pool);
+                     b->ptr = ptr;
+                     b->nbytes = nbytes;
+                     return b;
+                 }),
+                 py::arg("pool"), py::arg("nbytes"), py::arg("timeout_s") = 0.0)
+            .def_property_readonly("nbytes", [](const PinnedBlock& b) { return b.nbytes; })
+            .def_property_readonly("address", [](const PinnedBlock& b) {
+                if (!b.ptr) throw NativeError{Code::kInvalidArgument, "PinnedBuffer was freed"};
+                return reinterpret_cast<uintptr_t>(b.ptr);
+            })
+            .def_property_readonly("block_bytes", [](const PinnedBlock& b) { return b.ptr ? b.pool->block_size(b.ptr) : 0; })
+            .def_property_readonly("freed", [](const PinnedBlock& b) { return b.ptr == nullptr; })
+            .def_property_readonly("exports", [](const PinnedBlock& b) { return b.exports; })
+            .def("__len__", [](const PinnedBlock& b) { return b.nbytes; })
+            .def("_free", [](PinnedBlock& b) {
+                if (!b.ptr) return false;
+                if (b.exports > 0)
+                    throw NativeError{Code::kInvalidArgument,
+                                      "cannot free a PinnedBuffer while " + std::to_string(b.exports) +
+                                          " memoryview/array export(s) of it are alive; release them first"};
+                check(b.pool->release(b.ptr));
+                b.ptr = nullptr;
+                return true;
+            });
+        {
+            auto* type = reinterpret_cast<PyTypeObject*>(block.ptr());
+            type->tp_as_buffer->bf_getbuffer = block_getbuffer;
+            type->tp_as_buffer->bf_releasebuffer = block_releasebuffer;
+        }
+
+        py::class_<km::Completion, std::shared_ptr<km::Completion>>(m, "NativeFuture")
+            .def("done", &km::Completion::done)
+            .def("wait", [](const km::Completion& c, double timeout_s) {
+                Status st = wait_in_slices(timeout_s, [&](int64_t slice_ms) {
+                    return c.wait(slice_ms) ? Status::ok() : make_status(Code::kTimeout, "");
+                });
+                return st.is_ok();
+            }, py::arg("timeout_s") = -1.0)
+            .def("check", [](const km::Completion& c) { check(c.status()); })
+            .def("result_size", &km::Completion::result_size)
+            .def("notify_with", &km::Completion::notify_with)
+            .def("take_payload", [](km::Completion& c) {
+                std::vector<uint8_t>& p = c.payload();
+                py::bytes out(reinterpret_cast<const char*>(p.data()), p.size());
+                std::vector<uint8_t>().swap(p);
+                return out;
+            });
+        m.def("mover_poll_notifications", [](double timeout_s) {
+            py::gil_scoped_release release;
+            return km::poll_notifications(int64_t(timeout_s * 1000.0));
+        });
+        m.def("mover_wake_notifications", &km::wake_notifications);
+        m.def("mover_dispatch_threads", &km::dispatch_threads);
+
+        // Copies of (dst, src, size) segments given as uint64 address arrays.
+        // Returns None when run synchronously, a NativeFuture when async.
+        m.def("mover_copy_segments", [](const py::buffer& dsts, const py::buffer& srcs, const py::buffer& sizes,
+                                         int engine, unsigned threads, size_t nt_threshold, bool async) -> py::object {
+            const std::vector<uint64_t> d = u64_array(dsts, "dsts"), s = u64_array(srcs, "srcs"),
+                                        n = u64_array(sizes, "sizes");
+            if (d.size() != s.size() || d.size() != n.size())
+                throw NativeError{Code::kInvalidArgument, "dsts, srcs and sizes differ in length"};
+            std::vector<kc::Segment> segs(d.size());
+            for (size_t i = 0; i < d.size(); ++i)
+                segs[i] = {reinterpret_cast<uint8_t*>(d[i]), reinterpret_cast<const uint8_t*>(s[i]), size_t(n[i])};
+            const Engine chosen = pick_engine(engine, segs);
+            kc::CopyOptions o;
+            o.threads = threads;
+            o.nt_threshold = nt_threshold;
+            if (!async) {
+                Status st;
+                {
+                    py::gil_scoped_release release;
+                    st = run_segments(chosen, segs, o);
+                }
+                check(st);
+                return py::none();
+            }
+            auto c = km::submit([chosen, segs = std::move(segs), o](km::Completion&) { return run_segments(chosen, segs, o); });
+            return py::cast(c);
+        }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"), py::arg("engine") = 0, py::arg("threads") = 0,
+           py::arg("nt_threshold") = 0, py::arg("async_") = false);
+        // One copy, addresses as integers (the common case without array set-up).
+        m.def("mover_copy", [](uint64_t dst, uint64_t src, uint64_t n, int engine, unsigned threads, bool async) -> py::object {
+            std::vector<kc::Segment> segs{{reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(src), size_t(n)}};
+            const Engine chosen = pick_engine(engine, segs);
+            kc::CopyOptions o;
+            o.threads = threads;
+            if (!async) {
+                if (n <= (64u << 10) && chosen == Engine::kCpu) {  // too short to be worth releasing the GIL
+                    check(kc::copy(segs[0].dst, segs[0].src, segs[0].size, o));
+                    return py::none();
+                }
+                Status st;
+                {
+                    py::gil_scoped_release release;
+                    st = run_segments(chosen, segs, o);
+                }
+                check(st);
+                return py::none();
+            }
+            auto c = km::submit([chosen, segs = std::move(segs), o](km::Completion&) { return run_segments(chosen, segs, o); });
+            return py::cast(c);
+        }, py::arg("dst"), py::arg("src"), py::arg("n"), py::arg("engine") = 0, py::arg("threads") = 0, py::arg("async_") = false);
+        // Asynchronous codec: the same frame::compress/decompress on the mover's threads.
+        py::class_<FrameOut>(m, "FrameOut")
+            .def(py::init<size_t>())
+            .def("take", &FrameOut::take)
+            .def_readonly("capacity", &FrameOut::capacity);
+        m.def("mover_compress_async", [](uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape,
+                                         uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out) {
+            namespace fr = kvcore::frame;
+            if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
+            if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
+            if (mode > 1) throw NativeError{Code::kInvalidArgument, "unknown mode"};
+            fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
+            uint64_t elems = 1;
+            for (uint64_t d : desc.shape) {
+                if (d != 0 && elems > UINT64_MAX / 16 / d) throw NativeError{Code::kInvalidArgument, "tensor too large"};
+                elems *= d;
+            }
+            if (elems * fr::dtype_size(desc.dtype) != nbytes)
+                throw NativeError{Code::kInvalidArgument, "buffer size does not match shape and dtype"};
+            if (out.capacity < fr::max_frame_size(desc, block_bytes))
+                throw NativeError{Code::kBufferTooSmall, "frame buffer below max_frame_size"};
+            fr::EncodeOptions options;
+            options.mode = static_cast<fr::Mode>(mode);
+            options.block_bytes = block_bytes;
+            options.threads = threads;
+            const auto* src = reinterpret_cast<const uint8_t*>(addr);
+            uint8_t* dst = out.data();
+            const size_t cap = out.capacity;
+            return km::submit([src, nbytes, desc, options, dst, cap](km::Completion& c) {
+                size_t written = 0;
+                Status st = fr::compress(src, nbytes, desc, options, dst, cap, &written);
+                c.set_result_size(written);
+                return st;
+            });
+        }, py::arg("addr"), py::arg("nbytes"), py::arg("dtype"), py::arg("shape"), py::arg("mode"),
+           py::arg("block_bytes"), py::arg("threads"), py::arg("out"));
+        m.def("mover_decompress_async", [](uint64_t frame, uint64_t size, uint64_t dst, uint64_t dst_size, unsigned threads) {
+            const auto* in = reinterpret_cast<const uint8_t*>(frame);
+            auto* out = reinterpret_cast<uint8_t*>(dst);
+            return km::submit([in, size, out, dst_size, threads](km::Completion&) {
+                return kvcore::frame::decompress(in, size, out, dst_size, threads);
+            });
+        });
+        m.def("mover_engine_for", [](uint64_t total, uint64_t count, int engine) {
+            std::vector<kc::Segment> segs(count ? count : 1, kc::Segment{nullptr, nullptr, size_t(total / (count ? count : 1))});
+            return pick_engine(engine, segs) == Engine::kDsa ? "dsa" : "cpu";
+        });
+        m.def("copy_variant", [] { return std::string(kc::variant()); });
+        m.def("llc_bytes", &kc::llc_bytes);
+
+        // DSA: discovery, engine state, and the descriptor builders (for layout tests).
+        m.def("dsa_discover", [](const std::string& library) {
+            kd::Discovery disc;
+            {
+                py::gil_scoped_release release;
+                disc = kd::discover(library);
+            }
+            return discovery_dict(disc);
+        }, py::arg("library") = "libaccel-config.so.1");
+        m.def("dsa_status", [] {
+            kd::Engine* e = nullptr;
+            {
+                py::gil_scoped_release release;
+                e = kd::Engine::instance();
+            }
+            py::dict d = discovery_dict(kd::Engine::last_discovery());
+            d["available"] = e != nullptr;
+            d["break_even_bytes"] = e ? py::object(py::int_(e->break_even())) : py::object(py::none());
+            d["page_faults"] = e ? e->page_faults() : 0;
+            return d;
+        });
+        m.def("dsa_emulated_copy", [](const py::buffer& dsts, const py::buffer& srcs, const py::buffer& sizes,
+                                       uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every,
+                                       uint32_t fault_after, bool dedicated) {
+            const std::vector<uint64_t> d = u64_array(dsts, "dsts"), s = u64_array(srcs, "srcs"),
+                                        n = u64_array(sizes, "sizes");
+            if (d.size() != s.size() || d.size() != n.size())
+                throw NativeError{Code::kInvalidArgument, "dsts, srcs and sizes differ in length"};
+            std::vector<kc::Segment> segs(d.size());
+            for (size_t i = 0; i < d.size(); ++i)
+                segs[i] = {reinterpret_cast<uint8_t*>(d[i]), reinterpret_cast<const uint8_t*>(s[i]), size_t(n[i])};
+            kd::EmulationOptions o;
+            o.max_batch = max_batch;
+            o.max_transfer = max_transfer;
+            o.fault_every = fault_every;
+            o.fault_after = fault_after;
+            o.dedicated = dedicated;
+            kd::EmulationStats stats;
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = kd::emulated_copy_many(segs.data(), segs.size(), o, &stats);
+            }
+            check(st);
+            py::dict r;
+            r["descriptors"] = stats.descriptors;
+            r["batches"] = stats.batches;
+            r["faults_injected"] = stats.faults_injected;
+            r["faults_handled"] = stats.faults_handled;
+            r["errors"] = stats.errors;
+            return r;
+        }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"), py::arg("max_batch") = 32,
+           py::arg("max_transfer") = 1u << 20, py::arg("fault_every") = 0, py::arg("fault_after") = 0,
+           py::arg("dedicated") = true);
+        m.def("dsa_build_memmove", [](uint64_t src, uint64_t dst, uint32_t size, uint64_t comp, uint32_t flags) {
+            kd::HwDesc d;
+            kd::make_memmove(&d, src, dst, size, comp, flags);
+            return desc_bytes(&d, sizeof(d));
+        });
+        m.def("dsa_build_batch", [](uint64_t list, uint32_t count, uint64_t comp, uint32_t flags) {
+            kd::HwDesc d;
+            kd::make_batch(&d, list, count, comp, flags);
+            return desc_bytes(&d, sizeof(d));
+        });
+        m.def("dsa_parse_completion", [](const py::bytes& raw) {
+            const std::string s = raw;
+            if (s.size() != sizeof(kd::CompletionRecord))
+                throw NativeError{Code::kInvalidArgument, "a completion record is 32 bytes"};
+            kd::CompletionRecord c;
+            std::memcpy(static_cast<void*>(&c), s.data(), sizeof(c));
+            py::dict d;
+            d["status"] = kd::load_status(&c) & kd::kStatusMask;
+            d["write_fault"] = bool(kd::load_status(&c) & kd::kStatusWriteFault);
+            d["status_name"] = kd::status_name(kd::load_status(&c));
+            d["result"] = c.result;
+            d["bytes_completed"] = c.bytes_completed;
+            d["fault_addr"] = c.fault_addr;
+            return d;
+        });
+        m.def("dsa_layout", [] {
+            py::dict d;
+            d["desc_size"] = sizeof(kd::HwDesc);
+            d["desc_align"] = alignof(kd::HwDesc);
+            d["desc.completion_addr"] = offsetof(kd::HwDesc, completion_addr);
+            d["desc.src_addr"] = offsetof(kd::HwDesc, src_addr);
+            d["desc.dst_addr"] = offsetof(kd::HwDesc, dst_addr);
+            d["desc.xfer_size"] = offsetof(kd::HwDesc, xfer_size);
+            d["desc.int_handle"] = offsetof(kd::HwDesc, int_handle);
+            d["desc.op_specific"] = offsetof(kd::HwDesc, op_specific);
+            d["comp_size"] = sizeof(kd::CompletionRecord);
+            d["comp_align"] = alignof(kd::CompletionRecord);
+            d["comp.status"] = offsetof(kd::CompletionRecord, status);
+            d["comp.result"] = offsetof(kd::CompletionRecord, result);
+            d["comp.bytes_completed"] = offsetof(kd::CompletionRecord, bytes_completed);
+            d["comp.fault_addr"] = offsetof(kd::CompletionRecord, fault_addr);
+            d["op_memmove"] = kd::kOpMemmove;
+            d["op_batch"] = kd::kOpBatch;
+            d["flag_crav"] = kd::kFlagCompletionAddrValid;
+            d["flag_rcr"] = kd::kFlagRequestCompletion;
+            d["flag_cc"] = kd::kFlagCacheControl;
+            d["flag_bof"] = kd::kFlagBlockOnFault;
+            return d;
+        });
+    }
 
     // ---- section: qat ----
+    {
+        using kvcore::frame::Backend;
+        auto parse_backend = [](const std::string& name) {
+            if (name == "auto") return Backend::kAuto;
+            if (name == "software") return Backend::kSoftware;
+            if (name == "qat") return Backend::kQat;
+            throw NativeError{Code::kInvalidArgument, "backend must be 'auto', 'software' or 'qat', not '" + name + "'"};
+        };
+        auto report_dict = [](const kvcore::deflate::EncodeReport& r) {
+            py::dict d;
+            d["pieces"] = r.pieces;
+            d["qat_pieces"] = r.qat_pieces;
+            d["software_pieces"] = r.software_pieces;
+            d["stored_pieces"] = r.stored_pieces;
+            d["fallback_pieces"] = r.fallback_pieces;
+            return d;
+        };
+        auto encode = [parse_backend](const py::buffer& src, const std::string& backend, int level,
+                                      const py::object& threads, const py::object& max_bytes,
+                                      kvcore::deflate::EncodeReport* rep) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            const Backend be = parse_backend(backend);
+            const unsigned nthreads = thread_count(threads);
+            const size_t bound = kvcore::deflate::deflate_plane_bound(in.size);
+            size_t cap = bound;
+            if (!max_bytes.is_none()) {
+                const long long m = max_bytes.cast<long long>();
+                if (m < 0) throw NativeError{Code::kInvalidArgument, "max_bytes must be >= 0"};
+                cap = std::min(bound, static_cast<size_t>(m));
+            }
+            std::vector<uint8_t> out;
+            size_t written = 0;
+            {
+                py::gil_scoped_release release;
+                out.resize(std::max<size_t>(cap, 1));
+                check(kvcore::deflate::deflate_plane_encode(in.data, in.size, be, level, out.data(), cap, &written,
+                                                            rep, nthreads));
+            }
+            return py::bytes(reinterpret_cast<const char*>(out.data()), written);
+        };
+        m.def("deflate_plane_bound", &kvcore::deflate::deflate_plane_bound, py::arg("n"),
+              "Largest payload deflate_plane_encode writes for n input bytes.");
+        m.def(
+            "deflate_plane_encode",
+            [encode](const py::buffer& src, const std::string& backend, int level, const py::object& threads,
+                     const py::object& max_bytes) { return encode(src, backend, level, threads, max_bytes, nullptr); },
+            py::arg("src"), py::arg("backend") = "auto", py::arg("level") = 1, py::arg("threads") = py::none(),
+            py::arg("max_bytes") = py::none(),
+            "Codes bytes as a deflate plane payload (piece table + raw DEFLATE pieces); BufferTooSmallError "
+            "when it would exceed max_bytes.");
+        m.def(
+            "deflate_plane_encode_report",
+            [encode, report_dict](const py::buffer& src, const std::string& backend, int level,
+                                  const py::object& threads) {
+                kvcore::deflate::EncodeReport rep;
+                py::bytes payload = encode(src, backend, level, threads, py::none(), &rep);
+                return py::make_tuple(payload, report_dict(rep));
+            },
+            py::arg("src"), py::arg("backend") = "auto", py::arg("level") = 1, py::arg("threads") = py::none(),
+            "deflate_plane_encode, also returning how each piece was coded.");
+        m.def(
+            "deflate_plane_decode",
+            [parse_backend](const py::buffer& payload, long long n, const std::string& backend,
+                            const py::object& threads) {
+                if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
+                py::buffer_info keep;
+                const ByteView in = read_view(payload, keep);
+                const Backend be = parse_backend(backend);
+                const unsigned nthreads = thread_count(threads);
+                py::bytes out(nullptr, static_cast<size_t>(n));
+                uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AsString(out.ptr()));
+                {
+                    py::gil_scoped_release release;
+                    check(kvcore::deflate::deflate_plane_decode(in.data, in.size, dst, static_cast<size_t>(n), be,
+                                                                nthreads));
+                }
+                return out;
+            },
+            py::arg("payload"), py::arg("n"), py::arg("backend") = "software", py::arg("threads") = py::none(),
+            "Decodes a deflate plane payload into exactly n bytes (CorruptFrameError otherwise).");
+
+        auto status_dict = [] {
+            kvcore::qat::StatusReport s;
+            {
+                py::gil_scoped_release release;
+                s = kvcore::qat::status();
+            }
+            py::dict d;
+            d["loaded"] = s.loaded;
+            d["hardware"] = s.hardware;
+            d["library"] = s.library;
+            d["message"] = s.message;
+            d["probe_code"] = s.probe_code;
+            d["hw_buffer_bytes"] = s.hw_buffer_bytes;
+            d["min_bytes"] = s.min_bytes;
+            d["has_ext_api"] = s.has_ext_api;
+            d["last_error_code"] = s.last_error_code;
+            const kvcore::qat::Counters& c = s.counters;
+            py::dict k;
+            k["hw_compress_calls"] = c.hw_compress_calls;
+            k["hw_decompress_calls"] = c.hw_decompress_calls;
+            k["hw_bytes_in"] = c.hw_bytes_in;
+            k["hw_bytes_out"] = c.hw_bytes_out;
+            k["sw_execution_calls"] = c.sw_execution_calls;
+            k["fallback_pieces"] = c.fallback_pieces;
+            k["buf_errors"] = c.buf_errors;
+            k["data_errors"] = c.data_errors;
+            k["other_errors"] = c.other_errors;
+            k["sessions_opened"] = c.sessions_opened;
+            k["sessions_closed"] = c.sessions_closed;
+            d["counters"] = k;
+            return d;
+        };
+        m.def(
+            "qat_load",
+            [status_dict](const py::object& path, long long min_bytes) {
+                if (min_bytes < 0 || min_bytes > 0xFFFFFFFFll)
+                    throw NativeError{Code::kInvalidArgument, "min_bytes out of range"};
+                kvcore::qat::LoadOptions o;
+                if (!path.is_none()) o.library_path = path.cast<std::string>();
+                o.min_bytes = static_cast<uint32_t>(min_bytes);
+                kvcore::Status st;
+                {
+                    py::gil_scoped_release release;
+                    st = kvcore::qat::load(o);
+                }
+                if (!path.is_none()) check(st);  // the system library may be absent; a named one must load
+                return status_dict();
+            },
+            py::arg("path") = py::none(), py::arg("min_bytes") = 4096,
+            "Loads QATzip (default: libqatzip.so.3) with dlopen and probes for QAT hardware.");
+        m.def("qat_unload", [] { kvcore::qat::unload(); }, "Stops using the loaded QATzip library.");
+        m.def("qat_status", status_dict, "QATzip library, hardware and per-call counters.");
+        m.def("qat_reset_counters", &kvcore::qat::reset_counters);
+        m.def(
+            "qat_pinned_alloc_check",
+            [](size_t bytes) {
+                py::gil_scoped_release release;
+                void* p = kvcore::qat::pinned_alloc(bytes, -1);
+                const bool pinned = p != nullptr && kvcore::qat::is_pinned(p);
+                kvcore::qat::pinned_free(p);
+                return std::make_pair(p != nullptr, pinned);
+            },
+            py::arg("bytes"),
+            "Allocates and frees one block through the pool's QAT allocator hook: (allocated, pinned).");
+    }
 
     // ---- section: tiers ----
 }

@@ -8,12 +8,23 @@
 True
 """
 
-from . import _isa
+from . import _isa, qat
 from ._isa import isa_variant, set_disabled_isa
 from .codec import compress, decompress, frame_desc, frame_info, max_frame_size
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _error_names
 from .features import features
+from .mover import (
+    Future,
+    PinnedBuffer,
+    PinnedPool,
+    compress_async,
+    copy_async,
+    copy_many,
+    decompress_async,
+    gather,
+    scatter,
+)
 from .tiers import Namespace, RemoteConfig, TierConfig, TierManager
 
 _isa._apply_environment()
@@ -28,3 +39,5 @@ __all__ = [
     "max_frame_size",
     "features", "isa_variant", "set_disabled_isa", *_error_names,
     "TierManager", "TierConfig", "RemoteConfig", "Namespace"]
+__all__ += ["PinnedPool", "PinnedBuffer", "Future", "copy_async", "copy_many", "gather", "scatter"]
+__all__ += ["compress_async", "decompress_async"]

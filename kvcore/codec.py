@@ -56,6 +56,7 @@ def compress(
     mode: str = "dense",
     threads: Optional[int] = None,
     block_bytes: Optional[int] = None,
+    backend: Optional[str] = None,
 ) -> bytes:
     """Compress a tensor losslessly into a self-describing frame.
 
@@ -65,6 +66,10 @@ def compress(
     mode: "dense" (best ratio) or "fast" (fastest decompression).
     threads: native threads to use (default: all cores).
     block_bytes: size of the independently coded blocks (default 256 KiB).
+    backend: None (default) codes planes with kvcore's own coders. "software",
+    "qat" or "auto" code them as raw DEFLATE instead (plane method 4, readable by
+    any inflater; docs/QAT.md): with ISA-L, with QAT hardware (UnsupportedError
+    without it), or with QAT where present and the piece is large enough.
 
     >>> import torch, kvcore
     >>> frame = kvcore.compress(torch.zeros(4, 8, dtype=torch.float16), mode="fast")
@@ -73,6 +78,8 @@ def compress(
     """
     if mode not in _MODES:
         raise InvalidArgumentError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
+    if backend is not None and backend not in _BACKENDS:
+        raise InvalidArgumentError(f"backend must be None or one of {sorted(_BACKENDS)}, got {backend!r}")
     if block_bytes is not None and (not isinstance(block_bytes, int) or block_bytes <= 0):
         raise InvalidArgumentError(f"block_bytes must be a positive int, got {block_bytes!r}")
     t = _as_cpu_tensor(x)
@@ -83,6 +90,8 @@ def compress(
         code,
         list(t.shape),
         mode=_MODES[mode],
+        backend=_BACKENDS[backend or "auto"],
+        deflate=backend is not None,
         block_bytes=block_bytes or 0,
         threads=_threads(threads),
     )

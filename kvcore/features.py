@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from . import _native
+from . import _native, qat
 
 
 def features() -> dict[str, Any]:
@@ -13,8 +13,14 @@ def features() -> dict[str, Any]:
     True
     """
     detected = _native.detected_isa()
+    from .mover.copy import copy_engines
+
+    movers = copy_engines()
     return {
         "simd": _native.isa_variant(),
         "simd_detected": [name for bit, name in ((1, "avx2"), (2, "avx512")) if detected & bit],
         "hardware_threads": _native.hardware_threads(),
+        "qat": qat.summary(),
+        "copy_engines": movers["copy_engines"],
+        "dsa": movers["dsa"],
     }

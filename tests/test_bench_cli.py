@@ -99,7 +99,7 @@ def test_safetensors_json_sizes_are_real(capsys, kv_file):
 def test_safetensors_peers_only_and_dtype_cast(capsys, kv_file):
     """Peers and --dtype work whether or not this build has the codec."""
     path, tensors = kv_file
-    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--dtype", "fp16",
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--dtype", "fp16", "--clock", "cpu",
                       "--codecs", "memcpy,zstd-1+shuffle,lz4")
     joined16 = torch.cat(list(tensors.values())).to(torch.float16)
     got = {r["codec"]: r for r in report["results"]}
@@ -107,6 +107,7 @@ def test_safetensors_peers_only_and_dtype_cast(capsys, kv_file):
     for r in got.values():
         assert r["dtype"] == "fp16" and r["original_bytes"] == joined16.numel() * 2 and r["verified"]
     assert got["memcpy"]["ratio"] == 1.0
+    assert report["clock"] == "cpu"
     if "zstd-1+shuffle" in got:
         assert got["zstd-1+shuffle"]["ratio"] < 0.95  # exponent plane compresses
 

@@ -47,9 +47,8 @@ inline void transpose8x8(const uint8_t* const* in, uint8_t* const* out) {
 }
 
 // Row-major plane (rows x channels) -> channel-major streams: channel c's
-// symbols go to columns + slot[c] * rows.
-void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, const uint32_t* slot,
-                      uint8_t* columns) {
+// symbols go to column[c] (= columns + slot[c] * rows).
+void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
     const size_t r8 = rows & ~size_t(7);
     const uint32_t c8 = channels & ~7u;
     const uint8_t* in[8];
@@ -58,36 +57,43 @@ void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, cons
         for (uint32_t c = 0; c < c8; c += 8) {
             for (int i = 0; i < 8; ++i) {
                 in[i] = plane + (r + i) * channels + c;
-                out[i] = columns + size_t(slot[c + i]) * rows + r;
+                out[i] = column[c + i] + r;
             }
             transpose8x8(in, out);
         }
     }
     for (size_t r = 0; r < rows; ++r) {
         const uint32_t c_from = r < r8 ? c8 : 0;
-        for (uint32_t c = c_from; c < channels; ++c) columns[size_t(slot[c]) * rows + r] = plane[r * channels + c];
+        for (uint32_t c = c_from; c < channels; ++c) column[c][r] = plane[r * channels + c];
     }
 }
 
 // Inverse of to_channel_major.
-void to_row_major(const uint8_t* columns, size_t rows, uint32_t channels, const uint32_t* slot, uint8_t* plane) {
+void to_row_major(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane) {
     const size_t r8 = rows & ~size_t(7);
     const uint32_t c8 = channels & ~7u;
     const uint8_t* in[8];
     uint8_t* out[8];
     for (size_t r = 0; r < r8; r += 8) {
+        uint8_t* row = plane + r * channels;
         for (uint32_t c = 0; c < c8; c += 8) {
             for (int i = 0; i < 8; ++i) {
-                in[i] = columns + size_t(slot[c + i]) * rows + r;
-                out[i] = plane + (r + i) * channels + c;
+                in[i] = column[c + i] + r;
+                out[i] = row + i * channels + c;
             }
             transpose8x8(in, out);
         }
     }
     for (size_t r = 0; r < rows; ++r) {
         const uint32_t c_from = r < r8 ? c8 : 0;
-        for (uint32_t c = c_from; c < channels; ++c) plane[r * channels + c] = columns[size_t(slot[c]) * rows + r];
+        for (uint32_t c = c_from; c < channels; ++c) plane[r * channels + c] = column[c][r];
     }
+}
+
+// column[c] = where channel c's symbols start in the channel-major buffer.
+template <typename T>
+void column_starts(T* base, size_t rows, uint32_t channels, const uint32_t* slot, T** column) {
+    for (uint32_t c = 0; c < channels; ++c) column[c] = base + size_t(slot[c]) * rows;
 }
 
 // slot[c] = position of channel c when ordered by (group, channel); also
@@ -122,6 +128,7 @@ struct Scratch {
     std::vector<uint8_t> columns;
     std::vector<uint32_t> slot;
     std::vector<uint8_t> group;
+    std::vector<uint8_t*> column;
 };
 
 Scratch& thread_scratch(size_t n, uint32_t channels) {
@@ -129,6 +136,7 @@ Scratch& thread_scratch(size_t n, uint32_t channels) {
     if (s.columns.size() < n) s.columns.resize(n);
     if (s.slot.size() < channels) s.slot.resize(channels);
     if (s.group.size() < channels) s.group.resize(channels);
+    if (s.column.size() < channels) s.column.resize(channels);
     return s;
 }
 
@@ -156,7 +164,8 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     for (uint32_t i = 0; i < channels; ++i) s.group[rank[i]] = static_cast<uint8_t>(uint64_t(i) * groups / channels);
     uint32_t count[kMaxGroups];
     order_channels(s.group.data(), channels, groups, s.slot.data(), count);
-    to_channel_major(plane, rows, channels, s.slot.data(), s.columns.data());
+    column_starts(s.columns.data(), rows, channels, s.slot.data(), s.column.data());
+    to_channel_major(plane, rows, channels, s.column.data());
 
     // Histogram of each fine group; pick the coarsening with the smallest estimate.
     std::vector<uint32_t> fine(size_t(groups) * 256);
@@ -242,7 +251,8 @@ Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t cha
         pos += stream;
         offset += len;
     }
-    to_row_major(columns, rows, channels, s.slot.data(), dst);
+    column_starts(columns, rows, channels, s.slot.data(), s.column.data());
+    to_row_major(s.column.data(), rows, channels, dst);
     return Status::ok();
 }
 

@@ -20,6 +20,7 @@ namespace {
 
 constexpr double kIncompressibleBits = 7.9;  // a plane above this is stored raw
 constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
+constexpr size_t kRepeatRows = 8192;  // rows the repeat detector looks at, at most
 constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and hashed at a time
 
 // Per-thread scratch: the planes of one block and one encoded block.
@@ -57,12 +58,14 @@ bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
     const size_t row = channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
     const size_t rows = n / row;
     if (rows < 16) return false;
+    const size_t step = (rows + kRepeatRows - 1) / kRepeatRows;  // bounds the work on short rows
+    const size_t looked = (rows + step - 1) / step;
     size_t slots = 64;
-    while (slots < 2 * rows) slots *= 2;
+    while (slots < 2 * looked) slots *= 2;
     thread_local std::vector<uint64_t> table;
     table.assign(slots, 0);
     size_t repeats = 0;
-    for (size_t r = 0; r < rows; ++r) {
+    for (size_t r = 0; r < rows; r += step) {
         const uint64_t key = row_key(plane + r * row) | 1;  // 0 marks an empty slot
         for (size_t i = (key >> 7) & (slots - 1);; i = (i + 1) & (slots - 1)) {
             if (table[i] == 0) {
@@ -75,7 +78,7 @@ bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
             }
         }
     }
-    return repeats * 16 >= rows;
+    return repeats * 16 >= looked;
 }
 
 shuffle::PlaneTransform transform_of(const Header& h, uint64_t first_elem) {

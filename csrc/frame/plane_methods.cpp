@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "deflate/deflate_plane.h"
 #include "entropy/channel_groups.h"
 #include "entropy/fastcode.h"
 #include "entropy/huffman.h"
@@ -13,6 +14,7 @@ namespace kvcore::frame {
 namespace {
 
 constexpr int kZstdLevel = 1;
+constexpr int kDeflateLevel = 1;  // QATzip's default level; ISA-L level 1
 
 // Scratch for a second candidate, so the better of two can be kept.
 uint8_t* thread_candidate_scratch(size_t n) {
@@ -67,6 +69,25 @@ const char* method_name(uint8_t method) {
 Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
                     Method* method, size_t* written) {
     if (cap < n) return make_status(Code::kBufferTooSmall, "plane output capacity below the plane size");
+    if (policy.deflate) {
+        // DEFLATE planes (QAT-compatible, deflate/): raw DEFLATE pieces, or raw when that does not shrink.
+        // DEFLATE's LZ stage also takes planes that only repeat (duplicate rows).
+        if ((policy.try_entropy || policy.try_lz) && n > 1) {
+            size_t size = 0;
+            const Status st = deflate::deflate_plane_encode(plane, n, policy.backend, kDeflateLevel, dst, n - 1,
+                                                            &size, nullptr, 1);
+            if (st.is_ok()) {
+                *method = Method::kDeflate;
+                *written = size;
+                return Status::ok();
+            }
+            if (!not_smaller(st)) return st;
+        }
+        std::memcpy(dst, plane, n);
+        *method = Method::kRaw;
+        *written = n;
+        return Status::ok();
+    }
     Method best_method = Method::kRaw;
     size_t best = n;
     if (policy.try_entropy && n > 1) {
@@ -125,7 +146,7 @@ Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t 
         case Method::kGrouped:
             if (channels < 2 || n % channels) return corrupt("grouped plane in a block without whole rows");
             return entropy::grouped_decode(payload, size, n / channels, channels, scratch);
-        case Method::kDeflate: break;
+        case Method::kDeflate: return deflate::deflate_plane_decode(payload, size, scratch, n, Backend::kSoftware, 1);
     }
     return corrupt("unknown plane method " + std::to_string(method));
 }

@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="threads for kvcore and for the peers that have a thread setting (default 1)")
     parser.add_argument("--repeat", type=int, default=3, help="timed calls per direction; the best counts (default 3)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="time with the wall clock (default) or with the process's CPU time, which is "
+                             "steadier on a busy machine (CPU time adds up over threads)")
     parser.add_argument("--codecs", metavar="LIST",
                         help="comma-separated codecs to run (default: all available), e.g. kvcore-dense,zstd-1,lz4")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of the table")
@@ -141,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
         progress.step(f"{codec.name} on {name} ({dtype_name(t.dtype)}, {t.numel() * t.element_size() / 1e6:.1f} MB)")
         try:
-            results.append(measure(codec, t, name, repeat=args.repeat))
+            results.append(measure(codec, t, name, repeat=args.repeat, clock=args.clock))
         except VerificationError as e:
             progress.done()
             return _error(str(e))
@@ -153,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
         "source": source,
         "threads": args.threads,
         "repeat": args.repeat,
-        "timing": "best of repeat; GB/s of original bytes (1 GB = 1e9 B)",
+        "timing": f"best of repeat, {args.clock} clock; GB/s of original bytes (1 GB = 1e9 B)",
+        "clock": args.clock,
         "kvcore": {"version": kvcore.__version__, "features": kvcore.features()},
         "results": [r.to_dict() for r in results],
         "not_applicable": sorted(f"{c} on {n}" for n, c in na),
@@ -166,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
     feats = summary["kvcore"]["features"]
     print(f"kvcore {kvcore.__version__} ({feats.get('simd')}), threads={args.threads}, "
-          f"best of {args.repeat}; ratio = compressed/original; GB/s of original bytes")
+          f"best of {args.repeat} ({args.clock} clock); ratio = compressed/original; GB/s of original bytes")
     if source["kind"] == "model":
         print(f"input: all-MiniLM-L6-v2 K/V, {source['layers']} layers x {source['tokens']} tokens, "
               f"shape {tuple(source['shape'])}, {source['dtype']}")

@@ -1,0 +1,66 @@
+// Asynchronous operations of the data mover (copies, gather/scatter, codec).
+//
+// An operation is a task queued on the mover's dispatch threads; the task
+// itself spreads its work over the shared thread pool (default_pool()), so a
+// copy and a compression that are both in flight overlap. Every operation
+// returns a Completion: done / wait(timeout) / status, an optional byte
+// payload (compressed frames), and a notification token that the Python layer
+// collects with poll_notifications() to wake asyncio and done-callbacks
+// without native code ever calling into Python.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvcore::mover {
+
+class Completion {
+public:
+    void finish(Status status);
+    bool done() const;
+    // Waits up to timeout_ms (< 0: no limit); true if the operation finished.
+    bool wait(int64_t timeout_ms) const;
+    Status status() const;
+    // Queues `token` on the notification queue when the operation finishes
+    // (at once if it already has). One token per completion.
+    void notify_with(uint64_t token);
+    // Result bytes (written by the task before finish()).
+    std::vector<uint8_t>& payload() { return payload_; }
+    // A size the task reports (bytes of a frame it wrote); read after done().
+    void set_result_size(uint64_t n) { result_size_ = n; }
+    uint64_t result_size() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return result_size_;
+    }
+
+private:
+    mutable std::mutex mutex_;
+    mutable std::condition_variable cv_;
+    bool done_ = false;
+    bool has_token_ = false;
+    uint64_t token_ = 0;
+    Status status_;
+    std::vector<uint8_t> payload_;
+    uint64_t result_size_ = 0;  // written by the task before finish() takes the mutex
+};
+
+using Task = std::function<Status(Completion&)>;
+
+// Queues a task on the dispatch threads.
+std::shared_ptr<Completion> submit(Task task);
+
+// Blocks up to timeout_ms for finished tokens; returns them (maybe none).
+std::vector<uint64_t> poll_notifications(int64_t timeout_ms);
+// Wakes every poll_notifications() caller (used at shutdown).
+void wake_notifications();
+
+// Number of dispatch threads.
+unsigned dispatch_threads();
+
+}  // namespace kvcore::mover

@@ -1,0 +1,654 @@
+#include "dsa/dsa_engine.h"
+
+#include <cpuid.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <immintrin.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <functional>
+
+#include "dsa/dsa_desc.h"
+
+namespace kvcore::dsa {
+
+const char* status_name(uint8_t status) {
+    switch (status & kStatusMask) {
+        case 0x00: return "none";
+        case 0x01: return "success";
+        case 0x02: return "success-pred";
+        case 0x03: return "page-fault-nobof";
+        case 0x04: return "page-fault-ir";
+        case 0x05: return "batch-fail";
+        case 0x06: return "batch-page-fault";
+        case 0x07: return "dr-offset-noinc";
+        case 0x08: return "dr-offset-erange";
+        case 0x09: return "dif-error";
+        case 0x10: return "bad-opcode";
+        case 0x11: return "invalid-flags";
+        case 0x12: return "nonzero-reserved";
+        case 0x13: return "xfer-size-out-of-range";
+        case 0x14: return "desc-count-out-of-range";
+        case 0x15: return "dr-out-of-range";
+        case 0x16: return "overlapping-buffers";
+        case 0x17: return "dualcast-error";
+        case 0x18: return "desc-list-alignment";
+        case 0x19: return "invalid-int-handle";
+        case 0x1a: return "completion-record-translation";
+        case 0x1b: return "completion-record-alignment";
+        case 0x1c: return "address-alignment";
+        case 0x1d: return "privilege";
+        case 0x1e: return "traffic-class";
+        case 0x1f: return "readback-page-fault";
+        case 0x20: return "hardware-error";
+        case 0x21: return "hardware-error-drb";
+        case 0x22: return "translation-failure";
+        default: return "unknown";
+    }
+}
+
+namespace {
+
+// ---- libaccel-config, resolved at run time (signatures of libaccel_config.h) ----
+struct accfg_ctx;
+struct accfg_device;
+struct accfg_wq;
+
+constexpr int kDeviceEnabled = 1;  // ACCFG_DEVICE_ENABLED
+constexpr int kWqShared = 0;       // ACCFG_WQ_SHARED
+constexpr int kWqDedicated = 1;    // ACCFG_WQ_DEDICATED
+constexpr int kWqEnabled = 1;      // ACCFG_WQ_ENABLED
+constexpr int kWqTypeUser = 2;     // ACCFG_WQT_USER
+
+struct Accfg {
+    int (*new_ctx)(accfg_ctx**);
+    accfg_ctx* (*unref)(accfg_ctx*);
+    accfg_device* (*device_get_first)(accfg_ctx*);
+    accfg_device* (*device_get_next)(accfg_device*);
+    const char* (*device_get_devname)(accfg_device*);
+    int (*device_get_state)(accfg_device*);
+    int (*device_get_numa_node)(accfg_device*);
+    accfg_wq* (*wq_get_first)(accfg_device*);
+    accfg_wq* (*wq_get_next)(accfg_wq*);
+    const char* (*wq_get_devname)(accfg_wq*);
+    int (*wq_get_mode)(accfg_wq*);
+    int (*wq_get_state)(accfg_wq*);
+    int (*wq_get_type)(accfg_wq*);
+    uint64_t (*wq_get_size)(accfg_wq*);
+    unsigned (*wq_get_max_batch_size)(accfg_wq*);
+    uint64_t (*wq_get_max_transfer_size)(accfg_wq*);
+    int (*wq_get_block_on_fault)(accfg_wq*);
+    int (*wq_get_user_dev_path)(accfg_wq*, char*, size_t);
+};
+
+struct DlCloser {
+    void operator()(void* h) const {
+        if (h) dlclose(h);
+    }
+};
+using Library = std::unique_ptr<void, DlCloser>;
+
+template <typename F>
+bool resolve(void* lib, const char* name, F* out, std::string* missing) {
+    *out = reinterpret_cast<F>(dlsym(lib, name));
+    if (*out == nullptr) {
+        *missing = name;
+        return false;
+    }
+    return true;
+}
+
+bool load_accfg(void* lib, Accfg* a, std::string* missing) {
+    return resolve(lib, "accfg_new", &a->new_ctx, missing) && resolve(lib, "accfg_unref", &a->unref, missing) &&
+           resolve(lib, "accfg_device_get_first", &a->device_get_first, missing) &&
+           resolve(lib, "accfg_device_get_next", &a->device_get_next, missing) &&
+           resolve(lib, "accfg_device_get_devname", &a->device_get_devname, missing) &&
+           resolve(lib, "accfg_device_get_state", &a->device_get_state, missing) &&
+           resolve(lib, "accfg_device_get_numa_node", &a->device_get_numa_node, missing) &&
+           resolve(lib, "accfg_wq_get_first", &a->wq_get_first, missing) &&
+           resolve(lib, "accfg_wq_get_next", &a->wq_get_next, missing) &&
+           resolve(lib, "accfg_wq_get_devname", &a->wq_get_devname, missing) &&
+           resolve(lib, "accfg_wq_get_mode", &a->wq_get_mode, missing) &&
+           resolve(lib, "accfg_wq_get_state", &a->wq_get_state, missing) &&
+           resolve(lib, "accfg_wq_get_type", &a->wq_get_type, missing) &&
+           resolve(lib, "accfg_wq_get_size", &a->wq_get_size, missing) &&
+           resolve(lib, "accfg_wq_get_max_batch_size", &a->wq_get_max_batch_size, missing) &&
+           resolve(lib, "accfg_wq_get_max_transfer_size", &a->wq_get_max_transfer_size, missing) &&
+           resolve(lib, "accfg_wq_get_block_on_fault", &a->wq_get_block_on_fault, missing) &&
+           resolve(lib, "accfg_wq_get_user_dev_path", &a->wq_get_user_dev_path, missing);
+}
+
+void cpu_submit_features(bool* movdir64b, bool* enqcmd) {
+    uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
+    *movdir64b = *enqcmd = false;
+    if (__get_cpuid_max(0, nullptr) < 7) return;
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    *movdir64b = ecx & (1u << 28);
+    *enqcmd = ecx & (1u << 29);
+}
+
+// ---- submission instructions ----
+__attribute__((target("movdir64b"))) void submit_movdir64b(void* portal, const void* desc) {
+    _movdir64b(portal, desc);
+}
+
+// Returns true when the shared queue accepted the descriptor.
+__attribute__((target("enqcmd"))) bool submit_enqcmd(void* portal, const void* desc) {
+    return _enqcmd(portal, desc) == 0;
+}
+
+constexpr auto kPollTimeout = std::chrono::seconds(5);
+constexpr int kMaxFaultRetries = 256;
+constexpr size_t kBatchWindow = 4;  // batches in flight per copy_many
+
+void touch(uint64_t addr, bool write) {
+    volatile uint8_t* p = reinterpret_cast<volatile uint8_t*>(addr);
+    if (write) {
+        const uint8_t v = *p;
+        *p = v;
+    } else {
+        (void)*p;
+    }
+}
+
+// Spins until the device writes the record; false on timeout.
+bool poll(const CompletionRecord* c) {
+    auto deadline = std::chrono::steady_clock::now() + kPollTimeout;
+    for (unsigned spins = 0;; ++spins) {
+        if (load_status(c) != kStatusNone) return true;
+        _mm_pause();
+        if ((spins & 4095) == 4095 && std::chrono::steady_clock::now() > deadline) return false;
+    }
+}
+
+// Descriptors and records a timed-out operation may still be written to by the
+// device; kept alive for the life of the process.
+struct Abandoned {
+    std::mutex mutex;
+    std::vector<std::shared_ptr<void>> items;
+};
+Abandoned& abandoned() {
+    static Abandoned a;
+    return a;
+}
+void abandon(std::shared_ptr<void> p) {
+    std::lock_guard<std::mutex> lock(abandoned().mutex);
+    abandoned().items.push_back(std::move(p));
+}
+
+}  // namespace
+
+Discovery discover(const std::string& library) {
+    Discovery d;
+    cpu_submit_features(&d.cpu_movdir64b, &d.cpu_enqcmd);
+    Library lib(dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL));
+    if (!lib) {
+        const char* err = dlerror();
+        d.reason = library + " is not loadable (" + (err ? err : "unknown error") +
+                   "); install libaccel-config1 to use Intel DSA";
+        return d;
+    }
+    Accfg a{};
+    std::string missing;
+    if (!load_accfg(lib.get(), &a, &missing)) {
+        d.reason = library + " lacks " + missing;
+        return d;
+    }
+    d.library_loaded = true;
+    accfg_ctx* ctx = nullptr;
+    if (a.new_ctx(&ctx) != 0 || ctx == nullptr) {
+        d.reason = "accfg_new failed (no idxd driver?)";
+        return d;
+    }
+    size_t enabled_user = 0;
+    for (accfg_device* dev = a.device_get_first(ctx); dev; dev = a.device_get_next(dev)) {
+        const char* dname = a.device_get_devname(dev);
+        if (!dname || std::strncmp(dname, "dsa", 3) != 0) continue;
+        if (a.device_get_state(dev) != kDeviceEnabled) continue;
+        for (accfg_wq* wq = a.wq_get_first(dev); wq; wq = a.wq_get_next(wq)) {
+            if (a.wq_get_state(wq) != kWqEnabled || a.wq_get_type(wq) != kWqTypeUser) continue;
+            const int mode = a.wq_get_mode(wq);
+            if (mode != kWqShared && mode != kWqDedicated) continue;
+            ++enabled_user;
+            WorkQueueInfo q;
+            q.device = dname;
+            const char* wname = a.wq_get_devname(wq);
+            q.name = wname ? wname : "";
+            char path[512] = {0};
+            if (a.wq_get_user_dev_path(wq, path, sizeof(path)) == 0 && path[0])
+                q.path = path;
+            else
+                q.path = "/dev/dsa/" + q.name;
+            q.dedicated = mode == kWqDedicated;
+            q.numa_node = a.device_get_numa_node(dev);
+            q.size = uint32_t(a.wq_get_size(wq));
+            q.max_batch = a.wq_get_max_batch_size(wq);
+            q.max_transfer = a.wq_get_max_transfer_size(wq);
+            q.block_on_fault = a.wq_get_block_on_fault(wq) > 0;
+            if (q.dedicated ? !d.cpu_movdir64b : !d.cpu_enqcmd) continue;
+            d.queues.push_back(std::move(q));
+        }
+    }
+    a.unref(ctx);
+    if (d.queues.empty()) {
+        if (enabled_user == 0)
+            d.reason = "no enabled user-mode DSA work queue (configure one with accel-config)";
+        else
+            d.reason = "this CPU lacks MOVDIR64B/ENQCMD for the enabled DSA work queues";
+    }
+    return d;
+}
+
+// ---- one mapped work queue ----
+class Queue {
+public:
+    static Status open(const WorkQueueInfo& info, std::unique_ptr<Queue>* out) {
+        const int fd = ::open(info.path.c_str(), O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            return make_status(Code::kBackendError, "cannot open DSA work queue " + info.path + ": " + std::strerror(errno));
+        void* portal = mmap(nullptr, 0x1000, PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (portal == MAP_FAILED) {
+            const int err = errno;
+            ::close(fd);
+            return make_status(Code::kBackendError, "cannot map the portal of " + info.path + ": " + std::strerror(err));
+        }
+        *out = std::make_unique<Queue>(info, fd, portal);
+        return Status::ok();
+    }
+
+    Queue(const WorkQueueInfo& info, int fd, void* portal) : info_(info), fd_(fd), portal_(portal) {}
+    // A queue whose "device" is a function executing the descriptor (tests).
+    Queue(const WorkQueueInfo& info, std::function<void(const HwDesc*)> device)
+        : info_(info), fd_(-1), portal_(nullptr), device_(std::move(device)) {}
+    ~Queue() {
+        if (portal_) munmap(portal_, 0x1000);
+        if (fd_ >= 0) ::close(fd_);
+    }
+    Queue(const Queue&) = delete;
+    Queue& operator=(const Queue&) = delete;
+
+    const WorkQueueInfo& info() const { return info_; }
+
+    // Dedicated queues have no back-pressure: never more descriptors in
+    // flight than the queue has entries.
+    void acquire() {
+        if (!info_.dedicated) return;
+        const int limit = std::max<int>(1, int(info_.size));
+        for (;;) {
+            int cur = inflight_.load(std::memory_order_relaxed);
+            if (cur < limit && inflight_.compare_exchange_weak(cur, cur + 1)) return;
+            _mm_pause();
+        }
+    }
+    void release() {
+        if (info_.dedicated) inflight_.fetch_sub(1);
+    }
+
+    Status submit(const HwDesc* desc) {
+        _mm_sfence();  // descriptor, lists and zeroed records visible to the device first
+        if (device_) {
+            device_(desc);
+            return Status::ok();
+        }
+        if (info_.dedicated) {
+            submit_movdir64b(portal_, desc);
+            return Status::ok();
+        }
+        const auto deadline = std::chrono::steady_clock::now() + kPollTimeout;
+        for (unsigned tries = 0;; ++tries) {
+            if (submit_enqcmd(portal_, desc)) return Status::ok();
+            _mm_pause();
+            if ((tries & 1023) == 1023 && std::chrono::steady_clock::now() > deadline)
+                return make_status(Code::kBackendError, "DSA shared work queue " + info_.name + " stayed full for 5 s");
+        }
+    }
+
+private:
+    WorkQueueInfo info_;
+    int fd_;
+    void* portal_;
+    std::function<void(const HwDesc*)> device_;
+    std::atomic<int> inflight_{0};
+};
+
+namespace {
+
+struct EngineHolder {
+    std::once_flag once;
+    Discovery discovery;
+    std::unique_ptr<Engine> engine;
+};
+EngineHolder& holder() {
+    static EngineHolder h;
+    return h;
+}
+
+// One MEMMOVE with its record (64-byte aligned together).
+struct alignas(64) Single {
+    HwDesc desc;
+    CompletionRecord comp;
+};
+
+// A batch: the list of MEMMOVEs, their records, the batch descriptor and its record.
+struct BatchJob {
+    std::vector<HwDesc> descs;
+    std::vector<CompletionRecord> comps;
+    Single batch;
+    std::vector<copy::Segment> segs;
+    Queue* queue = nullptr;
+};
+
+}  // namespace
+
+Engine::Engine(Key, std::vector<std::unique_ptr<Queue>> queues) : queues_(std::move(queues)) {
+    max_transfer_ = UINT64_MAX;
+    max_batch_ = UINT32_MAX;
+    for (const auto& q : queues_) {
+        max_transfer_ = std::min<uint64_t>(max_transfer_, q->info().max_transfer ? q->info().max_transfer : (2u << 20));
+        max_batch_ = std::min<uint32_t>(max_batch_, q->info().max_batch ? q->info().max_batch : 1);
+    }
+    max_transfer_ = std::min<uint64_t>(max_transfer_, uint64_t(1) << 31);
+}
+
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::make_for_test(std::vector<std::unique_ptr<Queue>> queues) {
+    return std::make_unique<Engine>(Key{}, std::move(queues));
+}
+
+const Discovery& Engine::last_discovery() {
+    instance();
+    return holder().discovery;
+}
+
+Engine* Engine::instance() {
+    EngineHolder& h = holder();
+    std::call_once(h.once, [&h] {
+        h.discovery = discover();
+        std::vector<std::unique_ptr<Queue>> queues;
+        std::string errors;
+        for (const WorkQueueInfo& info : h.discovery.queues) {
+            std::unique_ptr<Queue> q;
+            Status st = Queue::open(info, &q);
+            if (st.is_ok())
+                queues.push_back(std::move(q));
+            else
+                errors += (errors.empty() ? "" : "; ") + st.message;
+        }
+        if (queues.empty()) {
+            if (h.discovery.reason.empty()) h.discovery.reason = errors.empty() ? "no DSA work queue" : errors;
+            return;
+        }
+        h.engine = std::make_unique<Engine>(Key{}, std::move(queues));
+        h.engine->measure_break_even();
+    });
+    return h.engine.get();
+}
+
+// MEMMOVE flags: completion record requested; block on fault where the queue
+// allows it (the device waits for the OS instead of returning a partial copy).
+static uint32_t memmove_flags(const Queue& q) {
+    return kFlagCompletionAddrValid | kFlagRequestCompletion | (q.info().block_on_fault ? kFlagBlockOnFault : 0);
+}
+
+Queue& Engine::next_queue() { return *queues_[next_.fetch_add(1, std::memory_order_relaxed) % queues_.size()]; }
+
+Status Engine::run_one(Queue& q, uint8_t* dst, const uint8_t* src, size_t n) {
+    auto job = std::make_shared<Single>();
+    size_t done = 0;
+    int faults = 0;
+    while (done < n) {
+        const size_t len = std::min<uint64_t>(n - done, max_transfer_);
+        make_memmove(&job->desc, reinterpret_cast<uint64_t>(src + done), reinterpret_cast<uint64_t>(dst + done),
+                     uint32_t(len), reinterpret_cast<uint64_t>(&job->comp),
+                     memmove_flags(q));
+        reset(&job->comp);
+        q.acquire();
+        Status st = q.submit(&job->desc);
+        if (!st.is_ok()) {
+            q.release();
+            return st;
+        }
+        if (!poll(&job->comp)) {
+            abandon(job);
+            return make_status(Code::kBackendError, "DSA memmove on " + q.info().name + " did not complete in 5 s");
+        }
+        q.release();
+        const uint8_t status = load_status(&job->comp);
+        if ((status & kStatusMask) == kStatusSuccess) {
+            done += len;
+            continue;
+        }
+        if ((status & kStatusMask) == kStatusPageFaultNoBof && faults < kMaxFaultRetries) {
+            ++faults;
+            page_faults_.fetch_add(1, std::memory_order_relaxed);
+            touch(job->comp.fault_addr, status & kStatusWriteFault);
+            done += std::min<size_t>(job->comp.bytes_completed, len);
+            continue;
+        }
+        if ((status & kStatusMask) == kStatusPageFaultNoBof) {  // keeps faulting: finish on the CPU
+            page_faults_.fetch_add(1, std::memory_order_relaxed);
+            done += std::min<size_t>(job->comp.bytes_completed, len);
+            copy::copy_bytes(dst + done, src + done, n - done, false);
+            return Status::ok();
+        }
+        return make_status(Code::kBackendError, std::string("DSA memmove failed on ") + q.info().name + ": status 0x" +
+                                                    std::to_string(status & kStatusMask) + " (" + status_name(status) + ")");
+    }
+    return Status::ok();
+}
+
+Status Engine::copy(uint8_t* dst, const uint8_t* src, size_t n) {
+    const copy::Segment seg{dst, src, n};
+    return copy_many(&seg, 1);
+}
+
+Status Engine::copy_many(const copy::Segment* segs, size_t count) {
+    std::vector<copy::Segment> chunks;
+    for (size_t i = 0; i < count; ++i) {
+        const copy::Segment& s = segs[i];
+        if (s.size && (s.dst < s.src + s.size && s.src < s.dst + s.size))
+            return invalid("DSA copies cannot overlap their source");
+        for (size_t off = 0; off < s.size; off += max_transfer_)
+            chunks.push_back({s.dst + off, s.src + off, std::min<size_t>(max_transfer_, s.size - off)});
+    }
+    const size_t batch = std::max<size_t>(1, max_batch_);
+    std::deque<std::shared_ptr<BatchJob>> inflight;
+    size_t next = 0;
+    Status result;
+
+    auto finish = [&](BatchJob& job) -> Status {
+        const bool ok = poll(&job.batch.comp);
+        if (!ok) return make_status(Code::kBackendError, "DSA batch on " + job.queue->info().name + " did not complete in 5 s");
+        job.queue->release();
+        if ((load_status(&job.batch.comp) & kStatusMask) == kStatusSuccess) return Status::ok();
+        // Some descriptors failed or never ran: finish each one that did not succeed.
+        for (size_t k = 0; k < job.segs.size(); ++k) {
+            const uint8_t st = load_status(&job.comps[k]) & kStatusMask;
+            if (st == kStatusSuccess) continue;
+            size_t skip = 0;
+            if (st == kStatusPageFaultNoBof) {
+                page_faults_.fetch_add(1, std::memory_order_relaxed);
+                touch(job.comps[k].fault_addr, load_status(&job.comps[k]) & kStatusWriteFault);
+                skip = std::min<size_t>(job.comps[k].bytes_completed, job.segs[k].size);
+            } else if (st != kStatusNone) {
+                return make_status(Code::kBackendError, std::string("DSA memmove in a batch failed: ") + status_name(st));
+            }
+            const copy::Segment& s = job.segs[k];
+            KVCORE_RETURN_IF_ERROR(run_one(*job.queue, s.dst + skip, s.src + skip, s.size - skip));
+        }
+        return Status::ok();
+    };
+
+    while (next < chunks.size() || !inflight.empty()) {
+        while (next < chunks.size() && inflight.size() < kBatchWindow && result.is_ok()) {
+            Queue& q = next_queue();
+            const size_t k = std::min(batch, chunks.size() - next);
+            if (k < 2) {  // a batch holds at least two descriptors
+                result = run_one(q, chunks[next].dst, chunks[next].src, chunks[next].size);
+                ++next;
+                continue;
+            }
+            auto job = std::make_shared<BatchJob>();
+            job->queue = &q;
+            job->descs.resize(k);
+            job->comps.resize(k);
+            job->segs.assign(chunks.begin() + next, chunks.begin() + next + k);
+            for (size_t j = 0; j < k; ++j) {
+                reset(&job->comps[j]);
+                make_memmove(&job->descs[j], reinterpret_cast<uint64_t>(job->segs[j].src),
+                             reinterpret_cast<uint64_t>(job->segs[j].dst), uint32_t(job->segs[j].size),
+                             reinterpret_cast<uint64_t>(&job->comps[j]), memmove_flags(q));
+            }
+            reset(&job->batch.comp);
+            make_batch(&job->batch.desc, reinterpret_cast<uint64_t>(job->descs.data()), uint32_t(k),
+                       reinterpret_cast<uint64_t>(&job->batch.comp), kFlagCompletionAddrValid | kFlagRequestCompletion);
+            q.acquire();
+            Status st = q.submit(&job->batch.desc);
+            if (!st.is_ok()) {
+                q.release();
+                result = st;
+                break;
+            }
+            inflight.push_back(std::move(job));
+            next += k;
+        }
+        if (inflight.empty()) break;
+        std::shared_ptr<BatchJob> job = std::move(inflight.front());
+        inflight.pop_front();
+        Status st = finish(*job);
+        if (!st.is_ok()) {
+            if (load_status(&job->batch.comp) == kStatusNone) abandon(job);  // the device may still write to it
+            if (result.is_ok()) result = st;
+        }
+        if (!result.is_ok()) next = chunks.size();  // stop submitting; drain what is in flight
+    }
+    return result;
+}
+
+void Engine::measure_break_even() {
+    constexpr size_t kMax = size_t(1) << 20;
+    std::vector<uint8_t> a(kMax, 1), b(kMax, 2);
+    Queue& q = *queues_[0];
+    size_t found = 0;
+    for (size_t size = 4096; size <= kMax && !found; size *= 2) {
+        double cpu = 1e30, dev = 1e30;
+        for (int rep = 0; rep < 5; ++rep) {
+            auto t0 = std::chrono::steady_clock::now();
+            std::memcpy(b.data(), a.data(), size);
+            auto t1 = std::chrono::steady_clock::now();
+            if (!run_one(q, b.data(), a.data(), size).is_ok()) return;  // keep the default
+            auto t2 = std::chrono::steady_clock::now();
+            cpu = std::min(cpu, std::chrono::duration<double>(t1 - t0).count());
+            dev = std::min(dev, std::chrono::duration<double>(t2 - t1).count());
+        }
+        if (dev <= cpu) found = size;
+    }
+    break_even_ = found ? found : kMax * 2;
+}
+
+namespace {
+
+// Executes descriptors like the device would (synchronously), for tests.
+struct Emulator {
+    EmulationOptions options;
+    EmulationStats* stats;
+    uint64_t counter = 0;
+
+    static void complete(CompletionRecord* c, uint8_t status, uint32_t bytes, uint64_t fault) {
+        c->bytes_completed = bytes;
+        c->fault_addr = fault;
+        __atomic_store_n(&c->status, status, __ATOMIC_RELEASE);
+    }
+
+    // Returns true when the descriptor completed successfully.
+    bool memmove_desc(const HwDesc* d) {
+        auto* comp = reinterpret_cast<CompletionRecord*>(d->completion_addr);
+        if (reinterpret_cast<uintptr_t>(comp) % 32) {
+            ++stats->errors;
+            return false;  // the device cannot even report
+        }
+        const uint32_t flags = flags_of(*d);
+        if (!(flags & kFlagCompletionAddrValid) || !(flags & kFlagRequestCompletion)) {
+            ++stats->errors;
+            return false;
+        }
+        if (opcode_of(*d) != kOpMemmove) {
+            ++stats->errors;
+            complete(comp, 0x10, 0, 0);
+            return false;
+        }
+        if (d->xfer_size == 0 || d->xfer_size > options.max_transfer) {
+            ++stats->errors;
+            complete(comp, 0x13, 0, 0);
+            return false;
+        }
+        ++stats->descriptors;
+        auto* dst = reinterpret_cast<uint8_t*>(d->dst_addr);
+        const auto* src = reinterpret_cast<const uint8_t*>(d->src_addr);
+        const uint32_t n = d->xfer_size;
+        ++counter;
+        if (options.fault_every && counter % options.fault_every == 0 && n > options.fault_after) {
+            std::memcpy(dst, src, options.fault_after);
+            ++stats->faults_injected;
+            complete(comp, kStatusPageFaultNoBof | kStatusWriteFault, options.fault_after,
+                     reinterpret_cast<uint64_t>(dst + options.fault_after));
+            return false;
+        }
+        std::memcpy(dst, src, n);
+        complete(comp, kStatusSuccess, n, 0);
+        return true;
+    }
+
+    void operator()(const HwDesc* d) {
+        if (opcode_of(*d) != kOpBatch) {
+            memmove_desc(d);
+            return;
+        }
+        auto* comp = reinterpret_cast<CompletionRecord*>(d->completion_addr);
+        const auto* list = reinterpret_cast<const HwDesc*>(d->src_addr);
+        ++stats->batches;
+        if (reinterpret_cast<uintptr_t>(list) % 64) {
+            ++stats->errors;
+            complete(comp, 0x18, 0, 0);
+            return;
+        }
+        if (d->xfer_size < 2 || d->xfer_size > options.max_batch) {
+            ++stats->errors;
+            complete(comp, 0x14, 0, 0);
+            return;
+        }
+        uint32_t ok = 0;
+        for (uint32_t i = 0; i < d->xfer_size; ++i) ok += memmove_desc(&list[i]);
+        complete(comp, ok == d->xfer_size ? kStatusSuccess : kStatusBatchFail, ok, 0);
+    }
+};
+
+}  // namespace
+
+Status emulated_copy_many(const copy::Segment* segs, size_t count, const EmulationOptions& options,
+                          EmulationStats* stats) {
+    *stats = EmulationStats{};
+    auto emulator = std::make_shared<Emulator>();
+    emulator->options = options;
+    emulator->stats = stats;
+    WorkQueueInfo info;
+    info.name = "emulated";
+    info.dedicated = options.dedicated;
+    info.size = options.wq_size;
+    info.max_batch = options.max_batch;
+    info.max_transfer = options.max_transfer;
+    std::vector<std::unique_ptr<Queue>> queues;
+    queues.push_back(std::make_unique<Queue>(info, [emulator](const HwDesc* d) { (*emulator)(d); }));
+    std::unique_ptr<Engine> engine = Engine::make_for_test(std::move(queues));
+    Status st = engine->copy_many(segs, count);
+    stats->faults_handled = engine->page_faults();
+    return st;
+}
+
+}  // namespace kvcore::dsa

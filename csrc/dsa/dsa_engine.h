@@ -1,0 +1,115 @@
+// Intel DSA (Data Streaming Accelerator) copy engine through the idxd driver.
+//
+// libaccel-config is loaded at run time (dlopen "libaccel-config.so.1"), so it
+// is optional: without it, or without an enabled user-mode DSA work queue, or
+// on a CPU without MOVDIR64B/ENQCMD, discovery reports why and the mover uses
+// the CPU engine. A usable queue's portal (/dev/dsa/wqD.Q) is mapped and
+// MEMMOVE descriptors are written to it with MOVDIR64B (dedicated queue, with
+// software flow control) or ENQCMD (shared queue, retried while the queue is
+// full); many blocks go out as BATCH descriptors. Completion records are
+// polled; a copy that stops on a page fault has the faulting page touched and
+// its remainder resubmitted. Copies below a break-even size measured when the
+// engine opens stay on the CPU.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "copy/copy_engine.h"
+
+namespace kvcore::dsa {
+
+struct WorkQueueInfo {
+    std::string device;       // "dsa0"
+    std::string name;         // "wq0.0"
+    std::string path;         // "/dev/dsa/wq0.0"
+    bool dedicated = false;
+    int numa_node = -1;
+    uint32_t size = 0;        // entries
+    uint32_t max_batch = 0;
+    uint64_t max_transfer = 0;
+    bool block_on_fault = false;
+};
+
+struct Discovery {
+    bool library_loaded = false;
+    bool cpu_movdir64b = false;
+    bool cpu_enqcmd = false;
+    std::vector<WorkQueueInfo> queues;  // enabled user-mode DSA queues this CPU can submit to
+    std::string reason;                 // why nothing is usable (empty when a queue is)
+};
+
+// Enumerates enabled user-mode DSA work queues through libaccel-config.
+// Never fails: problems end up in Discovery::reason.
+Discovery discover(const std::string& library = "libaccel-config.so.1");
+
+class Queue;
+
+// A software stand-in for a work queue, for tests of the submission,
+// batching and page-fault paths on machines without DSA: it executes each
+// descriptor when it is submitted, checks what the hardware would (sizes,
+// counts, alignments), and can inject partial completions on page faults.
+struct EmulationOptions {
+    uint32_t max_batch = 32;
+    uint64_t max_transfer = uint64_t(1) << 20;
+    uint32_t fault_every = 0;   // every n-th MEMMOVE stops early with a page fault (0: never)
+    uint32_t fault_after = 0;   // bytes it completes before the fault
+    bool dedicated = true;
+    uint32_t wq_size = 16;
+};
+struct EmulationStats {
+    uint64_t descriptors = 0;   // MEMMOVEs executed (inside batches or alone)
+    uint64_t batches = 0;
+    uint64_t faults_injected = 0;
+    uint64_t faults_handled = 0;  // seen by the engine
+    uint64_t errors = 0;          // descriptors the emulator rejected
+};
+Status emulated_copy_many(const copy::Segment* segs, size_t count, const EmulationOptions& options,
+                          EmulationStats* stats);
+
+class Engine {
+public:
+    // The process-wide engine, opened on first use; nullptr when DSA is not
+    // usable (see last_discovery().reason).
+    static Engine* instance();
+    static const Discovery& last_discovery();
+
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+    ~Engine();
+
+    size_t break_even() const { return break_even_; }
+    size_t queue_count() const { return queues_.size(); }
+    uint64_t page_faults() const { return page_faults_.load(); }
+
+    Status copy(uint8_t* dst, const uint8_t* src, size_t n);
+    Status copy_many(const copy::Segment* segs, size_t count);
+
+    struct Key {
+    private:
+        friend class Engine;
+        Key() = default;
+    };
+    Engine(Key, std::vector<std::unique_ptr<Queue>> queues);
+    static std::unique_ptr<Engine> make_for_test(std::vector<std::unique_ptr<Queue>> queues);
+
+private:
+    Queue& next_queue();
+    Status run_one(Queue& q, uint8_t* dst, const uint8_t* src, size_t n);
+    void measure_break_even();
+
+    std::vector<std::unique_ptr<Queue>> queues_;
+    std::atomic<size_t> next_{0};
+    std::atomic<uint64_t> page_faults_{0};
+    size_t break_even_ = 64 << 10;
+    uint64_t max_transfer_ = 0;
+    uint32_t max_batch_ = 0;
+};
+
+}  // namespace kvcore::dsa

@@ -1,0 +1,99 @@
+"""Asynchronous compress / decompress on the mover's threads.
+
+The work runs where async copies run (the mover's dispatch threads, fanning
+out over the shared native thread pool), so a pipeline
+
+    D2H copy -> compress -> store      and      load -> decompress -> H2D copy
+
+overlaps its stages: start the copy of piece i+1, compress piece i, and so on.
+The frame is written straight into the bytes object the Future returns.
+
+>>> import torch, kvcore
+>>> kv = torch.randn(16, 8, 128).to(torch.bfloat16)
+>>> frame = kvcore.compress_async(kv).result()
+>>> out = torch.empty_like(kv)
+>>> kvcore.decompress_async(frame, out=out).result() is out
+True
+>>> torch.equal(out.view(torch.int16), kv.view(torch.int16))
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import _native
+from ..errors import InvalidArgumentError
+from .future import Future
+from .regions import region
+
+__all__ = ["compress_async", "decompress_async"]
+
+
+def _threads(threads: Optional[int]) -> int:
+    if threads is None:
+        return 0
+    if not isinstance(threads, int) or threads < 1:
+        raise InvalidArgumentError(f"threads must be a positive int or None, got {threads!r}")
+    return threads
+
+
+def compress_async(
+    x: Any, *, mode: str = "dense", threads: Optional[int] = None, block_bytes: Optional[int] = None
+) -> Future:
+    """kvcore.compress(x, ...) as a Future whose result is the frame (bytes).
+
+    Arguments as for kvcore.compress. ``x`` is held (not copied) until the
+    frame is done: do not modify it meanwhile. A CUDA tensor is first copied
+    to the host (synchronously); copy it into a PinnedBuffer with
+    kvcore.copy_async to overlap that step too.
+    """
+    from .. import codec
+
+    if mode not in codec._MODES:
+        raise InvalidArgumentError(f"mode must be one of {sorted(codec._MODES)}, got {mode!r}")
+    if block_bytes is not None and (not isinstance(block_bytes, int) or block_bytes <= 0):
+        raise InvalidArgumentError(f"block_bytes must be a positive int, got {block_bytes!r}")
+    t = codec._as_cpu_tensor(x).contiguous()
+    code = codec.code_of(t.dtype)
+    shape = [int(d) for d in t.shape]
+    nbytes = t.numel() * t.element_size()
+    out = _native.FrameOut(_native.max_frame_size(code, shape, block_bytes or 0))
+    native = _native.mover_compress_async(
+        t.data_ptr() if nbytes else 0, nbytes, code, shape, codec._MODES[mode], block_bytes or 0, _threads(threads), out
+    )
+    return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
+
+
+def decompress_async(frame: Any, *, out: Any = None, threads: Optional[int] = None) -> Future:
+    """kvcore.decompress(frame, out=...) as a Future whose result is the tensor.
+
+    ``out`` (optional) is a contiguous CPU tensor of the frame's dtype and
+    number of elements; a tensor from ``PinnedBuffer.tensor()`` makes the
+    following H2D copy DMA. Errors (kvcore.CorruptFrameError on a damaged
+    frame) are raised by ``result()``.
+    """
+    import torch
+
+    from .. import codec
+
+    dtype, shape = codec.frame_desc(frame)
+    if out is None:
+        out = torch.empty(shape, dtype=dtype)
+    else:
+        if not isinstance(out, torch.Tensor):
+            raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if out.device.type != "cpu" or not out.is_contiguous():
+            raise InvalidArgumentError("out must be a contiguous CPU tensor")
+        if out.dtype != dtype:
+            raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
+        if out.numel() != int(np.prod(shape, dtype=np.int64)):
+            raise InvalidArgumentError(f"out has {out.numel()} elements, the frame holds shape {shape}")
+    src = region(frame, writable=False, what="frame")
+    nbytes = out.numel() * out.element_size()
+    native = _native.mover_decompress_async(
+        src.addr, src.nbytes, out.data_ptr() if nbytes else 0, nbytes, _threads(threads)
+    )
+    return Future(native=[native], keep=[src.keep, out], value=out)

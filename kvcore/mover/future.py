@@ -1,0 +1,293 @@
+"""kvcore.Future: the handle of an asynchronous copy or codec operation.
+
+A Future is made of parts (native operations on the mover's threads, CUDA
+events on a copy stream); it is done when all of them are. It keeps the
+buffers of its operation alive until they finish, even if the caller drops it.
+
+>>> import numpy as np, kvcore
+>>> src = np.arange(1 << 20, dtype=np.uint8); dst = np.empty_like(src)
+>>> fut = kvcore.copy_async(dst, src)
+>>> fut.result() is dst
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import threading
+import time
+from typing import Any, Callable, Iterable, Optional
+
+from .. import _native
+
+__all__ = ["Future"]
+
+
+class _Notifier:
+    """One daemon thread that learns from the native side which operations finished.
+
+    Native threads never call into Python: they queue a token that this thread
+    collects (the GIL released while it waits) and turns into done-callbacks.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[int, "Future"] = {}
+        self._tokens = itertools.count(1)
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+
+    def register(self, fut: "Future", native: Any) -> None:
+        token = next(self._tokens)
+        with self._lock:
+            self._pending[token] = fut
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._run, name="kvcore-mover-notifier", daemon=True)
+                self._thread.start()
+        native.notify_with(token)
+
+    def _run(self) -> None:
+        while not self._stopping:
+            for token in _native.mover_poll_notifications(0.25):
+                with self._lock:
+                    fut = self._pending.pop(token, None)
+                if fut is not None:
+                    fut._part_finished()
+
+    def shutdown(self) -> None:
+        """Waits for operations still in flight, then stops the thread (at exit)."""
+        with self._lock:
+            pending = list(self._pending.values())
+        for fut in pending:
+            fut._wait_parts(None)
+        self._stopping = True
+        _native.mover_wake_notifications()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+_notifier = _Notifier()
+atexit.register(_notifier.shutdown)
+
+
+class _NativePart:
+    def __init__(self, native: Any) -> None:
+        self.native = native
+
+    def done(self) -> bool:
+        return self.native.done()
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        return self.native.wait(-1.0 if timeout is None else max(timeout, 0.0))
+
+    def check(self) -> None:
+        self.native.check()
+
+
+class _CudaPart:
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def done(self) -> bool:
+        return bool(self.event.query())
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        if timeout is None:
+            self.event.synchronize()
+            return True
+        deadline = time.monotonic() + timeout
+        delay = 20e-6
+        while not self.event.query():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+        return True
+
+    def check(self) -> None:
+        self.event.synchronize()  # CUDA errors surface here as RuntimeError
+
+
+class Future:
+    """Result of an asynchronous kvcore operation.
+
+    ``done()`` polls, ``wait(timeout)`` blocks up to ``timeout`` seconds (None:
+    no limit) and returns whether it finished, ``result(timeout)`` waits and
+    returns the value or raises the operation's error (a kvcore exception), and
+    ``await fut`` does the same from asyncio without blocking the event loop.
+    ``event`` is the CUDA event of a device copy (None otherwise): make a
+    stream wait on it to order compute after the copy.
+
+    >>> import asyncio, numpy as np, kvcore
+    >>> a = np.ones(4096, np.uint8); b = np.zeros_like(a)
+    >>> async def main():
+    ...     return await kvcore.copy_async(b, a)
+    >>> asyncio.run(main()) is b
+    True
+    """
+
+    def __init__(
+        self,
+        *,
+        native: Iterable[Any] = (),
+        cuda_events: Iterable[Any] = (),
+        keep: Iterable[Any] = (),
+        result: Callable[[], Any] | None = None,
+        value: Any = None,
+    ) -> None:
+        self._parts: list[Any] = [_NativePart(n) for n in native]
+        if cuda_events:
+            self._parts += [_CudaPart(e) for e in cuda_events]
+        self._keep: Optional[list[Any]] = list(keep)
+        self._result_fn = result
+        self._value = value
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[["Future"], None]] = []
+        self._remaining = len(self._parts)
+        self._fired = False
+        self._cuda_watch = False
+        self._value_ready = False
+        self.event = None
+        if not self._parts:  # finished before it was made (inline work)
+            self._fired = True
+            self._keep = None
+            return
+        for part in self._parts:
+            if isinstance(part, _NativePart):
+                _notifier.register(self, part.native)
+            else:
+                self._cuda_watch = True
+                self.event = part.event
+
+    # -- completion bookkeeping -------------------------------------------------
+    def _part_finished(self) -> None:
+        with self._lock:
+            self._remaining -= 1
+            last = self._remaining == 0
+        if last:
+            self._fire()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._fired:
+                return
+            self._fired = True
+            callbacks, self._callbacks = self._callbacks, []
+        self._release_buffers()
+        for cb in callbacks:
+            _call(cb, self)
+
+    def _release_buffers(self) -> None:
+        keep, self._keep = self._keep, None
+        for obj in keep or ():
+            if isinstance(obj, memoryview):
+                obj.release()
+
+    def _wait_parts(self, timeout: Optional[float]) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for part in self._parts:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not part.wait(left):
+                return False
+        return True
+
+    def _start_cuda_watch(self) -> None:
+        # CUDA parts have no native notification: one short-lived thread waits
+        # on their events (the GIL is released while it does).
+        if not self._cuda_watch:
+            return
+        self._cuda_watch = False
+
+        def watch() -> None:
+            for part in self._parts:
+                if isinstance(part, _CudaPart):
+                    try:
+                        part.wait(None)
+                    except Exception:  # the error is raised again by result()
+                        pass
+                    self._part_finished()
+
+        threading.Thread(target=watch, name="kvcore-cuda-watch", daemon=True).start()
+
+    # -- public API --------------------------------------------------------------
+    def done(self) -> bool:
+        """True when every part of the operation has finished (successfully or not)."""
+        return all(p.done() for p in self._parts)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Blocks up to ``timeout`` seconds (None: until done); True if it finished."""
+        if not self._wait_parts(timeout):
+            return False
+        self._release_buffers()
+        return True
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """Waits, then returns the value or raises the operation's error.
+
+        Raises kvcore.TimeoutError if it did not finish within ``timeout`` seconds.
+        """
+        if not self.wait(timeout):
+            from ..errors import TimeoutError as KVTimeout
+
+            raise KVTimeout(f"operation did not finish within {timeout} s")
+        for part in self._parts:
+            part.check()
+        if self._result_fn is not None and not self._value_ready:
+            with self._lock:
+                if not self._value_ready:
+                    self._value = self._result_fn()
+                    self._value_ready = True
+        return self._value
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """The error the operation raised, or None."""
+        try:
+            self.result(timeout)
+        except Exception as e:  # noqa: BLE001 - reported, not handled
+            return e
+        return None
+
+    def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
+        """Calls ``fn(future)`` once the operation finished (from a kvcore thread,
+        or at once if it already has)."""
+        with self._lock:
+            if not self._fired and not self.done():
+                self._callbacks.append(fn)
+                fn = None  # type: ignore[assignment]
+        if fn is not None:
+            _call(fn, self)
+        else:
+            self._start_cuda_watch()
+
+    def __await__(self):
+        if not self.done():
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+
+            def wake(_fut: "Future") -> None:
+                def settle() -> None:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+                try:
+                    loop.call_soon_threadsafe(settle)
+                except RuntimeError:  # loop closed meanwhile
+                    pass
+
+            self.add_done_callback(wake)
+            yield from waiter.__await__()
+        return self.result()
+
+    def __repr__(self) -> str:
+        return f"<kvcore.Future {'done' if self.done() else 'pending'} parts={len(self._parts)}>"
+
+
+def _call(fn: Callable[[Future], None], fut: Future) -> None:
+    try:
+        fn(fut)
+    except Exception:  # a failing callback must not kill the notifier thread
+        import logging
+
+        logging.getLogger("kvcore").exception("exception in a kvcore.Future done-callback")

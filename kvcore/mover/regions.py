@@ -1,0 +1,90 @@
+"""Turning the objects users pass (tensors, arrays, buffers) into memory regions."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .pool import PinnedBuffer
+
+
+@dataclass
+class Region:
+    """A contiguous byte range: host memory (addr) or a CUDA tensor."""
+
+    addr: int
+    nbytes: int
+    keep: Any  # what must stay alive while the range is in use
+    cuda: Optional[Any] = None  # the torch tensor when the range lives on a GPU
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def is_tensor(obj: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def region(obj: Any, *, writable: bool, what: str) -> Region:
+    """The bytes of ``obj``: a PinnedBuffer, a contiguous torch tensor (CPU or
+    CUDA), or any C-contiguous buffer-protocol object (numpy, bytearray...)."""
+    if type(obj) is np.ndarray:  # fast path for the most common host buffer
+        if not obj.flags.c_contiguous:
+            raise InvalidArgumentError(f"{what}: array must be C-contiguous")
+        if writable and not obj.flags.writeable:
+            raise InvalidArgumentError(f"{what}: buffer is read-only")
+        return Region(obj.__array_interface__["data"][0], obj.nbytes, obj)
+    if isinstance(obj, PinnedBuffer):
+        mv = memoryview(obj)  # an export: free() is refused while the copy runs
+        return Region(obj.address, obj.nbytes, mv)
+    if is_tensor(obj):
+        if not obj.is_contiguous():
+            raise InvalidArgumentError(f"{what}: tensor must be contiguous (call .contiguous())")
+        nbytes = obj.numel() * obj.element_size()
+        if obj.is_cuda:
+            return Region(obj.data_ptr(), nbytes, obj, cuda=obj)
+        if obj.device.type != "cpu":
+            raise InvalidArgumentError(f"{what}: tensors on {obj.device.type} are not supported")
+        return Region(obj.data_ptr(), nbytes, obj)
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{what}: expected a tensor, numpy array, PinnedBuffer or buffer object, got {type(obj).__name__}"
+        ) from None
+    if not mv.c_contiguous:
+        mv.release()
+        raise InvalidArgumentError(f"{what}: buffer must be C-contiguous")
+    if writable and mv.readonly:
+        mv.release()
+        raise InvalidArgumentError(f"{what}: buffer is read-only")
+    nbytes = mv.nbytes
+    addr = np.frombuffer(mv, dtype=np.uint8).__array_interface__["data"][0] if nbytes else 0
+    return Region(addr, nbytes, mv)
+
+
+def byte_tensor(r: Region, obj: Any) -> Any:
+    """A flat torch.uint8 tensor over a region (zero-copy)."""
+    import torch
+
+    if r.cuda is not None:
+        return r.cuda.reshape(-1).view(torch.uint8)
+    if is_tensor(obj):
+        return obj.reshape(-1).view(torch.uint8)
+    if type(obj) is np.ndarray:  # fast path for the most common host buffer
+        if not obj.flags.c_contiguous:
+            raise InvalidArgumentError(f"{what}: array must be C-contiguous")
+        if writable and not obj.flags.writeable:
+            raise InvalidArgumentError(f"{what}: buffer is read-only")
+        return Region(obj.__array_interface__["data"][0], obj.nbytes, obj)
+    if isinstance(obj, PinnedBuffer):
+        return obj.tensor()
+    if r.nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(r.keep, dtype=torch.uint8, count=r.nbytes)

@@ -1,0 +1,272 @@
+"""CPU copy engine through the public API: sizes, alignment, variants,
+copy_many, gather/scatter, futures and asyncio, error propagation."""
+
+import asyncio
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import kvcore
+from mover_util import make_pool
+from kvcore import _native
+
+MiB = 1 << 20
+SIZES = [0, 1, 7, 63, 4095, 4096, 65537, MiB + 3, 3 * MiB + 5, 37 * MiB + 1]
+
+
+def rand_bytes(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+@pytest.fixture(params=["avx2", "scalar"])
+def isa(request):
+    if request.param == "avx2" and "avx2" not in kvcore.features()["simd_detected"]:
+        pytest.skip("CPU has no AVX2")
+    kvcore.set_disabled_isa("" if request.param == "avx2" else "avx2")
+    yield request.param
+    kvcore.set_disabled_isa("")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_copy_async_every_size(size, isa):
+    src = rand_bytes(size, size)
+    dst = np.zeros(size, np.uint8)
+    assert kvcore.copy_async(dst, src).result() is dst
+    assert np.array_equal(dst, src)
+
+
+def test_copy_256_mib():
+    n = 256 * MiB
+    src = rand_bytes(n, 7)
+    dst = np.empty(n, np.uint8)
+    kvcore.copy_async(dst, src).result()
+    assert np.array_equal(dst, src)
+    dst[::4096] = 0
+    kvcore.copy_async(dst, src, threads=1).result()
+    assert np.array_equal(dst, src)
+
+
+@pytest.mark.parametrize("size", [1, 33, 4097, 300_001, 2 * MiB + 77])
+@pytest.mark.parametrize("offsets", [(0, 0), (1, 3), (31, 17), (5, 0)])
+def test_streaming_variant_on_unaligned_pointers(size, offsets, isa):
+    """nt_threshold=1 forces the streaming (non-temporal) kernel for every size."""
+    do, so = offsets
+    src_buf = rand_bytes(size + 64, size)
+    dst_buf = np.zeros(size + 64, np.uint8)
+    src = src_buf[so : so + size]
+    dst = dst_buf[do : do + size]
+    addr = lambda a: np.array([a.__array_interface__["data"][0]], np.uint64)  # noqa: E731
+    _native.mover_copy_segments(addr(dst), addr(src), np.array([size], np.uint64), 1, 0, 1, False)
+    assert np.array_equal(dst, src)
+    assert not dst_buf[:do].any() and not dst_buf[do + size :].any()  # nothing written outside
+
+
+def test_copy_into_larger_destination_and_mixed_types():
+    src = torch.arange(1000, dtype=torch.float32)
+    dst = bytearray(8000)
+    kvcore.copy_async(dst, src).result()
+    assert np.array_equal(np.frombuffer(dst, np.float32)[:1000], src.numpy())
+    assert not any(dst[4000:])
+    with pytest.raises(kvcore.BufferTooSmallError):
+        kvcore.copy_async(bytearray(10), src)
+
+
+def test_copy_to_and_from_pinned_buffers():
+    pool = make_pool(64 * MiB, huge_pages=False)
+    src = rand_bytes(38 * MiB, 1)
+    buf = pool.alloc(src.nbytes)
+    kvcore.copy_async(buf, src).result()
+    back = torch.empty(src.nbytes, dtype=torch.uint8)
+    kvcore.copy_async(back, buf).result()
+    assert np.array_equal(back.numpy(), src)
+    buf.free()  # the finished copies hold no export any more
+
+
+def test_pinned_buffer_cannot_be_freed_while_a_copy_uses_it():
+    pool = make_pool(64 * MiB, huge_pages=False)
+    buf = pool.alloc(48 * MiB)
+    fut = kvcore.copy_async(buf, np.ones(48 * MiB, np.uint8))
+    try:
+        buf.free()
+    except kvcore.InvalidArgumentError:
+        pass  # still in flight: refused
+    fut.result()
+    buf.free()
+
+
+def test_overlapping_copy_behaves_like_memmove():
+    a = np.arange(10 * MiB, dtype=np.uint8)
+    expect = a.copy()
+    expect[1000:] = a[:-1000].copy()
+    kvcore.copy_async(a[1000:], a[:-1000]).result()
+    assert np.array_equal(a, expect)
+
+
+def test_bad_arguments():
+    with pytest.raises(kvcore.InvalidArgumentError, match="read-only"):
+        kvcore.copy_async(b"immutable", b"x")
+    with pytest.raises(kvcore.InvalidArgumentError, match="contiguous"):
+        kvcore.copy_async(np.zeros(10), np.zeros(20)[::2])
+    with pytest.raises(kvcore.InvalidArgumentError, match="contiguous"):
+        kvcore.copy_async(torch.zeros(4, 4).t(), torch.zeros(16))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.copy_async(np.zeros(4), 3.5)
+    with pytest.raises(kvcore.InvalidArgumentError, match="engine"):
+        kvcore.copy_async(np.zeros(4), np.zeros(4), engine="gpu")
+    with pytest.raises(kvcore.InvalidArgumentError, match="cuda"):
+        kvcore.copy_async(np.zeros(4), np.zeros(4), engine="cuda")
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.copy_async(np.zeros(4), np.zeros(4), threads=0)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.copy_many([(np.zeros(4),)])
+
+
+def test_copy_many_blocks():
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(0, 200_000, 300)
+    srcs = [rand_bytes(int(n), i) for i, n in enumerate(sizes)]
+    dsts = [np.zeros_like(s) for s in srcs]
+    fut = kvcore.copy_many(list(zip(dsts, srcs)), engine="cpu")
+    assert fut.result() is None and fut.done()
+    for d, s in zip(dsts, srcs):
+        assert np.array_equal(d, s)
+
+
+@pytest.mark.parametrize("threads", [None, 1])
+def test_gather_then_scatter_round_trip(threads, isa):
+    # one layer's paged KV: 64 blocks of 16 tokens x 8 heads x 128 dims (bf16 as int16)
+    kv = torch.from_numpy(np.random.default_rng(5).integers(-30000, 30000, (64, 16, 8, 128), dtype=np.int16))
+    ids = [7, 3, 63, 0, 41, 12]
+    staging = kvcore.gather(kv, ids, threads=threads).result()
+    assert staging.shape == (6, 16, 8, 128)
+    for i, b in enumerate(ids):
+        assert torch.equal(staging[i], kv[b])
+    dest = torch.zeros_like(kv)
+    assert kvcore.scatter(staging, dest, ids, threads=threads).result() is dest
+    for b in range(64):
+        assert torch.equal(dest[b], kv[b]) if b in ids else not dest[b].any()
+
+
+def test_gather_into_pinned_buffer_from_numpy_and_lists():
+    pool = make_pool(8 * MiB, huge_pages=False)
+    kv = np.random.default_rng(6).integers(0, 255, (32, 32 * 1024), dtype=np.uint8)
+    out = pool.alloc(5 * 32 * 1024)
+    ids = np.array([31, 0, 5, 5, 17])  # gather may repeat blocks
+    assert kvcore.gather(kv, ids, out=out).result() is out
+    assert np.array_equal(out.numpy().reshape(5, -1), kv[ids])
+    blocks = [bytearray(kv[i].tobytes()) for i in range(4)]
+    staged = kvcore.gather(blocks).result()
+    assert np.array_equal(staged, kv[:4])
+    targets = [bytearray(32 * 1024) for _ in range(4)]
+    kvcore.scatter(staged[::-1].copy(), targets).result()
+    assert bytes(targets[0]) == kv[3].tobytes()
+
+
+def test_gather_scatter_errors():
+    kv = np.zeros((8, 4096), np.uint8)
+    with pytest.raises(kvcore.InvalidArgumentError, match="range"):
+        kvcore.gather(kv, [8])
+    with pytest.raises(kvcore.InvalidArgumentError, match="range"):
+        kvcore.gather(kv, [-1])
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.gather(kv, [[1, 2]])
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.gather(kv, [0.5])
+    with pytest.raises(kvcore.BufferTooSmallError):
+        kvcore.gather(kv, [1, 2], out=np.zeros(4096, np.uint8))
+    with pytest.raises(kvcore.InvalidArgumentError, match="repeat"):
+        kvcore.scatter(np.zeros((2, 4096), np.uint8), kv, [1, 1])
+    with pytest.raises(kvcore.InvalidArgumentError, match="contiguous"):
+        kvcore.gather(np.zeros((8, 4096))[:, ::2], [0])
+    with pytest.raises(kvcore.InvalidArgumentError, match="size"):
+        kvcore.gather([bytearray(10), bytearray(11)])
+    with pytest.raises(kvcore.InvalidArgumentError, match="read-only"):
+        ro = np.zeros((2, 8), np.uint8)
+        ro.flags.writeable = False
+        kvcore.scatter(np.zeros((1, 8), np.uint8), ro, [0])
+    assert kvcore.gather(kv, []).result().shape == (0, 4096)
+
+
+def test_future_api():
+    src = rand_bytes(16 * MiB)
+    dst = np.empty_like(src)
+    fut = kvcore.copy_async(dst, src)
+    assert fut.wait(30) and fut.done()
+    assert fut.exception() is None and fut.event is None
+    seen = []
+    fut.add_done_callback(seen.append)  # already done: called at once
+    assert seen == [fut]
+    assert "done" in repr(fut)
+
+
+def test_done_callback_runs_once_from_kvcore_thread():
+    called = threading.Event()
+    calls = []
+    src = rand_bytes(32 * MiB)
+    fut = kvcore.copy_async(np.empty_like(src), src)
+    fut.add_done_callback(lambda f: (calls.append(f), called.set()))
+    assert called.wait(30)
+    time.sleep(0.05)
+    assert calls == [fut]
+
+
+def test_errors_in_async_work_propagate():
+    """A native task that fails (a null destination) raises from result()/await."""
+    native = _native.mover_copy_segments(
+        np.array([0], np.uint64), np.array([np.zeros(8).ctypes.data], np.uint64), np.array([8], np.uint64), 0, 0, 0, True
+    )
+    fut = kvcore.Future(native=[native])
+    assert fut.wait(10)
+    with pytest.raises(kvcore.InvalidArgumentError, match="null"):
+        fut.result()
+    assert isinstance(fut.exception(), kvcore.InvalidArgumentError)
+
+    async def main():
+        return await kvcore.Future(native=[native])
+
+    with pytest.raises(kvcore.InvalidArgumentError):
+        asyncio.run(main())
+
+
+def test_await_from_asyncio_overlaps_with_the_loop():
+    srcs = [rand_bytes(8 * MiB, i) for i in range(4)]
+    dsts = [np.empty_like(s) for s in srcs]
+
+    async def main():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(ticker())
+        results = await asyncio.gather(*(kvcore.copy_async(d, s) for d, s in zip(dsts, srcs)))
+        t.cancel()
+        return results, ticks
+
+    results, ticks = asyncio.run(main())
+    assert all(r is d for r, d in zip(results, dsts))
+    assert all(np.array_equal(d, s) for d, s in zip(dsts, srcs))
+    assert ticks > 0
+
+
+def test_dropped_future_keeps_buffers_alive_until_done():
+    dst = np.zeros(64 * MiB, np.uint8)
+    kvcore.copy_async(dst, np.full(64 * MiB, 7, np.uint8))  # src and Future dropped at once
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while dst[-1] != 7 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dst[0] == 7 and dst[-1] == 7 and int(dst.min()) == 7
+
+
+def test_features_report_copy_engines():
+    f = kvcore.features()
+    assert f["copy_engines"][0] == "cpu"
+    assert isinstance(f["dsa"]["available"], bool) and "reason" in f["dsa"]

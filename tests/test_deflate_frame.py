@@ -1,0 +1,193 @@
+"""The deflate plane method (id 4) inside kvcore frames: kvcore.compress(..., backend=...).
+
+Frames whose planes are raw DEFLATE round-trip; their DEFLATE pieces decode with
+zlib; a frame whose pieces were re-made by zlib still decodes in kvcore; frames
+written through QAT (the QATzip test double) decode without QAT; corruption is
+always caught (the frame checksums).
+"""
+
+import random
+import struct
+import zlib
+
+import pytest
+import torch
+import xxhash
+
+import kvcore
+from qat_double import double, double_path  # noqa: F401  (fixtures)
+
+DEFLATE = 4
+ELEMENT_SIZE = {1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 2, 7: 4}
+
+
+def header_size(frame: bytes) -> int:
+    """Where the header ends: the first offset whose 4 bytes are the checksum of all before."""
+    for h in range(28, len(frame) + 1):
+        if struct.unpack_from("<I", frame, h - 4)[0] == xxhash.xxh3_64_intdigest(frame[: h - 4]) & 0xFFFFFFFF:
+            return h
+    raise AssertionError("no header checksum found")
+
+
+def planes(frame: bytes):
+    """(block index, offset of the plane's method byte, method, payload) for every plane."""
+    h = header_size(frame)
+    n_blocks = struct.unpack_from("<I", frame, 12)[0]
+    table = h - 4 - 4 * n_blocks
+    sizes = struct.unpack_from(f"<{n_blocks}I", frame, table)
+    esize = ELEMENT_SIZE[frame[5]]
+    pos = h
+    for b, size in enumerate(sizes):
+        p = pos + 8
+        for _ in range(esize):
+            method = frame[p]
+            n = struct.unpack_from("<I", frame, p + 1)[0]
+            yield b, p, method, frame[p + 5 : p + 5 + n]
+            p += 5 + n
+        assert p == pos + size
+        pos += size
+    assert pos == len(frame)
+
+
+def pieces(payload: bytes) -> list[tuple[int, bytes]]:
+    (count,) = struct.unpack_from("<I", payload)
+    table = [struct.unpack_from("<II", payload, 4 + 8 * i) for i in range(count)]
+    pos, out = 4 + 8 * count, []
+    for orig, comp in table:
+        out.append((orig, payload[pos : pos + comp]))
+        pos += comp
+    return out
+
+
+def rebuild_with_zlib(frame: bytes, level: int) -> bytes:
+    """The same frame with every DEFLATE piece re-made by zlib (sizes and checksums updated)."""
+    h = header_size(frame)
+    n_blocks = struct.unpack_from("<I", frame, 12)[0]
+    table = h - 4 - 4 * n_blocks
+    blocks: list[bytearray] = [bytearray() for _ in range(n_blocks)]
+    starts = {}
+    for b, off, method, payload in planes(frame):
+        if b not in starts:
+            starts[b] = off - 8
+            blocks[b] += frame[off - 8 : off]  # the block checksum
+        if method == DEFLATE:
+            new = []
+            for orig, piece in pieces(payload):
+                data = zlib.decompress(piece, -15)
+                assert len(data) == orig
+                c = zlib.compressobj(level, zlib.DEFLATED, -15)
+                new.append((orig, c.compress(data) + c.flush()))
+            payload = struct.pack("<I", len(new)) + b"".join(struct.pack("<II", o, len(p)) for o, p in new)
+            payload += b"".join(p for _o, p in new)
+        blocks[b] += bytes([method]) + struct.pack("<I", len(payload)) + payload
+    head = bytearray(frame[:table]) + b"".join(struct.pack("<I", len(b)) for b in blocks)
+    head += struct.pack("<I", xxhash.xxh3_64_intdigest(bytes(head)) & 0xFFFFFFFF)
+    return bytes(head) + b"".join(bytes(b) for b in blocks)
+
+
+@pytest.fixture(autouse=True)
+def no_qat():
+    kvcore.qat.unload()
+    yield
+    kvcore.qat.unload()
+
+
+def kv_tensor(kvdata_dir, name="minilm_l6_kv_bf16.safetensors", key="layer3.v") -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    return load_file(str(kvdata_dir / name))[key]
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+@pytest.mark.parametrize("name", ["minilm_l6_kv_bf16.safetensors", "stories260k_text_kv_fp16.safetensors"])
+def test_real_kv_round_trip_and_pieces_decode_with_zlib(kvdata_dir, name):
+    t = kv_tensor(kvdata_dir, name, "layer1.k")
+    frame = kvcore.compress(t, backend="software")
+    assert same(kvcore.decompress(frame), t)
+    info = kvcore.frame_info(frame)
+    assert info["methods"]["deflate"]["planes"] >= 1
+    n_deflate = 0
+    for _b, _off, method, payload in planes(frame):
+        if method == DEFLATE:
+            n_deflate += 1
+            for orig, piece in pieces(payload):
+                assert len(zlib.decompress(piece, -15)) == orig
+    assert n_deflate == info["methods"]["deflate"]["planes"]
+    assert len(frame) < t.numel() * t.element_size()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float8_e4m3fn, torch.uint8])
+@pytest.mark.parametrize("numel", [1, 777, 300_001])
+def test_dtypes_and_sizes(dtype, numel):
+    g = torch.Generator().manual_seed(numel)
+    x = (torch.randn(numel, generator=g) * 3).to(dtype) if dtype != torch.uint8 else \
+        torch.randint(0, 8, (numel,), generator=g, dtype=torch.uint8)
+    for backend in ("software", "auto"):
+        assert same(kvcore.decompress(kvcore.compress(x, backend=backend)), x)
+
+
+def test_zlib_made_pieces_decode_in_a_frame(kvdata_dir):
+    t = kv_tensor(kvdata_dir)
+    frame = kvcore.compress(t, backend="software", block_bytes=128 << 10)
+    for level in (1, 9):
+        remade = rebuild_with_zlib(frame, level)
+        assert remade != frame
+        assert same(kvcore.decompress(remade), t)
+
+
+def test_backend_argument():
+    x = torch.randn(64, 8).to(torch.bfloat16)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress(x, backend="gpu")
+    with pytest.raises(kvcore.UnsupportedError):
+        kvcore.compress(x, backend="qat")
+
+
+def test_qat_written_frame_decodes_without_qat(kvdata_dir, double):  # noqa: F811
+    t = kv_tensor(kvdata_dir)
+    kvcore.qat.reset_counters()
+    frame = kvcore.compress(t, backend="qat")
+    c = kvcore.qat.status()["counters"]
+    assert c["hw_compress_calls"] > 0 and c["hw_bytes_in"] > 0
+    kvcore.qat.unload()
+    assert same(kvcore.decompress(frame), t)
+    # and the software-written frame is the same kind of stream
+    soft = kvcore.compress(t, backend="software")
+    assert kvcore.frame_info(soft)["methods"].keys() == kvcore.frame_info(frame)["methods"].keys()
+
+
+def test_every_corruption_is_caught(kvdata_dir):
+    t = kv_tensor(kvdata_dir)[:512]
+    frame = kvcore.compress(t, backend="software")
+    rng = random.Random(5)
+    for _ in range(150):
+        b = bytearray(frame)
+        pos = rng.randrange(len(b))
+        b[pos] ^= 1 << rng.randrange(8)
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(bytes(b))
+    for cut in rng.sample(range(len(frame)), 40):
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(frame[:cut])
+    # flips inside DEFLATE payloads only (most decode to wrong bytes: the checksum catches them)
+    deflate_ranges = [(off + 5, off + 5 + len(p)) for _b, off, m, p in planes(frame) if m == DEFLATE]
+    assert deflate_ranges
+    for _ in range(100):
+        lo, hi = rng.choice(deflate_ranges)
+        b = bytearray(frame)
+        b[rng.randrange(lo, hi)] ^= 1 << rng.randrange(8)
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(bytes(b))
+
+
+def test_repeated_rows_use_deflate_on_every_plane():
+    rows = torch.randn(16, 256).to(torch.bfloat16)  # mantissa bytes: high order-0 entropy
+    x = rows.repeat(64, 1)                            # ... but every row repeats
+    frame = kvcore.compress(x, backend="software")
+    assert same(kvcore.decompress(frame), x)
+    methods = kvcore.frame_info(frame)["methods"]
+    assert set(methods) == {"deflate"}
+    assert len(frame) < 0.1 * x.numel() * 2
