@@ -25,6 +25,7 @@ from .mover import (
     gather,
     scatter,
 )
+from .tiers import Namespace, RemoteConfig, TierConfig, TierManager
 
 _isa._apply_environment()
 
@@ -36,6 +37,7 @@ __all__ = [
     "frame_desc",
     "frame_info",
     "max_frame_size",
-    "features", "isa_variant", "set_disabled_isa", *_error_names]
+    "features", "isa_variant", "set_disabled_isa", *_error_names,
+    "TierManager", "TierConfig", "RemoteConfig", "Namespace"]
 __all__ += ["PinnedPool", "PinnedBuffer", "Future", "copy_async", "copy_many", "gather", "scatter"]
 __all__ += ["compress_async", "decompress_async"]

@@ -1,0 +1,233 @@
+"""The chunk blob: one chunk's K and V of every layer, as one self-checking byte string.
+
+Every tier stores the same blob (DDR in its pool, SSD as a file, Redis as a value),
+so moving a chunk between tiers never re-encodes it. Layout (little-endian)::
+
+    magic "KVCK" | version u8 | codec u8 | dtype u8 | layers per frame u8
+    layers u16 | kv u16 | ntokens u32 | heads u32 | head_dim u32 | chunk index u32
+    key (16 bytes) | nframes u32 | nframes x (offset u64, length u64)
+    frames ... | xxh3-64 of everything before (u64)
+
+Frame ``i`` holds layers ``[i*g, min(layers, (i+1)*g))`` (g = layers per frame), K and
+V, shaped [g, kv, ntokens, heads, head_dim], coded by the blob's codec. Layers are
+grouped so each frame is about ``frame_bytes`` (codecs have a per-call cost) while a
+reader can still decode the first layers before the rest has arrived.
+
+>>> import torch
+>>> from kvcore.tiers.blob import encode_chunk, decode_into, BlobHeader
+>>> from kvcore.tiers.codecs import RawCodec
+>>> kv = torch.arange(2 * 2 * 4 * 2 * 3, dtype=torch.float32).reshape(2, 2, 4, 2, 3)
+>>> blob = encode_chunk(kv, RawCodec(), key=bytes(16), index=0)
+>>> out = torch.zeros_like(kv)
+>>> h = BlobHeader.parse(blob, verify=True)
+>>> decode_into(blob, h, out, RawCodec())
+>>> torch.equal(out, kv)
+True
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import xxhash
+
+from ..errors import CorruptFrameError, InvalidArgumentError
+from .codecs import Codec, codec_for_code
+
+MAGIC = b"KVCK"
+VERSION = 1
+_HEAD = struct.Struct("<4sBBBBHHIIII16sI")
+_ENTRY = struct.Struct("<QQ")
+_TRAILER = struct.Struct("<Q")
+
+DTYPE_CODES = {
+    torch.bfloat16: 1,
+    torch.float16: 2,
+    torch.float32: 3,
+    torch.uint8: 6,
+    torch.int8: 7,
+}
+for _name, _code in (("float8_e4m3fn", 4), ("float8_e5m2", 5)):
+    if hasattr(torch, _name):
+        DTYPE_CODES[getattr(torch, _name)] = _code
+CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+
+def checksum(data) -> int:
+    return xxhash.xxh3_64_intdigest(data)
+
+
+@dataclass(frozen=True)
+class BlobHeader:
+    codec: int
+    dtype: torch.dtype
+    layers: int
+    kv: int
+    ntokens: int
+    heads: int
+    head_dim: int
+    index: int
+    key: bytes
+    frames: tuple  # ((offset, length), ...)
+    size: int
+    layers_per_frame: int = 1
+
+    def frame_layers(self, i: int) -> tuple:
+        """(first layer, end layer) of frame i."""
+        g = self.layers_per_frame
+        return i * g, min(self.layers, (i + 1) * g)
+
+    @property
+    def raw_bytes(self) -> int:
+        return self.layers * self.kv * self.ntokens * self.heads * self.head_dim * self.dtype.itemsize
+
+    @staticmethod
+    def parse(blob, *, verify: bool = False) -> "BlobHeader":
+        """Reads and validates the header; with verify=True also the trailing checksum."""
+        view = memoryview(blob).cast("B")
+        size = view.nbytes
+        if size < _HEAD.size + _TRAILER.size:
+            raise CorruptFrameError(f"chunk blob of {size} bytes is truncated")
+        (magic, version, codec, dtype_code, per_frame, layers, kv, ntokens, heads, head_dim, index, key,
+         nframes) = _HEAD.unpack_from(view, 0)
+        if magic != MAGIC:
+            raise CorruptFrameError("not a kvcore chunk blob (bad magic)")
+        if version != VERSION:
+            raise CorruptFrameError(f"chunk blob version {version} is not supported")
+        if dtype_code not in CODE_DTYPES:
+            raise CorruptFrameError(f"chunk blob has unknown dtype code {dtype_code}")
+        if per_frame == 0 or layers == 0 or nframes != -(-layers // per_frame):
+            raise CorruptFrameError("chunk blob frame count does not match its shape")
+        table_end = _HEAD.size + nframes * _ENTRY.size
+        body_end = size - _TRAILER.size
+        if table_end > body_end:
+            raise CorruptFrameError("chunk blob frame table is truncated")
+        if verify:
+            (stored,) = _TRAILER.unpack_from(view, body_end)
+            if checksum(view[:body_end]) != stored:
+                raise CorruptFrameError("chunk blob checksum mismatch")
+        frames = []
+        for i in range(nframes):
+            off, length = _ENTRY.unpack_from(view, _HEAD.size + i * _ENTRY.size)
+            if off < table_end or off + length > body_end:
+                raise CorruptFrameError("chunk blob frame lies outside the blob")
+            frames.append((off, length))
+        return BlobHeader(codec, CODE_DTYPES[dtype_code], layers, kv, ntokens, heads, head_dim, index,
+                          bytes(key), tuple(frames), size, per_frame)
+
+
+def blob_total_size(prefix) -> int:
+    """A blob's total size from its first bytes (header and frame table), for split reads."""
+    view = memoryview(prefix).cast("B")
+    if view.nbytes < _HEAD.size:
+        raise CorruptFrameError("chunk blob header is truncated")
+    magic, version, *_rest = _HEAD.unpack_from(view, 0)
+    nframes = _rest[-1]
+    if magic != MAGIC or version != VERSION:
+        raise CorruptFrameError("not a kvcore chunk blob")
+    table_end = _HEAD.size + nframes * _ENTRY.size
+    if view.nbytes < table_end:
+        raise CorruptFrameError("chunk blob frame table is truncated")
+    end = table_end
+    for i in range(nframes):
+        off, length = _ENTRY.unpack_from(view, _HEAD.size + i * _ENTRY.size)
+        end = max(end, off + length)
+    return end + _TRAILER.size
+
+
+def check_kv(kv: torch.Tensor) -> None:
+    if not isinstance(kv, torch.Tensor):
+        raise InvalidArgumentError(f"kv must be a torch.Tensor, not {type(kv).__name__}")
+    if kv.dim() != 5 or kv.shape[1] != 2:
+        raise InvalidArgumentError(
+            f"kv must be shaped [layers, 2, tokens, kv_heads, head_dim], got {tuple(kv.shape)}")
+    if kv.dtype not in DTYPE_CODES:
+        raise InvalidArgumentError(f"dtype {kv.dtype} is not supported by the tier manager")
+    if kv.device.type != "cpu":
+        raise InvalidArgumentError("kv must be a CPU tensor")
+
+
+FRAME_BYTES = 4 << 20
+
+
+def layers_per_frame(kv: torch.Tensor, frame_bytes: int = FRAME_BYTES) -> int:
+    """Layers grouped into one frame so that a frame holds about frame_bytes (1..255)."""
+    per_layer = max(1, kv[0].numel() * kv.element_size())
+    return max(1, min(255, kv.shape[0], -(-frame_bytes // per_layer)))
+
+
+def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
+                 alloc: Optional[Callable[[int], memoryview]] = None, frame_bytes: int = FRAME_BYTES):
+    """Encodes ``kv`` ([layers, 2, n, heads, dim]) into a blob.
+
+    Returns bytes, or, when ``alloc(nbytes) -> writable memoryview`` is given, writes the
+    blob into the memory it returns and returns that memoryview.
+    """
+    check_kv(kv)
+    layers, nkv, ntokens, heads, head_dim = kv.shape
+    g = layers_per_frame(kv, frame_bytes)
+    frames = [codec.encode(kv[l:l + g]) for l in range(0, layers, g)]
+    table_end = _HEAD.size + len(frames) * _ENTRY.size
+    total = table_end + sum(len(f) for f in frames) + _TRAILER.size
+    out = alloc(total) if alloc is not None else memoryview(bytearray(total))
+    _HEAD.pack_into(out, 0, MAGIC, VERSION, codec.code, DTYPE_CODES[kv.dtype], g, layers, nkv, ntokens,
+                    heads, head_dim, index, key, len(frames))
+    pos = table_end
+    for i, f in enumerate(frames):
+        _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, pos, len(f))
+        out[pos:pos + len(f)] = f
+        pos += len(f)
+    _TRAILER.pack_into(out, pos, checksum(out[:pos]))
+    return out if alloc is not None else out.obj
+
+
+_staging = threading.local()
+
+
+def _staging_tensor(shape, dtype) -> torch.Tensor:
+    """A reusable per-thread contiguous tensor (decoding into it costs no page faults)."""
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    buf = getattr(_staging, "buf", None)
+    if buf is None or buf.numel() < nbytes:
+        buf = _staging.buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8)
+    return buf[:nbytes].view(dtype).view(shape)
+
+
+def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, start: int = 0,
+                frames: Optional[range] = None) -> None:
+    """Decodes the blob's frames (all, or the given frame numbers) into
+    ``out[l0:l1, :, start:start+ntokens]``: directly when that slice is contiguous, else
+    through a reusable staging tensor."""
+    if codec.code != header.codec:
+        codec = codec_for_code(header.codec)
+    if (out.dim() != 5 or out.shape[0] != header.layers or out.shape[1] != header.kv
+            or tuple(out.shape[3:]) != (header.heads, header.head_dim)):
+        raise InvalidArgumentError(
+            f"out {tuple(out.shape)} does not match the stored chunk "
+            f"[{header.layers}, {header.kv}, *, {header.heads}, {header.head_dim}]")
+    if out.dtype != header.dtype:
+        raise InvalidArgumentError(f"out dtype {out.dtype} differs from the stored {header.dtype}")
+    if start + header.ntokens > out.shape[2]:
+        raise InvalidArgumentError("out has too few token positions for the restored chunk")
+    view = memoryview(blob).cast("B")
+    for i in (frames if frames is not None else range(len(header.frames))):
+        off, length = header.frames[i]
+        l0, l1 = header.frame_layers(i)
+        dst = out[l0:l1, :, start:start + header.ntokens]
+        if dst.is_contiguous():
+            codec.decode_into(view[off:off + length], dst)
+        else:
+            tmp = _staging_tensor(tuple(dst.shape), dst.dtype)
+            codec.decode_into(view[off:off + length], tmp)
+            dst.copy_(tmp)
+
+
+def frame_of_layer(header: BlobHeader, layer: int) -> int:
+    return layer // header.layers_per_frame

@@ -1,0 +1,118 @@
+"""How a tier manager turns one [tokens, heads, dim] slice into bytes and back.
+
+``KvcoreCodec`` uses the lossless kvcore codec (kvcore.compress / kvcore.decompress);
+``RawCodec`` stores the raw bytes (no compression: the baseline, and the fallback
+when the native codec is not built).
+
+>>> import torch
+>>> from kvcore.tiers.codecs import RawCodec
+>>> t = torch.ones(4, 2, 8, dtype=torch.bfloat16)
+>>> out = torch.empty_like(t)
+>>> RawCodec().decode_into(RawCodec().encode(t), out)
+>>> torch.equal(out, t)
+True
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Optional, Protocol
+
+import numpy as np
+import torch
+
+from ..errors import CorruptFrameError, InvalidArgumentError
+
+
+class Codec(Protocol):
+    code: int  # stored in every blob
+    name: str
+
+    def encode(self, t: torch.Tensor) -> bytes: ...
+
+    def decode_into(self, frame, out: torch.Tensor) -> None: ...
+
+
+def _bytes_view(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
+
+
+class RawCodec:
+    """Stores the tensor's bytes as they are."""
+
+    code = 0
+    name = "raw"
+
+    def encode(self, t: torch.Tensor) -> bytes:
+        return _bytes_view(t.contiguous()).numpy().tobytes()
+
+    def decode_into(self, frame, out: torch.Tensor) -> None:
+        n = out.numel() * out.element_size()
+        if memoryview(frame).nbytes != n:
+            raise CorruptFrameError(f"raw frame has {memoryview(frame).nbytes} bytes, expected {n}")
+        src = np.frombuffer(frame, dtype=np.uint8)
+        if out.is_contiguous():
+            # numpy's copy (memcpy); torch's uint8 copy_ is far slower on some builds
+            np.copyto(_bytes_view(out).numpy(), src)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # read-only source: only read from
+                src_t = torch.from_numpy(src)
+            out.copy_(src_t.view(out.dtype).view(out.shape))
+
+
+class KvcoreCodec:
+    """The kvcore lossless codec; ``mode`` is "dense" (smallest) or "fast"."""
+
+    code = 1
+
+    def __init__(self, mode: str = "dense", threads: Optional[int] = None):
+        import kvcore
+
+        if not hasattr(kvcore, "compress"):
+            raise InvalidArgumentError("the kvcore codec is not available in this build")
+        self._kvcore = kvcore
+        self.mode = mode
+        self.threads = threads
+        self.name = f"kvcore-{mode}"
+
+    def encode(self, t: torch.Tensor) -> bytes:
+        return self._kvcore.compress(t.contiguous(), mode=self.mode, threads=self.threads)
+
+    def decode_into(self, frame, out: torch.Tensor) -> None:
+        if out.is_contiguous():
+            self._kvcore.decompress(frame, out=out, threads=self.threads)
+        else:
+            out.copy_(self._kvcore.decompress(frame, threads=self.threads))
+
+
+def native_codec_available() -> bool:
+    import kvcore
+
+    return hasattr(kvcore, "compress") and hasattr(kvcore, "decompress")
+
+
+def make_codec(name: str = "auto", threads: Optional[int] = None) -> Codec:
+    """"auto" (kvcore fast when built, else raw), "dense", "fast" or "raw".
+
+    "fast" is the default: on real KV it stores ~4% more bytes than "dense" (0.70 vs
+    0.68 of the original) and decodes ~1.7x faster, which the DDR tier's restores need.
+    """
+    if name == "auto":
+        return KvcoreCodec("fast", threads) if native_codec_available() else RawCodec()
+    if name in ("dense", "fast"):
+        return KvcoreCodec(name, threads)
+    if name in ("raw", "none"):
+        return RawCodec()
+    raise InvalidArgumentError(f"unknown codec {name!r} (auto, dense, fast, raw)")
+
+
+def codec_for_code(code: int, threads: Optional[int] = None) -> Codec:
+    """The codec that decodes blobs stored with ``code``."""
+    if code == RawCodec.code:
+        return RawCodec()
+    if code == KvcoreCodec.code:
+        if not native_codec_available():
+            raise CorruptFrameError("chunk was stored with the kvcore codec, which this build lacks")
+        return KvcoreCodec("dense", threads)
+    raise CorruptFrameError(f"chunk was stored with unknown codec {code}")

@@ -1,0 +1,995 @@
+"""TierManager: where each KV chunk lives (DDR -> SSD -> remote) and getting it back fast.
+
+>>> import tempfile, torch, kvcore
+>>> kv = torch.randn(2, 2, 512, 4, 16).to(torch.bfloat16)   # [layers, K/V, tokens, heads, dim]
+>>> tokens = list(range(512))
+>>> with kvcore.TierManager(ddr_bytes=64 << 20, ssd_dir=tempfile.mkdtemp(), ssd_bytes=64 << 20) as tm:
+...     n = tm.store(tokens, kv)          # returns at once; encoding runs in the background
+...     _ = tm.flush()
+...     hit = tm.lookup(tokens + [7, 7])
+...     out = torch.empty_like(kv)
+...     restored = tm.retrieve(tokens, out)
+>>> hit.tokens, hit.tiers, restored, torch.equal(out, kv)
+(512, ['ddr', 'ddr'], 512, True)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import queue
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+from ..errors import InvalidArgumentError, PoolExhausted
+from .blob import BlobHeader, check_kv, decode_into, encode_chunk
+from .codecs import Codec, make_codec
+from .ddr import DDRTier, make_allocator
+from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
+from .metrics import Metrics
+from .policy import make_policy
+from .remote import RemoteConfig, RemoteTier
+from .ssd import ScratchPool, SSDTier
+
+log = logging.getLogger("kvcore.tiers")
+
+TIERS = ("ddr", "ssd", "remote")
+
+
+@dataclass
+class TierConfig:
+    """Everything a TierManager needs, as one explicit object.
+
+    ddr_bytes: DDR capacity (compressed bytes); ssd_dir / ssd_bytes: SSD tier (off when
+    ssd_dir is None or ssd_bytes is 0); remote_url: Redis/Valkey url (off when None),
+    remote: its details (timeouts, TTL, cluster); chunk_tokens: tokens per chunk (a
+    multiple of the engine's block size); namespace: a Namespace or a model id;
+    policy: "lru" or "cost"; codec: "auto", "dense", "fast" or "raw"; allocator: "auto"
+    (PinnedPool when built), "pinned", "bytes" or an Allocator object; queue_chunks: store queue bound
+    (back-pressure); store_partial: also store the shorter last chunk;
+    promote_on_hit: copy SSD/remote hits into DDR; demote_on_pressure: DDR victims go
+    to SSD (else remote) instead of being dropped; write_through: every stored chunk
+    also goes to SSD and remote at once; ttl_s: default per-entry TTL; direct_io,
+    fsync: SSD options; read_ahead: chunks retrieve() reads from SSD/remote ahead of
+    the one it decodes (0: none); frame_bytes: original bytes per coded frame (layers
+    are grouped up to it: fewer codec calls; smaller = finer layer-by-layer restore).
+    """
+
+    ddr_bytes: int
+    ssd_dir: Optional[str] = None
+    ssd_bytes: int = 0
+    remote_url: Optional[str] = None
+    chunk_tokens: int = 256
+    namespace: NamespaceLike = "default"
+    policy: str = "lru"
+    codec: str = "auto"
+    codec_threads: Optional[int] = None
+    allocator: object = "auto"  # "auto" | "pinned" | "bytes" | an Allocator (kvcore.tiers.ddr)
+    queue_chunks: int = 4
+    store_partial: bool = True
+    promote_on_hit: bool = True
+    demote_on_pressure: bool = True
+    write_through: bool = False
+    ttl_s: Optional[float] = None
+    direct_io: Union[bool, str] = False  # measured slower than page-cache reads on a VM disk
+    fsync: bool = True
+    read_ahead: int = 2
+    frame_bytes: int = 4 << 20
+    remote: Optional[RemoteConfig] = None
+
+    def validate(self) -> None:
+        if self.ddr_bytes < 0 or self.ssd_bytes < 0:
+            raise InvalidArgumentError("ddr_bytes and ssd_bytes must be >= 0")
+        if self.chunk_tokens <= 0:
+            raise InvalidArgumentError("chunk_tokens must be positive")
+        if self.queue_chunks <= 0:
+            raise InvalidArgumentError("queue_chunks must be positive")
+        if self.ttl_s is not None and self.ttl_s <= 0:
+            raise InvalidArgumentError("ttl_s must be positive")
+        if self.read_ahead < 0:
+            raise InvalidArgumentError("read_ahead must be >= 0")
+
+
+@dataclass
+class Hit:
+    """The longest stored prefix: how many tokens, and the tier of each chunk."""
+
+    tokens: int
+    tiers: list = field(default_factory=list)
+    chunks: list = field(default_factory=list)  # ChunkKey of each found chunk
+
+    def __bool__(self) -> bool:
+        return self.tokens > 0
+
+
+@dataclass
+class RestorePlan:
+    """Per chunk of the stored prefix: its tier, estimated restore and recompute seconds."""
+
+    tokens: int  # leading tokens worth restoring
+    chunks: list = field(default_factory=list)  # dicts: tier, ntokens, restore_s, recompute_s, restore
+
+
+@dataclass
+class _Meta:
+    pinned: bool = False
+    priority: int = 0
+    expires: float = 0.0  # time.time(); 0 = never
+
+    def expired(self, now: float) -> bool:
+        return bool(self.expires) and now >= self.expires
+
+
+# Default bandwidth guesses (bytes/s) until measured.
+_DEFAULT_BW = {"ddr": 8e9, "ssd": 1.5e9, "remote": 0.5e9, "decode": 1.5e9, "pending": 5e9}
+
+
+class TierManager:
+    """Keeps KV chunks in compressed DDR, a local SSD directory and Redis/Valkey.
+
+    See TierConfig for the options; keyword arguments build one, or pass ``config=``.
+    """
+
+    def __init__(self, *, config: Optional[TierConfig] = None, **options):
+        if config is None:
+            if "ddr_bytes" not in options:
+                raise InvalidArgumentError("TierManager needs ddr_bytes (or config=TierConfig(...))")
+            config = TierConfig(**options)
+        elif options:
+            config = replace(config, **options)
+        config.validate()
+        self.config = config
+        self.namespace: Namespace = as_namespace(config.namespace)
+        self._ns_tag = self.namespace.tag
+        self.chunk_tokens = config.chunk_tokens
+        self.metrics = Metrics()
+        self.codec: Codec = make_codec(config.codec, config.codec_threads)
+        self._lock = threading.RLock()
+        self._meta: dict[bytes, _Meta] = {}
+        self._pending: dict[bytes, tuple] = {}  # key -> (ChunkKey, raw tensor)
+        self._bw = dict(_DEFAULT_BW)
+        if config.codec == "raw" or self.codec.code == 0:
+            self._bw["decode"] = 5e9
+        self._bytes_per_token = 0.0  # raw bytes per token of the chunks seen
+        self._ratio_seen = 1.0
+
+        self.ddr = DDRTier(make_allocator(config.ddr_bytes, config.allocator))
+        self.ddr_policy = make_policy(config.policy)
+        self.ssd: Optional[SSDTier] = None
+        if config.ssd_dir is not None and config.ssd_bytes > 0:
+            self.ssd = SSDTier(config.ssd_dir, config.ssd_bytes, direct_io=config.direct_io,
+                               fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
+                               evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
+        self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
+        self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
+        self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
+        self._stream_io = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kvcore-stream")
+        self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
+        self.remote: Optional[RemoteTier] = None
+        if config.remote_url is not None or config.remote is not None:
+            rc = config.remote or RemoteConfig()
+            if config.remote_url is not None:
+                rc = replace(rc, url=config.remote_url)
+            self.remote = RemoteTier(rc, metrics=self.metrics)
+        self.metrics.set_gauges(self._gauges)
+
+        self._queue: "queue.Queue" = queue.Queue(maxsize=config.queue_chunks)
+        self._closed = False
+        self._worker = threading.Thread(target=self._work, name="kvcore-tiers", daemon=True)
+        self._worker.start()
+
+    # ------------------------------------------------------------------ keys
+    def keys(self, tokens: Sequence[int]) -> list[ChunkKey]:
+        """The chunk keys of tokens in this manager's namespace."""
+        return chunk_keys(tokens, self.namespace, self.chunk_tokens)
+
+    def _keys_for(self, tokens) -> list[ChunkKey]:
+        return chunk_keys(tokens, self.namespace, self.chunk_tokens)
+
+    # ------------------------------------------------------------------ meta
+    def _meta_of(self, key: bytes) -> Optional[_Meta]:
+        return self._meta.get(key)
+
+    def _expired(self, key: bytes, now: Optional[float] = None) -> bool:
+        m = self._meta.get(key)
+        return m is not None and m.expired(now or time.time())
+
+    def _ddr_evictable(self, key: bytes) -> bool:
+        m = self._meta.get(key)
+        e = self.ddr.get(key)
+        return (m is None or not m.pinned) and (e is None or e.readers == 0)
+
+    def _ssd_evictable(self, key: bytes) -> bool:
+        m = self._meta.get(key)
+        return m is None or not m.pinned or key in self.ddr
+
+    def _priority(self, key: bytes) -> int:
+        m = self._meta.get(key)
+        if m is None:
+            return 0
+        return -(1 << 30) if m.expired(time.time()) else m.priority
+
+    # ------------------------------------------------------------------ store
+    def store(self, tokens: Sequence[int], kv: torch.Tensor, *, ttl: Optional[float] = None,
+              copy: bool = True) -> int:
+        """Queues the chunks of ``tokens`` (K/V in ``kv[:, :, :len(tokens)]``) for storing.
+
+        Returns the number of chunks queued (chunks already stored are skipped). Returns
+        as soon as they are queued; blocks only while the bounded queue is full. With
+        copy=False the caller promises not to modify kv until flush().
+        """
+        t0 = time.perf_counter()
+        self._check_open()
+        check_kv(kv)
+        keys = self._keys_for(tokens)
+        if kv.shape[2] < (keys[-1].end if keys else 0):
+            raise InvalidArgumentError(f"kv holds {kv.shape[2]} tokens, fewer than the {len(tokens)} given")
+        if not self.config.store_partial and keys and keys[-1].ntokens < self.chunk_tokens:
+            keys = keys[:-1]
+        ttl = ttl if ttl is not None else self.config.ttl_s
+        if ttl is not None and ttl <= 0:
+            raise InvalidArgumentError("ttl must be positive")
+        expires = time.time() + ttl if ttl else 0.0
+        queued = 0
+        for ck in keys:
+            with self._lock:
+                m = self._meta.get(ck.digest)
+                if ttl:
+                    self._meta.setdefault(ck.digest, _Meta()).expires = expires
+                elif m is not None and m.expired(time.time()):
+                    m.expires = 0.0  # stored again without a TTL: no longer expired
+                if not self._needs_store(ck):
+                    continue
+            part = kv[:, :, ck.start:ck.end]
+            part = part.clone() if copy else part  # outside the lock: 38 MB copies take a while
+            with self._lock:
+                if not self._needs_store(ck):
+                    continue
+                self._pending[ck.digest] = (ck, part)
+            self._put(("store", ck, part, expires))
+            queued += 1
+        self.metrics.observe("store", time.perf_counter() - t0)
+        return queued
+
+    def _needs_store(self, ck: ChunkKey) -> bool:
+        """False when the chunk is queued or stored already (lock held); touches it in DDR."""
+        if ck.digest in self._pending:
+            return False
+        if ck.digest in self.ddr and not self._expired(ck.digest):
+            self.ddr_policy.touch(ck.digest)
+            return False
+        if self.ssd is not None and self.ssd.contains(ck.digest) and not self._expired(ck.digest):
+            return False
+        return True
+
+    def _put(self, job, block: bool = True) -> bool:
+        if not block:
+            try:
+                self._queue.put_nowait(job)
+                return True
+            except queue.Full:
+                return False
+        while True:
+            if not self._worker.is_alive():
+                raise InvalidArgumentError("the TierManager worker has stopped (closed?)")
+            try:
+                self._queue.put(job, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+
+    # ------------------------------------------------------------------ worker
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                getattr(self, "_job_" + job[0])(*job[1:])
+            except Exception:  # background work must never die
+                log.exception("kvcore tier worker: %s failed", job[0] if job else job)
+                self.metrics.inc("manager", "errors")
+            finally:
+                self._queue.task_done()
+
+    def _job_flush(self, event: threading.Event) -> None:
+        self._drain_writer()
+        event.set()
+
+    def _job_call(self, fn: Callable, box: list, event: threading.Event) -> None:
+        try:
+            box.append(fn())
+        finally:
+            event.set()
+
+    def _job_store(self, ck: ChunkKey, part: torch.Tensor, expires: float) -> None:
+        t0 = time.perf_counter()
+        handed_off = False
+        try:
+            holder: dict = {}
+            try:
+                view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
+                                    alloc=lambda n: self._alloc_blob(n, holder),
+                                    frame_bytes=self.config.frame_bytes)
+            except BaseException:
+                if "block" in holder:
+                    holder["block"].free()
+                raise
+            raw = part.numel() * part.element_size()
+            self.metrics.add_encoded(raw, view.nbytes)
+            self._ratio_seen = self.metrics.compression_ratio
+            self._bytes_per_token = raw / max(1, ck.ntokens)
+            self.metrics.observe("encode", time.perf_counter() - t0)
+            if raw:
+                self._bw["encode"] = raw / max(1e-9, time.perf_counter() - t0)
+            block = holder.get("block")
+            with self._lock:
+                if block is not None:
+                    self.ddr.insert(ck.digest, block, view.nbytes)
+                    self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
+                    self.metrics.inc("ddr", "stores")
+                    self.metrics.inc("ddr", "bytes_in", view.nbytes)
+            if block is None or self.config.write_through:
+                # Did not fit in DDR (or write-through): place it below, on the writer
+                # thread, so that the next chunk encodes while this one is written.
+                entry = None
+                if block is not None:
+                    with self._lock:
+                        entry = self.ddr.acquire(ck.digest)  # not freed while being written
+                self._writes.acquire()
+                handed_off = True
+                self._writer.submit(self._write_job, ck, view, expires, block is None, entry)
+        finally:
+            if not handed_off:
+                with self._lock:
+                    self._pending.pop(ck.digest, None)
+
+    def _write_job(self, ck: ChunkKey, view, expires: float, staged: bool, entry) -> None:
+        try:
+            placed = self._write_below(ck, view, expires, both=self.config.write_through)
+            if staged and not placed:
+                self.metrics.inc("ddr", "rejected")
+            if staged and self.remote is None:
+                self._scratch.put(view.obj)  # (a remote send that timed out may still read it)
+        except Exception:
+            log.exception("kvcore tier writer failed")
+            self.metrics.inc("manager", "errors")
+        finally:
+            with self._lock:
+                if entry is not None:
+                    self.ddr.release(entry)
+                self._pending.pop(ck.digest, None)  # until now, retrievable from its raw copy
+            self._writes.release()
+
+    def _drain_writer(self, timeout: Optional[float] = None) -> bool:
+        try:
+            self._writer.submit(lambda: None).result(timeout)  # one thread: FIFO
+            return True
+        except (cf.TimeoutError, RuntimeError):
+            return False
+
+    def _alloc_blob(self, nbytes: int, holder: dict) -> memoryview:
+        block = self._make_room(nbytes)
+        if block is None:  # not in DDR: a reusable staging buffer for the write below
+            return memoryview(self._scratch.get(nbytes))[:nbytes]
+        holder["block"] = block
+        return block.view
+
+    def _make_room(self, nbytes: int):
+        """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only)."""
+        if nbytes > self.ddr.capacity_bytes:
+            return None
+        while True:
+            with self._lock:
+                try:
+                    return self.ddr.allocator.alloc(nbytes)
+                except PoolExhausted:
+                    pass
+                victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
+                              None)
+                if victim is None:
+                    return None
+                entry = self.ddr.acquire(victim)
+                if entry is None:
+                    self.ddr_policy.remove(victim)
+                    continue
+            try:
+                if self.config.demote_on_pressure and not self._expired(victim):
+                    self._demote(victim, entry)
+            finally:
+                with self._lock:
+                    self.ddr.release(entry)
+                    if self.ddr.get(victim) is entry:
+                        self.ddr.remove(victim)
+                        self.ddr_policy.remove(victim)
+                        self.metrics.inc("ddr", "evictions")
+
+    def _demote(self, key: bytes, entry) -> None:
+        if self.ssd is not None and self.ssd.contains(key):
+            return
+        h = BlobHeader.parse(entry.view)
+        ck = ChunkKey(key, h.index, h.index * self.chunk_tokens, h.ntokens)
+        m = self._meta.get(key)
+        self._write_below(ck, entry.view, m.expires if m else 0.0)
+
+    def _write_below(self, ck: ChunkKey, view, expires: float, *, both: bool = False) -> bool:
+        """Writes a blob to SSD (else remote; both when asked). True when it landed somewhere."""
+        placed = False
+        if self.ssd is not None:
+            placed = self.ssd.write(ck.digest, view, ns_tag=self._ns_tag, start=ck.start, ntokens=ck.ntokens,
+                                    expires_ms=int(expires * 1000), verify_blob=False)
+        if self.remote is not None and (both or not placed):
+            ttl = max(0.001, expires - time.time()) if expires else None
+            placed = self.remote.put(self._ns_tag, ck.digest, view, ttl_s=ttl) or placed
+        return placed
+
+    def _ssd_evicted(self, key: bytes, e) -> None:
+        """SSD victim: demote to remote when one is configured (runs with the SSD lock held)."""
+        if self.remote is None or not self.config.demote_on_pressure or not self.remote.available:
+            return
+        if e.expired():
+            return
+        with open(e.path, "rb") as f:
+            data = f.read()
+        try:
+            BlobHeader.parse(data, verify=True)
+        except Exception:
+            return
+        ttl = max(0.001, e.expires_ms / 1000 - time.time()) if e.expires_ms else None
+        self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
+
+    def _job_promote(self, ck: ChunkKey, blob) -> None:
+        try:
+            self._promote(ck, blob)
+        finally:
+            self._scratch.put(getattr(blob, "obj", None))
+
+    def _promote(self, ck: ChunkKey, blob) -> None:
+        view = memoryview(blob).cast("B")
+        with self._lock:
+            if ck.digest in self.ddr or self._expired(ck.digest):
+                return
+        block = self._make_room(view.nbytes)
+        if block is None:
+            return
+        block.view[:] = view
+        with self._lock:
+            self.ddr.insert(ck.digest, block, view.nbytes)
+            self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
+        self.metrics.inc("ddr", "bytes_in", view.nbytes)
+
+    def _job_prefetch(self, keys: list) -> None:
+        for ck in keys:
+            if ck.digest in self.ddr or ck.digest in self._pending:
+                continue
+            src, blob = self._fetch_below(ck)
+            if blob is None:
+                return
+            self._job_promote(ck, blob)
+
+    def _call_in_worker(self, fn: Callable, timeout: Optional[float] = None):
+        box: list = []
+        ev = threading.Event()
+        self._put(("call", fn, box, ev))
+        if not ev.wait(timeout):
+            raise TimeoutError("the tier worker did not answer in time")
+        return box[0] if box else None
+
+    # ------------------------------------------------------------------ lookup
+    def lookup(self, tokens: Sequence[int]) -> Hit:
+        """The longest stored prefix of tokens, chunk by chunk, and each chunk's tier.
+
+        Tiers: "ddr", "ssd", "remote", or "pending" (queued by store(), not yet placed).
+        """
+        t0 = time.perf_counter()
+        keys = self._keys_for(tokens)
+        hit = Hit(0)
+        now = time.time()
+        local: list = []
+        for ck in keys:
+            if self._expired(ck.digest, now):
+                self._drop_expired(ck.digest)
+                break
+            local.append(self._local_tier(ck.digest))
+        below = [i for i, t in enumerate(local) if t is None]
+        if below and self.remote is not None:
+            present = self.remote.exists_many(self._ns_tag, [keys[i].digest for i in below])
+            for i, p in zip(below, present):
+                if p:
+                    local[i] = "remote"
+        for ck, tier in zip(keys, local):
+            if tier is None:
+                break
+            hit.tiers.append(tier)
+            hit.chunks.append(ck)
+        hit.tokens = hit.chunks[-1].end if hit.chunks else 0
+        self.metrics.observe("lookup", time.perf_counter() - t0)
+        return hit
+
+    def _local_tier(self, key: bytes) -> Optional[str]:
+        if key in self.ddr:
+            return "ddr"
+        if key in self._pending:
+            return "pending"
+        if self.ssd is not None and self.ssd.contains(key):
+            return "ssd"
+        return None
+
+    def _drop_expired(self, key: bytes) -> None:
+        with self._lock:
+            self._meta.pop(key, None)
+            e = self.ddr.get(key)
+            if e is not None and e.readers == 0:
+                self.ddr.remove(key)
+                self.ddr_policy.remove(key)
+        if self.ssd is not None:
+            self.ssd.remove(key)
+
+    # ------------------------------------------------------------------ retrieve
+    def _fetch_below(self, ck: ChunkKey):
+        """(tier, verified blob) from SSD or remote, or (None, None)."""
+        if self.ssd is not None:
+            t0 = time.perf_counter()
+            blob = self.ssd.read(ck.digest, scratch=self._scratch)
+            if blob is not None:
+                self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
+                return "ssd", blob
+        if self.remote is not None:
+            t0 = time.perf_counter()
+            blob = self.remote.get(self._ns_tag, ck.digest, scratch=self._scratch)
+            if blob is not None:
+                self._measure("remote", blob.nbytes, time.perf_counter() - t0)
+                return "remote", blob
+        return None, None
+
+    def _measure(self, what: str, nbytes: int, seconds: float) -> None:
+        if nbytes > (1 << 16) and seconds > 0:
+            self._bw[what] = 0.7 * self._bw[what] + 0.3 * (nbytes / seconds)
+
+    def retrieve(self, tokens: Sequence[int], out: torch.Tensor, *,
+                 on_layer: Optional[Callable[[int], None]] = None,
+                 prefill_s_per_token: Optional[float] = None) -> int:
+        """Restores the longest stored prefix of tokens into out[:, :, :n]; returns n.
+
+        out: [layers, 2, >= n tokens, kv_heads, head_dim], decoded into directly.
+        on_layer(l): when given, all chunks are fetched first, then decoded layer by
+        layer, and on_layer(l) is called as soon as layer l is complete (an engine can
+        start computing layer 0 while later layers load).
+        prefill_s_per_token: when given, chunks are restored only while restoring them
+        is estimated to be faster than recomputing them (see estimate()).
+        """
+        t0 = time.perf_counter()
+        check_kv(out)
+        keys = [ck for ck in self._keys_for(tokens) if ck.end <= out.shape[2]]
+        fetched: list = []  # (ck, tier, blob or tensor, ddr entry or None)
+        restored = 0
+        ahead: dict = {}  # chunk number -> Future of _fetch_below (read-ahead from SSD/remote)
+
+        def read_ahead(j: int) -> None:
+            if (self.config.read_ahead and j < len(keys) and j not in ahead
+                    and keys[j].digest not in self.ddr and keys[j].digest not in self._pending):
+                ahead[j] = self._io.submit(self._fetch_below, keys[j])
+
+        try:
+            now = time.time()
+            for i, ck in enumerate(keys):
+                if self._expired(ck.digest, now):
+                    self._drop_expired(ck.digest)
+                    break
+                with self._lock:
+                    entry = self.ddr.acquire(ck.digest)
+                    pending = self._pending.get(ck.digest) if entry is None else None
+                if entry is not None:
+                    item = (ck, "ddr", entry.view, entry)
+                elif pending is not None:
+                    item = (ck, "pending", pending[1], None)
+                else:
+                    fut = ahead.pop(i, None)
+                    for j in range(i + 1, i + 1 + self.config.read_ahead):
+                        read_ahead(j)  # the next chunks load while this one decodes
+                    tier, blob = None, None
+                    if (fut is None and on_layer is None and prefill_s_per_token is None
+                            and self.ssd is not None and self.ssd.contains(ck.digest)):
+                        blob = self._stream_from_ssd(ck, out)  # decodes while it reads
+                        tier = "ssd-decoded" if blob is not None else None
+                    if blob is None:
+                        tier, blob = fut.result() if fut is not None else self._fetch_below(ck)
+                    if blob is None:
+                        self.metrics.inc("ddr", "misses")
+                        break
+                    self.metrics.inc("ddr", "misses")
+                    item = (ck, tier, blob, None)
+                if prefill_s_per_token is not None:
+                    nbytes = item[2].nbytes if isinstance(item[2], memoryview) else 0
+                    if self._restore_s(item[1], nbytes, ck.ntokens) > ck.ntokens * prefill_s_per_token:
+                        if item[3] is not None:
+                            with self._lock:
+                                self.ddr.release(item[3])
+                        break
+                if item[1] == "ssd-decoded":
+                    item = (ck, "ssd", item[2], None)
+                    fetched.append(item)
+                    continue
+                fetched.append(item)
+                if on_layer is None:
+                    self._decode(item, out, None)
+            if on_layer is not None:
+                done = [set() for _ in fetched]  # frames decoded, per chunk
+                for l in range(out.shape[0]):
+                    for item, d in zip(fetched, done):
+                        self._decode_layer(item, out, l, d)
+                    on_layer(l)
+            restored = fetched[-1][0].end if fetched else 0
+        finally:
+            for fut in ahead.values():  # read ahead, not used: give the buffers back
+                fut.add_done_callback(lambda f: self._scratch.put(getattr(f.result()[1], "obj", None))
+                                      if not f.cancelled() and f.exception() is None else None)
+            with self._lock:
+                for ck, tier, _, entry in reversed(fetched):  # prefix ends most recent
+                    if entry is not None:
+                        self.ddr.release(entry)
+                        self.ddr_policy.touch(ck.digest)
+                        self.metrics.inc("ddr", "hits")
+                        self.metrics.inc("ddr", "bytes_out", entry.size)
+        for ck, tier, blob, _ in fetched:
+            if tier in ("ssd", "remote"):
+                if not (self.config.promote_on_hit and self._put(("promote", ck, blob), block=False)):
+                    self._scratch.put(getattr(blob, "obj", None))
+        self.metrics.observe("retrieve", time.perf_counter() - t0)
+        return restored
+
+    def _stream_from_ssd(self, ck: ChunkKey, out: torch.Tensor):
+        """Reads ck's file in segments and decodes each layer as soon as its frames have
+        arrived (frames carry their own checksums; the blob checksum is checked at the
+        end). Returns the verified blob, or None (nothing restored from this chunk)."""
+        t0 = time.perf_counter()
+        sr = self.ssd.stream(ck.digest, scratch=self._scratch, executor=self._stream_io)
+        if sr is None:
+            return None
+        try:
+            if not sr.wait(64 << 10):
+                return sr.finish()
+            header = BlobHeader.parse(sr.view)
+            if header.key != ck.digest:
+                return sr.finish()
+            for i, (off, n) in enumerate(header.frames):
+                if not sr.wait(off + n):
+                    return sr.finish()
+                decode_into(sr.view, header, out, self.codec, start=ck.start, frames=range(i, i + 1))
+        except Exception:
+            blob = sr.finish()
+            if blob is None:
+                return None
+            raise  # a valid blob that does not fit out: the caller's error
+        blob = sr.finish()
+        if blob is not None:
+            self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
+        return blob
+
+    def _decode(self, item, out: torch.Tensor, frames: Optional[range]) -> None:
+        ck, tier, data, _ = item
+        t0 = time.perf_counter()
+        if tier == "pending":
+            out[:, :, ck.start:ck.end].copy_(data)
+            return
+        header = BlobHeader.parse(data)
+        if header.key != ck.digest:
+            raise InvalidArgumentError("stored chunk does not match its key")
+        decode_into(data, header, out, self.codec, start=ck.start, frames=frames)
+        if frames is None:
+            self._measure("decode", header.raw_bytes, time.perf_counter() - t0)
+
+    def _decode_layer(self, item, out: torch.Tensor, layer: int, done: set) -> None:
+        """Makes layer complete in out for this chunk (decoding the frame holding it)."""
+        ck, tier, data, _ = item
+        if tier == "pending":
+            out[layer, :, ck.start:ck.end].copy_(data[layer])
+            return
+        header = BlobHeader.parse(data)
+        if header.key != ck.digest:
+            raise InvalidArgumentError("stored chunk does not match its key")
+        f = layer // header.layers_per_frame
+        if f not in done:
+            decode_into(data, header, out, self.codec, start=ck.start, frames=range(f, f + 1))
+            done.add(f)
+
+    # ------------------------------------------------------------------ restore vs recompute
+    def _restore_s(self, tier: str, blob_bytes: int, ntokens: int) -> float:
+        raw = self._bytes_per_token * ntokens
+        if not blob_bytes:
+            blob_bytes = int(raw * self._ratio_seen)
+        if tier == "pending":
+            return raw / self._bw["pending"]
+        return blob_bytes / self._bw[tier] + raw / self._bw["decode"]
+
+    def estimate(self, tokens: Sequence[int], prefill_s_per_token: float) -> RestorePlan:
+        """Restore or recompute: for each stored chunk, the estimated seconds of each.
+
+        Restore = blob bytes / the tier's measured bandwidth + original bytes / the
+        measured decode bandwidth; recompute = tokens x prefill_s_per_token. A chunk is
+        worth restoring when restoring is faster; plan.tokens is the prefix to restore.
+        """
+        if prefill_s_per_token <= 0:
+            raise InvalidArgumentError("prefill_s_per_token must be positive")
+        hit = self.lookup(tokens)
+        plan = RestorePlan(0)
+        go = True
+        for ck, tier in zip(hit.chunks, hit.tiers):
+            size = 0
+            if tier == "ddr":
+                e = self.ddr.get(ck.digest)
+                size = e.size if e is not None else 0
+            elif tier == "ssd" and self.ssd is not None:
+                e = self.ssd.entry(ck.digest)
+                size = e.size if e is not None else 0
+            r = self._restore_s(tier, size, ck.ntokens)
+            c = ck.ntokens * prefill_s_per_token
+            go = go and r < c
+            plan.chunks.append({"tier": tier, "ntokens": ck.ntokens, "restore_s": r, "recompute_s": c,
+                                "restore": go})
+            if go:
+                plan.tokens = ck.end
+        return plan
+
+    # ------------------------------------------------------------------ prefetch
+    def prefetch(self, tokens: Sequence[int]) -> int:
+        """Schedules the stored chunks of tokens that are not in DDR to be pulled into DDR.
+
+        Returns how many chunks were scheduled (0 when the queue is full: it never blocks).
+        """
+        hit = self.lookup(tokens)
+        todo = [ck for ck, t in zip(hit.chunks, hit.tiers) if t in ("ssd", "remote")]
+        if todo and self._put(("prefetch", todo), block=False):
+            return len(todo)
+        return 0
+
+    # ------------------------------------------------------------------ hot/cold API
+    def _set_meta(self, tokens, fn) -> int:
+        keys = self._keys_for(tokens)
+        with self._lock:
+            for ck in keys:
+                fn(self._meta.setdefault(ck.digest, _Meta()))
+        return len(keys)
+
+    def pin(self, tokens: Sequence[int]) -> int:
+        """Keeps the chunks of tokens in DDR (never evicted; pulled in if stored below).
+
+        Applies to chunks stored later too. Returns the number of chunks pinned.
+        """
+        n = self._set_meta(tokens, lambda m: setattr(m, "pinned", True))
+        self.prefetch(tokens)
+        return n
+
+    def unpin(self, tokens: Sequence[int]) -> int:
+        """Makes the chunks of tokens evictable again."""
+        return self._set_meta(tokens, lambda m: setattr(m, "pinned", False))
+
+    def set_priority(self, tokens: Sequence[int], level: int) -> int:
+        """Eviction priority of the chunks of tokens: lower levels leave first (default 0)."""
+        if not isinstance(level, int):
+            raise InvalidArgumentError("level must be an int")
+        return self._set_meta(tokens, lambda m: setattr(m, "priority", level))
+
+    def set_ttl(self, tokens: Sequence[int], seconds: Optional[float]) -> int:
+        """Expiry of the chunks of tokens, seconds from now (None: never). Applies to DDR,
+        SSD and, for chunks written from now on, remote."""
+        if seconds is not None and seconds <= 0:
+            raise InvalidArgumentError("seconds must be positive")
+        expires = time.time() + seconds if seconds else 0.0
+        return self._set_meta(tokens, lambda m: setattr(m, "expires", expires))
+
+    def persist(self, tokens: Sequence[int]) -> int:
+        """Writes the stored chunks of tokens through to SSD and remote now (durable).
+
+        Waits for queued stores first. Returns the number of chunks now on SSD or remote.
+        """
+        self.flush()
+        done = 0
+        for ck in self._keys_for(tokens):
+            with self._lock:
+                entry = self.ddr.acquire(ck.digest)
+            if entry is None:
+                on_ssd = self.ssd is not None and self.ssd.contains(ck.digest)
+                if on_ssd and self.remote is not None:
+                    blob = self.ssd.read(ck.digest)
+                    if blob is not None:
+                        m = self._meta.get(ck.digest)
+                        ttl = max(0.001, m.expires - time.time()) if m and m.expires else None
+                        self.remote.put(self._ns_tag, ck.digest, blob, ttl_s=ttl)
+                if on_ssd:
+                    done += 1
+                    continue
+                break
+            try:
+                m = self._meta.get(ck.digest)
+                expires = m.expires if m else 0.0
+                ok = True
+                if self.ssd is not None and not self.ssd.contains(ck.digest):
+                    ok = self.ssd.write(ck.digest, entry.view, ns_tag=self._ns_tag, start=ck.start,
+                                        ntokens=ck.ntokens, expires_ms=int(expires * 1000), verify_blob=False)
+                if self.remote is not None:
+                    ttl = max(0.001, expires - time.time()) if expires else None
+                    ok = self.remote.put(self._ns_tag, ck.digest, entry.view, ttl_s=ttl) or (
+                        ok and self.ssd is not None)
+                if self.ssd is None and self.remote is None:
+                    ok = False
+                done += bool(ok)
+            finally:
+                with self._lock:
+                    self.ddr.release(entry)
+        return done
+
+    def evict(self, tokens: Optional[Sequence[int]] = None, *, count: Optional[int] = None,
+              nbytes: Optional[int] = None) -> int:
+        """evict(tokens): deletes those chunks from every tier. evict(count=n) or
+        evict(nbytes=b): moves policy victims out of DDR (demoted to SSD/remote as on
+        pressure) until n chunks or b bytes left. Returns the number of chunks affected."""
+        if (tokens is None) == (count is None and nbytes is None):
+            raise InvalidArgumentError("evict takes tokens, or count= / nbytes=")
+        if tokens is not None:
+            keys = [ck.digest for ck in self._keys_for(tokens)]
+            self.flush()
+            n = 0
+            for k in keys:
+                found = False
+                with self._lock:
+                    self._meta.pop(k, None)
+                    if self.ddr.remove(k):
+                        found = True
+                    self.ddr_policy.remove(k)
+                if self.ssd is not None and self.ssd.remove(k):
+                    found = True
+                n += found
+            if self.remote is not None:
+                n = max(n, self.remote.delete(self._ns_tag, keys))
+            return n
+        if (count is not None and count < 0) or (nbytes is not None and nbytes < 0):
+            raise InvalidArgumentError("count and nbytes must be >= 0")
+        return self._call_in_worker(lambda: self._evict_some(count, nbytes))
+
+    def _evict_some(self, count: Optional[int], nbytes: Optional[int]) -> int:
+        n = freed = 0
+        while (count is None or n < count) and (nbytes is None or freed < nbytes):
+            with self._lock:
+                victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
+                              None)
+                if victim is None:
+                    break
+                entry = self.ddr.acquire(victim)
+            if entry is None:
+                self.ddr_policy.remove(victim)
+                continue
+            try:
+                if self.config.demote_on_pressure:
+                    self._demote(victim, entry)
+            finally:
+                with self._lock:
+                    self.ddr.release(entry)
+                    if self.ddr.get(victim) is entry:
+                        freed += self.ddr.remove(victim)
+                        self.ddr_policy.remove(victim)
+                        self.metrics.inc("ddr", "evictions")
+                        n += 1
+        return n
+
+    def clear(self, namespace: Optional[NamespaceLike] = None) -> int:
+        """Deletes every chunk of a namespace (default: this manager's) from every tier."""
+        tag = self._ns_tag if namespace is None else as_namespace(namespace).tag
+        n = 0
+        if tag == self._ns_tag:
+            self.flush()
+            with self._lock:
+                for k in list(self.ddr.entries):
+                    self.ddr.remove(k)
+                    n += 1
+                self.ddr_policy.clear()
+                self._meta.clear()
+        if self.ssd is not None:
+            n += self.ssd.clear(tag)
+        if self.remote is not None:
+            n += self.remote.clear(tag)
+        return n
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Waits until everything queued before this call is placed. False on timeout."""
+        if self._closed or not self._worker.is_alive():
+            return True
+        ev = threading.Event()
+        self._put(("flush", ev))
+        return ev.wait(timeout)
+
+    # ------------------------------------------------------------------ status
+    def _gauges(self) -> dict:
+        g = {"ddr": {"entries": len(self.ddr), "bytes_used": self.ddr.used_bytes,
+                     "capacity_bytes": self.ddr.capacity_bytes}}
+        if self.ssd is not None:
+            g["ssd"] = {"entries": len(self.ssd), "bytes_used": self.ssd.used_bytes,
+                        "capacity_bytes": self.ssd.capacity_bytes}
+        return g
+
+    def status(self) -> dict:
+        """Configuration, per-tier occupancy and counters, compression ratio, latencies."""
+        snap = self.metrics.snapshot()
+        st = {
+            "namespace": asdict(self.namespace),
+            "namespace_tag": self._ns_tag,
+            "chunk_tokens": self.chunk_tokens,
+            "codec": self.codec.name,
+            "policy": self.ddr_policy.name,
+            "allocator": self.ddr.allocator.name,
+            "queue": {"depth": self._queue.qsize(), "capacity": self.config.queue_chunks,
+                      "pending_chunks": len(self._pending)},
+            "pinned_chunks": sum(1 for m in self._meta.values() if m.pinned),
+            "bandwidth_bytes_per_s": dict(self._bw),
+            **snap,
+        }
+        if self.ssd is not None:
+            st["tiers"].setdefault("ssd", {}).update(
+                {"dir": str(self.ssd.root), "direct_io": self.ssd._direct_ok, "last_error": self.ssd.last_error})
+        if self.remote is not None:
+            st["tiers"].setdefault("remote", {}).update(
+                {"url": _redact(self.remote.config.url), "breaker": self.remote.breaker.state})
+        return st
+
+    def prometheus(self) -> str:
+        """Metrics in Prometheus text format."""
+        return self.metrics.prometheus()
+
+    # ------------------------------------------------------------------ lifetime
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidArgumentError("the TierManager is closed")
+
+    def close(self, timeout: float = 4.0) -> bool:
+        """Finishes queued work (up to timeout seconds), stops the worker, releases memory.
+
+        Never waits on a dead or slow remote server beyond its timeouts. Returns True
+        when all queued work was done.
+        """
+        if self._closed:
+            return True
+        deadline = time.monotonic() + timeout
+        self._closed = True
+        clean = True
+        try:
+            self._queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Full:
+            clean = False
+        self._worker.join(max(0.0, deadline - time.monotonic()))
+        clean = clean and not self._worker.is_alive()
+        clean = self._drain_writer(max(0.0, deadline - time.monotonic())) and clean
+        self._writer.shutdown(wait=False, cancel_futures=True)
+        self._io.shutdown(wait=False, cancel_futures=True)
+        self._stream_io.shutdown(wait=False, cancel_futures=True)
+        if self.remote is not None:
+            self.remote.close()
+        if clean:
+            with self._lock:
+                for k in list(self.ddr.entries):
+                    self.ddr.remove(k)
+                self.ddr_policy.clear()
+        return clean
+
+    def __enter__(self) -> "TierManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            if not self._closed:
+                self.close(timeout=1.0)
+        except Exception:
+            pass
+
+
+def _redact(url: str) -> str:
+    if "@" in url:
+        scheme, rest = url.split("://", 1) if "://" in url else ("", url)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

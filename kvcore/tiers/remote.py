@@ -1,0 +1,373 @@
+"""The remote tier: Redis or Valkey through redis-py, cluster mode included.
+
+A dead or slow server never raises into the caller and never stalls it: every
+operation runs with socket timeouts on a small worker pool and the caller waits at
+most ``op_timeout_s`` for it (``lookup_timeout_s`` for existence checks); failures
+open a circuit breaker, during which operations are skipped at once (a lookup
+misses, a store is dropped), all counted in metrics. ``close()`` never waits on the
+server.
+
+Keys: ``<prefix>:<namespace tag>:{<chunk key hex>}:<part>``. The braces are a
+cluster hash tag: all parts of one chunk live in one slot (one node). A chunk blob is split into parts of ``part_bytes``, moved in
+parallel over several connections; part 0 holds the blob header (which gives the total
+size) and is written last, as the commit record.
+
+>>> from kvcore.tiers.remote import CircuitBreaker
+>>> b = CircuitBreaker(failure_threshold=2, reset_after_s=60)
+>>> b.failure(); b.allow()
+True
+>>> b.failure(); b.allow()
+False
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from ..errors import CorruptFrameError, InvalidArgumentError
+from .blob import BlobHeader, blob_total_size
+from .metrics import Metrics
+from .resp import RawGetter, RespError
+
+
+@dataclass
+class RemoteConfig:
+    """How to reach and treat the remote store.
+
+    url: redis://host:port/db (rediss:// for TLS); cluster: use RedisCluster (also
+    implied by a "redis+cluster://" url); ttl_s: default per-entry TTL (None = no
+    expiry); connect_timeout_s / op_timeout_s: socket timeouts, and the longest a
+    caller waits; lookup_timeout_s: the longest a lookup waits; failure_threshold:
+    consecutive failures that open the breaker; reset_after_s: how long it stays open
+    before one probe; part_bytes: largest value written per key; parallel_parts:
+    parts moved at once (each on its own connection); raw_reads: read values straight
+    into memory over plain sockets (standalone redis:// only; see resp.py); max_parts:
+    largest number of parts a chunk may have.
+    """
+
+    url: str = "redis://127.0.0.1:6379/0"
+    cluster: bool = False
+    ttl_s: Optional[float] = None
+    connect_timeout_s: float = 0.5
+    op_timeout_s: float = 2.0
+    lookup_timeout_s: float = 0.25
+    failure_threshold: int = 2
+    reset_after_s: float = 2.0
+    part_bytes: int = 2 << 20
+    prefix: str = "kvcore"
+    workers: int = 4
+    parallel_parts: int = 4
+    raw_reads: bool = True
+    max_parts: int = 4096
+
+
+class CircuitBreaker:
+    """closed -> (failure_threshold consecutive failures) -> open -> (reset_after_s) -> one probe."""
+
+    def __init__(self, failure_threshold: int = 2, reset_after_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.failure_threshold = max(1, failure_threshold)
+        self.reset_after_s = reset_after_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._open_until = 0.0
+        self._probing = False
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            if self._failures < self.failure_threshold:
+                return "closed"
+            return "open" if self._clock() < self._open_until else "half-open"
+
+    def allow(self) -> bool:
+        with self._lock:
+            if self._failures < self.failure_threshold:
+                return True
+            if self._clock() < self._open_until or self._probing:
+                return False
+            self._probing = True  # one probe at a time in half-open
+            return True
+
+    def success(self) -> None:
+        with self._lock:
+            self._failures = 0
+            self._probing = False
+
+    def trip(self) -> None:
+        """Opens the breaker at once (a timeout: the server is hung or overloaded)."""
+        with self._lock:
+            self._failures = max(self._failures, self.failure_threshold - 1)
+        self.failure()
+
+    def failure(self) -> None:
+        with self._lock:
+            self._failures += 1
+            self._probing = False
+            if self._failures >= self.failure_threshold:
+                self._open_until = self._clock() + self.reset_after_s
+
+
+class _Skipped(Exception):
+    pass
+
+
+class RemoteTier:
+    """Chunk blobs in Redis/Valkey. Every method returns a miss/False instead of raising."""
+
+    name = "remote"
+
+    def __init__(self, config: RemoteConfig, *, metrics: Optional[Metrics] = None):
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        if config.part_bytes <= 0:
+            raise InvalidArgumentError("part_bytes must be positive")
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.breaker = CircuitBreaker(config.failure_threshold, config.reset_after_s)
+        url = config.url
+        cluster = config.cluster or "+cluster" in url.split("://", 1)[0]
+        url = url.replace("+cluster://", "://")
+        common = dict(socket_timeout=config.op_timeout_s, socket_connect_timeout=config.connect_timeout_s,
+                      retry=Retry(NoBackoff(), 0))
+        self._raw: Optional[RawGetter] = None
+        if cluster:
+            from redis.cluster import RedisCluster
+
+            self.client = RedisCluster.from_url(url, **common)
+        else:
+            self.client = redis.Redis.from_url(url, health_check_interval=0, **common)
+            if config.raw_reads and url.startswith("redis://"):
+                self._raw = RawGetter(url, timeout=config.op_timeout_s, connect_timeout=config.connect_timeout_s)
+        self._errors = (redis.RedisError, OSError, cf.TimeoutError, ValueError)
+        self._timeout_error = redis.TimeoutError
+        self._pool = cf.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="kvcore-remote")
+        self._parts = cf.ThreadPoolExecutor(max_workers=max(1, config.parallel_parts),
+                                            thread_name_prefix="kvcore-remote-part")
+        self._closed = False
+
+    # ---- plumbing ----
+    def _key(self, ns_tag: str, key: bytes, part: int) -> str:
+        return f"{self.config.prefix}:{ns_tag}:{{{key.hex()}}}:{part}"
+
+    def _run(self, fn, timeout: float):
+        """fn() on the pool within timeout; raises _Skipped when the breaker is open."""
+        if self._closed or not self.breaker.allow():
+            raise _Skipped()
+        fut = self._pool.submit(fn)
+        try:
+            result = fut.result(timeout=timeout)
+        except self._errors as exc:
+            fut.cancel()
+            if isinstance(exc, (cf.TimeoutError, self._timeout_error)):
+                self.breaker.trip()
+            else:
+                self.breaker.failure()
+            self.metrics.inc(self.name, "errors")
+            raise
+        self.breaker.success()
+        return result
+
+    @property
+    def available(self) -> bool:
+        return not self._closed and self.breaker.state != "open"
+
+    # ---- operations ----
+    def exists_many(self, ns_tag: str, keys: Sequence[bytes]) -> list[bool]:
+        """Which keys are stored (all False when the server is unreachable)."""
+        if not keys:
+            return []
+
+        def op():
+            pipe = self.client.pipeline(transaction=False)
+            for k in keys:
+                pipe.exists(self._key(ns_tag, k, 0))
+            return [bool(x) for x in pipe.execute()]
+
+        try:
+            return self._run(op, self.config.lookup_timeout_s)
+        except _Skipped:
+            self.metrics.inc(self.name, "skipped")
+        except self._errors:
+            pass
+        return [False] * len(keys)
+
+    def get(self, ns_tag: str, key: bytes, *, scratch=None) -> Optional[memoryview]:
+        """The verified blob or None (miss, server down, corrupt: the corrupt entry is deleted).
+
+        scratch: a ScratchPool the value may be read into (give it back with
+        ``scratch.put(view.obj)``)."""
+        t0 = time.perf_counter()
+
+        pb = self.config.part_bytes
+
+        def alloc(n):
+            return memoryview(scratch.get(n) if scratch is not None else bytearray(n))[:n]
+
+        def raw_op():
+            def total_of(prefix):
+                try:
+                    return blob_total_size(prefix)
+                except CorruptFrameError:
+                    return len(prefix)
+
+            data = self._raw.get_parts(lambda i: self._key(ns_tag, key, i).encode(), total_of, pb,
+                                       alloc, self.config.max_parts)
+            if data is None or data is False:
+                return (None if data is None else b""), (None if data is None else False)
+            return data, None
+
+        def op():
+            first = self.client.get(self._key(ns_tag, key, 0))
+            if first is None:
+                return first, None
+            try:
+                total = blob_total_size(first)
+            except CorruptFrameError:
+                return first, None
+            nparts = -(-total // pb)
+            if nparts <= 1 or len(first) != pb:
+                return first, None
+            buf = bytearray(total)
+            mv = memoryview(buf)
+            mv[:pb] = first
+
+            def fetch(i):  # parts arrive in parallel, each on its own connection
+                v = self.client.get(self._key(ns_tag, key, i))
+                if v is None or len(v) != min(pb, total - i * pb):
+                    return False
+                mv[i * pb:i * pb + len(v)] = v
+                return True
+
+            ok = all(self._parts.map(fetch, range(1, nparts)))
+            return first, (mv if ok else False)
+
+        try:
+            first, rest = self._run(raw_op if self._raw is not None else op, self.config.op_timeout_s)
+        except _Skipped:
+            self.metrics.inc(self.name, "skipped")
+            self.metrics.inc(self.name, "misses")
+            return None
+        except self._errors:
+            self.metrics.inc(self.name, "misses")
+            return None
+        if first is None:
+            self.metrics.inc(self.name, "misses")
+            return None
+        try:
+            if rest is False:
+                raise CorruptFrameError("missing or short parts")
+            total = blob_total_size(first)
+            data = memoryview(first) if rest is None else rest
+            if data.nbytes != total:
+                raise CorruptFrameError("size mismatch")
+            h = BlobHeader.parse(data, verify=True)
+            if h.key != key:
+                raise CorruptFrameError("value holds another key")
+        except CorruptFrameError:
+            self.metrics.inc(self.name, "corrupt")
+            self.metrics.inc(self.name, "misses")
+            self.delete(ns_tag, [key])
+            return None
+        self.metrics.inc(self.name, "hits")
+        self.metrics.inc(self.name, "bytes_out", data.nbytes)
+        self.metrics.observe("remote_get", time.perf_counter() - t0)
+        return data
+
+    def put(self, ns_tag: str, key: bytes, blob, *, ttl_s: Optional[float] = None) -> bool:
+        """Stores blob: parts 1.. in parallel, then part 0 (the commit record: a reader that
+        finds part 0 finds every part). False when skipped or failed."""
+        view = memoryview(blob).cast("B")
+        total = view.nbytes
+        pb = self.config.part_bytes
+        nparts = max(1, (total + pb - 1) // pb)
+        ttl = ttl_s if ttl_s is not None else self.config.ttl_s
+        px = max(1, int(ttl * 1000)) if ttl else None
+        t0 = time.perf_counter()
+
+        def put_part(i):
+            self.client.set(self._key(ns_tag, key, i), view[i * pb:(i + 1) * pb], px=px)
+
+        def op():
+            for _ in self._parts.map(put_part, range(1, nparts)):
+                pass
+            put_part(0)
+
+        try:
+            self._run(op, max(self.config.op_timeout_s, total / 50e6))
+        except _Skipped:
+            self.metrics.inc(self.name, "skipped")
+            return False
+        except self._errors:
+            return False
+        self.metrics.inc(self.name, "stores")
+        self.metrics.inc(self.name, "bytes_in", total)
+        self.metrics.observe("remote_put", time.perf_counter() - t0)
+        return True
+
+    def delete(self, ns_tag: str, keys: Sequence[bytes]) -> int:
+        if not keys:
+            return 0
+
+        def op():
+            n = 0
+            for k in keys:
+                first = self.client.getrange(self._key(ns_tag, k, 0), 0, 1 << 16)
+                try:
+                    parts = -(-blob_total_size(first) // self.config.part_bytes)
+                except CorruptFrameError:
+                    parts = 1
+                n += bool(self.client.delete(*[self._key(ns_tag, k, i) for i in range(max(1, parts))]))
+            return n
+
+        try:
+            return self._run(op, self.config.op_timeout_s)
+        except (_Skipped, *self._errors):
+            return 0
+
+    def clear(self, ns_tag: Optional[str] = None) -> int:
+        """Deletes every chunk of a namespace (all kvcore chunks when ns_tag is None);
+        returns the number of chunks."""
+        pattern = f"{self.config.prefix}:{ns_tag or '*'}:*"
+
+        def op():
+            chunks = 0
+            batch = []
+            for k in self.client.scan_iter(match=pattern, count=1000):
+                batch.append(k)
+                chunks += k.endswith(b":0")
+                if len(batch) >= 1000:
+                    self.client.delete(*batch)
+                    batch = []
+            if batch:
+                self.client.delete(*batch)
+            return chunks
+
+        try:
+            return self._run(op, max(self.config.op_timeout_s, 30.0))
+        except (_Skipped, *self._errors):
+            return 0
+
+    def close(self) -> None:
+        """Returns at once: pending operations are abandoned (they end at their socket timeout)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._parts.shutdown(wait=False, cancel_futures=True)
+        if self._raw is not None:
+            self._raw.close()
+        try:
+            if hasattr(self.client, "connection_pool"):
+                self.client.connection_pool.disconnect(inuse_connections=False)
+            else:
+                self.client.close()
+        except Exception:
+            pass

@@ -1,0 +1,532 @@
+"""TierManager end to end on real KV data: every tier, capacity under threads, restart,
+redis killed mid-run, full disk, the hot/cold API, metrics."""
+
+import random
+import threading
+import time
+
+import pytest
+import torch
+
+import kvcore
+from kvcore.errors import InvalidArgumentError
+from kvcore.tiers import Namespace, RemoteConfig, TierConfig, TierManager
+from tiers_support import load_kv, redis_server  # noqa: F401
+
+NS = Namespace("minilm-l6", "bfloat16", salt="tests")
+
+
+@pytest.fixture(scope="module")
+def kv():
+    return load_kv()[:, :, :1024].contiguous()  # [6, 2, 1024, 12, 32] bf16; 2.36 MB per chunk
+
+
+def tokens_for(n, seed=0):
+    rng = random.Random(seed)
+    return [rng.randrange(30000) for _ in range(n)]
+
+
+def same(a, b):
+    return torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def chunk_blob_bytes(tm):
+    return max(e.size for e in tm.ddr.entries.values())
+
+
+def test_round_trip_ddr(kv):
+    toks = tokens_for(1024)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        assert tm.store(toks, kv) == 4
+        assert tm.flush(30)
+        assert tm.store(toks, kv) == 0  # already stored
+        hit = tm.lookup(toks)
+        assert hit.tokens == 1024 and hit.tiers == ["ddr"] * 4
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024
+        assert same(out, kv)
+        st = tm.status()
+        assert st["tiers"]["ddr"]["entries"] == 4 and st["tiers"]["ddr"]["hits"] == 4
+        assert st["tiers"]["ddr"]["bytes_used"] <= 64 << 20
+
+
+def test_round_trip_ssd_only_and_demotion(tmp_path, kv):
+    toks = tokens_for(1024, 1)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        assert tm.lookup(toks).tiers == ["ssd"] * 4
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)  # with read-ahead
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS, read_ahead=0) as tm:
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)  # without
+    with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path / "b"), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        tiers = tm.lookup(toks).tiers
+        assert "ssd" in tiers and "ddr" in tiers and len(tiers) == 4
+        assert tm.ddr.allocator.used_bytes <= 3 << 20
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+        st = tm.status()["tiers"]
+        assert st["ddr"]["evictions"] >= 2 and st["ssd"]["hits"] >= 2
+
+
+def test_round_trip_remote(redis_server, kv):
+    toks = tokens_for(1024, 2)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, namespace=NS) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        assert tm.lookup(toks).tiers == ["remote"] * 4
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+    # another process (manager) on the same Redis finds it
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, namespace=NS) as tm:
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+        tm.flush()
+        assert tm.lookup(toks).tiers == ["ddr"] * 4  # promoted on hit
+
+
+def blob_size(kv):
+    from kvcore.tiers.blob import encode_chunk
+    from kvcore.tiers.codecs import make_codec
+
+    return max(len(encode_chunk(kv[:, :, i:i + 256], make_codec("auto"), key=bytes(16), index=0))
+               for i in range(0, kv.shape[2], 256))
+
+
+def test_demotion_chain_ddr_ssd_remote(tmp_path, redis_server, kv):
+    toks = tokens_for(1024, 3)
+    cap = int(blob_size(kv) * 1.5)  # one chunk each in DDR and on SSD, the rest in Redis
+    with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=cap,
+                     remote_url=redis_server.url, namespace=NS, promote_on_hit=False) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        tiers = tm.lookup(toks).tiers
+        assert tiers[0] == "remote" and tiers[-1] == "ddr", tiers
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+
+
+def test_partial_prefix_and_tail(kv):
+    toks = tokens_for(1000, 4)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :1000])
+        tm.flush()
+        other = toks[:600] + [1] * 400  # diverges inside chunk 2
+        hit = tm.lookup(other)
+        assert hit.tokens == 512 and len(hit.tiers) == 2
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(other, out) == 512
+        assert same(out[:, :, :512], kv[:, :, :512]) and not out[:, :, 512:].any()
+        assert tm.retrieve(toks, out) == 1000 and same(out[:, :, :1000], kv[:, :, :1000])
+        small = torch.zeros_like(kv[:, :, :300])  # out shorter than the prefix: whole chunks that fit
+        assert tm.retrieve(toks, small) == 256
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, store_partial=False) as tm:
+        assert tm.store(toks, kv[:, :, :1000]) == 3
+
+
+@pytest.mark.parametrize("frame_bytes", [1, 4 << 20])  # one layer per frame; all 6 layers in one
+def test_layerwise_retrieve(tmp_path, kv, frame_bytes):
+    toks = tokens_for(1024, 5)
+    with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS,
+                     frame_bytes=frame_bytes) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        out = torch.zeros_like(kv)
+        seen = []
+
+        def on_layer(l):
+            # layer l is complete for every chunk, later layers not started
+            assert same(out[l], kv[l])
+            if l + 1 < kv.shape[0] and frame_bytes == 1:
+                assert not out[l + 1].any()
+            seen.append(l)
+
+        assert tm.retrieve(toks, out, on_layer=on_layer) == 1024
+        assert seen == list(range(kv.shape[0])) and same(out, kv)
+
+
+def test_pending_chunks_are_retrievable(kv):
+    toks = tokens_for(1024, 6)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, queue_chunks=1) as tm:
+        tm.store(toks, kv)
+        hit = tm.lookup(toks)
+        assert hit.tokens == 1024 and set(hit.tiers) <= {"pending", "ddr"}
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+
+
+def test_store_copies_caller_buffer(kv):
+    toks = tokens_for(1024, 7)
+    buf = kv.clone()
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, buf)
+        buf.zero_()  # the engine reuses its buffer at once
+        tm.flush()
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+
+
+def test_capacity_never_exceeded_under_threads(tmp_path, kv):
+    ddr_cap, ssd_cap = 6 << 20, 10 << 20
+    tm = TierManager(ddr_bytes=ddr_cap, ssd_dir=str(tmp_path), ssd_bytes=ssd_cap, namespace=NS,
+                     queue_chunks=2, fsync=False, policy="cost")
+    seqs = [tokens_for(512, 100 + i) for i in range(8)]  # 16 distinct chunks, ~2.4x the capacity
+    stop = threading.Event()
+    peak = {"ddr": 0, "ssd": 0}
+    errors = []
+
+    def monitor():
+        while not stop.is_set():
+            peak["ddr"] = max(peak["ddr"], tm.ddr.allocator.used_bytes)
+            peak["ssd"] = max(peak["ssd"], tm.ssd.used_bytes)
+            time.sleep(0.0005)
+
+    def client(seed):
+        rng = random.Random(seed)
+        out = torch.zeros_like(kv[:, :, :512])
+        try:
+            for _ in range(15):
+                i = rng.randrange(len(seqs))
+                src = kv[:, :, 512 * (i % 2):512 * (i % 2) + 512]
+                if rng.random() < 0.5:
+                    tm.store(seqs[i], src)
+                else:
+                    out.zero_()
+                    n = tm.retrieve(seqs[i], out)
+                    assert n in (0, 256, 512)
+                    assert same(out[:, :, :n], src[:, :, :n])
+        except Exception as e:
+            errors.append(e)
+
+    mon = threading.Thread(target=monitor)
+    mon.start()
+    threads = [threading.Thread(target=client, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    tm.flush()
+    stop.set()
+    mon.join()
+    assert not errors, errors
+    assert 0 < peak["ddr"] <= ddr_cap and 0 < peak["ssd"] <= ssd_cap
+    files = sum(f.stat().st_size for f in (tmp_path / "kvcore-v1").rglob("*.kvc"))
+    assert files <= ssd_cap and files == tm.ssd.used_bytes
+    assert tm.close()
+
+
+def test_restart_recovers_ssd(tmp_path, kv):
+    toks = tokens_for(1024, 8)
+    tm = TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS)
+    tm.store(toks, kv)
+    assert tm.persist(toks) == 4
+    tm.close()
+    tm2 = TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS)
+    assert tm2.lookup(toks).tiers == ["ssd"] * 4
+    out = torch.zeros_like(kv)
+    assert tm2.retrieve(toks, out) == 1024 and same(out, kv)
+    other = TierManager(ddr_bytes=1 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
+                        namespace=Namespace("minilm-l6", "bfloat16", salt="other-tenant"))
+    assert other.lookup(toks).tokens == 0  # a different salt sees nothing
+    other.close()
+    tm2.close()
+
+
+def test_redis_killed_mid_run(tmp_path, redis_server, kv):
+    toks = [tokens_for(512, 200 + i) for i in range(6)]
+    rc = RemoteConfig(reset_after_s=0.3, op_timeout_s=0.5, lookup_timeout_s=0.2)
+    tm = TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS)
+    src = kv[:, :, :512]
+    tm.store(toks[0], src)
+    tm.flush()
+    redis_server.kill()
+    out = torch.zeros_like(src)
+    for t in toks[:3]:  # no exception into the caller, misses
+        tm.store(t, src)
+        assert tm.flush(10)  # the store is dropped (counted), the caller sees nothing
+        assert tm.retrieve(t, out) == 0
+        assert tm.lookup(t).tokens == 0
+    assert tm.flush(10)
+    redis_server.start()
+    time.sleep(0.4)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        tm.store(toks[4], src)
+        tm.flush()
+        if tm.lookup(toks[4]).tokens == 512:
+            break
+        time.sleep(0.2)
+    out.zero_()
+    assert tm.retrieve(toks[4], out) == 512 and same(out, src)  # recovered, data intact
+    assert tm.retrieve(toks[0], out) == 0  # lost with the server, not corrupt
+    st = tm.status()["tiers"]["remote"]
+    assert st["errors"] + st["skipped"] > 0 and st["breaker"] == "closed"
+    assert tm.close()
+
+
+def test_close_with_dead_redis_within_5s(redis_server, kv):
+    tm = TierManager(ddr_bytes=0, remote_url=redis_server.url, namespace=NS, queue_chunks=2)
+    redis_server.pause()  # hung server, worst case
+    for i in range(3):
+        tm.store(tokens_for(256, 300 + i), kv[:, :, :256])
+    t0 = time.monotonic()
+    tm.close()
+    assert time.monotonic() - t0 < 5
+    redis_server.resume()
+
+
+def test_full_disk_capacity_below_data(tmp_path, kv):
+    toks = tokens_for(1024, 9)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=2 << 20, namespace=NS) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        assert tm.ssd.used_bytes <= 2 << 20
+        hit = tm.lookup(toks)
+        out = torch.zeros_like(kv)
+        n = tm.retrieve(toks, out)
+        assert n == hit.tokens and same(out[:, :, :n], kv[:, :, :n])
+        assert tm.status()["tiers"]["ssd"]["evictions"] + tm.status()["tiers"]["ddr"]["rejected"] > 0
+
+
+def test_pin_priority_evict(tmp_path, kv):
+    a, b, c = tokens_for(256, 10), tokens_for(256, 11), tokens_for(256, 12)
+    one = kv[:, :, :256]
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(a, one)
+        tm.flush()
+        cap = int(chunk_blob_bytes(tm) * 2.5)
+    with TierManager(ddr_bytes=cap, namespace=NS) as tm:
+        assert tm.pin(a) == 1
+        tm.store(a, one)
+        tm.store(b, one)
+        tm.flush()
+        tm.store(c, one)  # evicts b (a is pinned although older)
+        tm.flush()
+        assert tm.lookup(a).tiers == ["ddr"] and tm.lookup(b).tokens == 0 and tm.lookup(c).tokens == 256
+        assert tm.status()["pinned_chunks"] == 1
+        tm.unpin(a)
+        tm.set_priority(c, 5)
+        tm.store(b, one)  # now a (priority 0, oldest) goes, c stays
+        tm.flush()
+        assert tm.lookup(a).tokens == 0 and tm.lookup(c).tokens == 256 and tm.lookup(b).tokens == 256
+        assert tm.evict(count=1) == 1  # b: lower priority than c
+        assert tm.lookup(b).tokens == 0 and tm.lookup(c).tokens == 256
+        assert tm.evict(c) == 1 and tm.lookup(c).tokens == 0
+        with pytest.raises(InvalidArgumentError):
+            tm.evict()
+        with pytest.raises(InvalidArgumentError):
+            tm.set_priority(c, 1.5)
+
+
+def test_evict_demotes_and_clear(tmp_path, kv):
+    toks = tokens_for(1024, 13)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        assert tm.evict(nbytes=1) == 1  # one victim, demoted to SSD
+        assert sorted(tm.lookup(toks).tiers) == ["ddr", "ddr", "ddr", "ssd"]
+        assert tm.evict(count=10) == 3
+        assert tm.lookup(toks).tiers == ["ssd"] * 4
+        tm.prefetch(toks)
+        tm.flush()
+        assert tm.lookup(toks).tiers == ["ddr"] * 4
+        assert tm.clear() >= 8
+        assert tm.lookup(toks).tokens == 0 and len(tm.ssd) == 0
+
+
+def test_ttl_expires_everywhere(tmp_path, redis_server, kv):
+    toks = tokens_for(512, 14)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
+                     remote_url=redis_server.url, namespace=NS, write_through=True) as tm:
+        tm.store(toks, kv[:, :, :512], ttl=0.5)
+        tm.flush()
+        assert tm.lookup(toks).tokens == 512
+        time.sleep(0.7)
+        assert tm.lookup(toks).tokens == 0
+        out = torch.zeros_like(kv[:, :, :512])
+        assert tm.retrieve(toks, out) == 0
+        tm.store(toks, kv[:, :, :512])  # stored again, without a TTL: lives on
+        tm.flush()
+        assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+        tm.evict(toks)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
+                     remote_url=redis_server.url, namespace=NS) as tm:
+        assert tm.lookup(toks).tokens == 0  # expired on SSD and in Redis as well
+
+
+def test_restore_vs_recompute(tmp_path, kv):
+    toks = tokens_for(1024, 15)
+    with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        fast = tm.estimate(toks, prefill_s_per_token=1.0)  # recompute is very slow: restore all
+        assert fast.tokens == 1024 and all(c["restore"] for c in fast.chunks)
+        slow = tm.estimate(toks, prefill_s_per_token=1e-12)  # recompute is free: restore nothing
+        assert slow.tokens == 0 and slow.chunks[0]["restore_s"] > slow.chunks[0]["recompute_s"]
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out, prefill_s_per_token=1e-12) == 0
+        assert tm.retrieve(toks, out, prefill_s_per_token=1.0) == 1024 and same(out, kv)
+        with pytest.raises(InvalidArgumentError):
+            tm.estimate(toks, 0)
+
+
+def test_status_and_prometheus(kv):
+    toks = tokens_for(512, 16)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512])
+        tm.flush()
+        tm.retrieve(toks, torch.zeros_like(kv[:, :, :512]))
+        tm.lookup(tokens_for(256, 99))
+        st = tm.status()
+        assert st["namespace"]["salt"] == "tests" and st["chunk_tokens"] == 256
+        assert 0 < st["compression_ratio"] <= 1.01 and st["raw_bytes"] == kv[:, :, :512].numel() * 2
+        assert st["latency"]["store"]["count"] == 1 and st["latency"]["retrieve"]["count"] == 1
+        text = tm.prometheus()
+        assert 'kvcore_tier_entries{tier="ddr"} 2' in text and "kvcore_lookup_seconds_count 1" in text
+
+
+def test_bad_arguments(kv):
+    with pytest.raises(InvalidArgumentError):
+        TierManager()
+    with pytest.raises(InvalidArgumentError):
+        TierManager(ddr_bytes=-1)
+    with pytest.raises(InvalidArgumentError):
+        TierManager(ddr_bytes=1, codec="zip")
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        with pytest.raises(InvalidArgumentError):
+            tm.store(tokens_for(10), kv[0])  # 4-D
+        with pytest.raises(InvalidArgumentError):
+            tm.store(tokens_for(2000), kv)  # more tokens than kv holds
+        tm.store(tokens_for(256), kv[:, :, :256])
+        tm.flush()
+        with pytest.raises(InvalidArgumentError):
+            tm.retrieve(tokens_for(256), torch.zeros(6, 2, 256, 12, 32, dtype=torch.float16))
+    with pytest.raises(InvalidArgumentError):
+        tm.store(tokens_for(256), kv[:, :, :256])  # closed
+
+
+def test_config_object_and_export():
+    cfg = TierConfig(ddr_bytes=1 << 20, chunk_tokens=64, namespace="m", policy="cost")
+    with kvcore.TierManager(config=cfg) as tm:
+        assert tm.chunk_tokens == 64 and tm.status()["policy"] == "cost"
+    assert kvcore.TierConfig is TierConfig
+
+
+class _FakeBuf(bytearray):
+    """A pool buffer that refuses free() while a view of it is exported (as PinnedBuffer does)."""
+
+    def free(self):
+        try:
+            self.append(0)  # a bytearray cannot resize while a memoryview of it is exported
+            self.pop()
+        except BufferError:
+            raise kvcore.InvalidArgumentError("view alive") from None
+        self.pool.live -= len(self)
+
+
+class _FakePool:
+    def __init__(self, cap):
+        self.cap, self.live = cap, 0
+
+    def alloc(self, n):
+        if self.live + n > self.cap:
+            raise kvcore.PoolExhausted("full")
+        self.live += n
+        buf = _FakeBuf(n)
+        buf.pool = self
+        return buf
+
+
+def test_pinned_allocator_defers_free_while_exported():
+    from kvcore.tiers.ddr import PinnedPoolAllocator
+
+    pool = _FakePool(100)
+    a = PinnedPoolAllocator(100, pool=pool)
+    b = a.alloc(60)
+    held = b.view[:10]  # e.g. a network send still holding the memory
+    b.free()
+    assert a.used_bytes == 60 and pool.live == 60
+    with pytest.raises(kvcore.PoolExhausted):
+        a.alloc(60)
+    held.release()
+    c = a.alloc(60)  # the deferred block went back first
+    assert a.used_bytes == 60 and pool.live == 60
+    c.free()
+    assert a.used_bytes == 0 and pool.live == 0
+
+
+def test_manager_over_pool_allocator(tmp_path, kv):
+    """The DDR tier over a pool whose blocks refuse free() while exported (PinnedPool semantics)."""
+    from kvcore.tiers.ddr import PinnedPoolAllocator
+
+    cap = 6 << 20
+    alloc = PinnedPoolAllocator(cap, pool=_FakePool(cap))
+    toks = tokens_for(1024, 17)
+    with TierManager(ddr_bytes=cap, allocator=alloc, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
+                     namespace=NS) as tm:
+        assert tm.status()["allocator"] == "pinned"
+        tm.store(toks, kv)
+        tm.flush()
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+        assert alloc.pool.live <= cap and alloc.used_bytes <= cap
+
+
+@pytest.mark.skipif(not hasattr(kvcore, "PinnedPool"), reason="kvcore.PinnedPool is not in this build yet")
+def test_manager_over_real_pinned_pool(kv):
+    toks = tokens_for(512, 18)
+    with TierManager(ddr_bytes=32 << 20, allocator="pinned", namespace=NS) as tm:
+        assert tm.status()["allocator"] == "pinned"
+        tm.store(toks, kv[:, :, :512])
+        tm.flush()
+        out = torch.zeros_like(kv[:, :, :512])
+        assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+        assert tm.evict(count=2) == 2
+
+
+def test_store_queue_is_bounded(kv):
+    """Back-pressure: chunks waiting for the worker never exceed the queue bound (+ the one
+    being encoded + the one the caller is handing over)."""
+    toks = tokens_for(1024, 19)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, queue_chunks=1) as tm:
+        peak = [0]
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                peak[0] = max(peak[0], len(tm._pending))
+                time.sleep(0.0002)
+
+        w = threading.Thread(target=watch)
+        w.start()
+        for s in range(3):
+            tm.store(tokens_for(1024, 50 + s), kv)
+        tm.flush()
+        stop.set()
+        w.join()
+        assert 1 <= peak[0] <= 3
+        assert tm.status()["queue"]["capacity"] == 1 and tm.lookup(toks).tokens == 0
+
+
+@pytest.mark.parametrize("read_ahead", [0, 2])
+def test_corrupt_ssd_chunk_mid_prefix(tmp_path, kv, read_ahead):
+    """A damaged file in the middle of a prefix: the chunks before it are restored, it is a
+    miss (counted, removed), nothing raises."""
+    toks = tokens_for(1024, 20)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS,
+                     read_ahead=read_ahead) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        path = tm.ssd.entry(tm.keys(toks)[2].digest).path
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        path.write_bytes(data)
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 512
+        assert same(out[:, :, :512], kv[:, :, :512])
+        assert not path.exists() and tm.status()["tiers"]["ssd"]["corrupt"] == 1
+        assert tm.lookup(toks).tokens == 512

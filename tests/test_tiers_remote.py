@@ -1,0 +1,208 @@
+"""Remote tier against a real redis-server: round trip, TTL, parts, kill/restart, hang, close."""
+
+import time
+
+import pytest
+import torch
+
+from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
+from kvcore.tiers.codecs import make_codec
+from kvcore.tiers.keys import chunk_keys
+from kvcore.tiers.remote import CircuitBreaker, RemoteConfig, RemoteTier
+from tiers_support import load_kv, redis_cluster, redis_server  # noqa: F401
+
+CODEC = make_codec("auto")
+
+
+@pytest.fixture(scope="module")
+def chunks():
+    kv = load_kv()[:, :, :1024]
+    keys = chunk_keys(range(1024), "remote-model", 256)
+    return kv, keys, [bytes(encode_chunk(kv[:, :, k.start:k.end], CODEC, key=k.digest, index=k.index))
+                      for k in keys]
+
+
+def _tier(server, **kw):
+    return RemoteTier(RemoteConfig(url=server.url, **kw))
+
+
+def test_round_trip_and_parts(redis_server, chunks):
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, part_bytes=100_000)  # ~1 MB chunks split into ~10 parts
+    for k, b in zip(keys, blobs):
+        assert t.put("ns", k.digest, b)
+    assert t.exists_many("ns", [k.digest for k in keys] + [b"\0" * 16]) == [True] * 4 + [False]
+    for k, b in zip(keys, blobs):
+        got = t.get("ns", k.digest)
+        assert bytes(got) == b
+        out = torch.zeros_like(kv[:, :, :256])
+        decode_into(got, BlobHeader.parse(got), out, CODEC)
+        assert torch.equal(out.view(torch.int16), kv[:, :, k.start:k.end].view(torch.int16))
+    import redis
+    r = redis.Redis.from_url(redis_server.url)
+    names = [n.decode() for n in r.keys("kvcore:ns:*")]
+    assert all("{" + keys[0].hex + "}" in n for n in names if keys[0].hex in n)  # hash tag
+    assert len([n for n in names if keys[0].hex in n]) == -(-len(blobs[0]) // 100_000)
+    assert t.delete("ns", [keys[0].digest]) == 1
+    assert t.get("ns", keys[0].digest) is None
+    assert not [n for n in r.keys("kvcore:ns:*") if keys[0].hex.encode() in n]
+    assert t.clear("ns") >= 3 and t.get("ns", keys[1].digest) is None
+    t.close()
+
+
+def test_ttl(redis_server, chunks):
+    kv, keys, blobs = chunks
+    t = _tier(redis_server)
+    assert t.put("ns", keys[0].digest, blobs[0], ttl_s=0.3)
+    assert t.put("ns", keys[1].digest, blobs[1])
+    assert t.exists_many("ns", [keys[0].digest]) == [True]
+    time.sleep(0.6)
+    assert t.get("ns", keys[0].digest) is None
+    assert t.get("ns", keys[1].digest) is not None
+    t.close()
+
+
+def test_corrupt_value_is_miss_and_deleted(redis_server, chunks):
+    import redis
+    kv, keys, blobs = chunks
+    t = _tier(redis_server)
+    t.put("ns", keys[0].digest, blobs[0])
+    r = redis.Redis.from_url(redis_server.url)
+    name = f"kvcore:ns:{{{keys[0].hex}}}:0"
+    bad = bytearray(r.get(name))
+    bad[5000] ^= 1
+    r.set(name, bytes(bad))
+    assert t.get("ns", keys[0].digest) is None
+    assert not r.exists(name)
+    assert t.metrics.snapshot()["tiers"]["remote"]["corrupt"] == 1
+    t2 = _tier(redis_server, part_bytes=100_000)
+    t2.put("ns", keys[1].digest, blobs[1])
+    r.delete(f"kvcore:ns:{{{keys[1].hex}}}:3")  # a part lost (evicted by maxmemory, say)
+    assert t2.get("ns", keys[1].digest) is None
+    assert not r.keys(f"kvcore:ns:{{{keys[1].hex}}}:*")  # the rest was removed
+    t2.close()
+    t.close()
+
+
+def test_killed_and_restarted_server(redis_server, chunks):
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, reset_after_s=0.3)
+    assert t.put("ns", keys[0].digest, blobs[0])
+    redis_server.kill()
+    t0 = time.monotonic()
+    for _ in range(20):  # misses, skips, never an exception
+        assert t.get("ns", keys[0].digest) is None
+        assert t.exists_many("ns", [keys[0].digest]) == [False]
+        assert t.put("ns", keys[1].digest, blobs[1]) is False
+    assert time.monotonic() - t0 < 5
+    assert t.breaker.state in ("open", "half-open")
+    snap = t.metrics.snapshot()["tiers"]["remote"]
+    assert snap["skipped"] > 0 and snap["errors"] >= 2
+    redis_server.start()  # empty (no persistence): recovery means working again
+    time.sleep(0.4)
+    deadline = time.monotonic() + 5
+    while not t.put("ns", keys[2].digest, blobs[2]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert bytes(t.get("ns", keys[2].digest)) == blobs[2]
+    assert t.get("ns", keys[0].digest) is None  # lost with the server, no corruption
+    assert t.breaker.state == "closed"
+    t.close()
+
+
+def test_hung_server_never_stalls_caller(redis_server, chunks):
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, lookup_timeout_s=0.2, op_timeout_s=0.5, reset_after_s=30)
+    assert t.put("ns", keys[0].digest, blobs[0])
+    redis_server.pause()  # accepts connections, never answers
+    t0 = time.monotonic()
+    assert t.exists_many("ns", [keys[0].digest]) == [False]
+    assert time.monotonic() - t0 < 0.5
+    t0 = time.monotonic()
+    for _ in range(10):
+        assert t.get("ns", keys[0].digest) is None
+        assert t.exists_many("ns", [keys[0].digest]) == [False]
+    assert time.monotonic() - t0 < 2.0  # breaker open: skipped at once after the first timeouts
+    t0 = time.monotonic()
+    t.close()
+    assert time.monotonic() - t0 < 1.0
+    redis_server.resume()
+
+
+def test_close_with_dead_server_is_fast(redis_server):
+    t = _tier(redis_server)
+    redis_server.kill()
+    t0 = time.monotonic()
+    t.close()
+    assert time.monotonic() - t0 < 5
+
+
+def test_unreachable_url_never_raises():
+    t = RemoteTier(RemoteConfig(url="redis://127.0.0.1:1/0"))
+    assert t.get("ns", b"\1" * 16) is None
+    assert t.put("ns", b"\1" * 16, b"x" * 100) is False
+    assert t.exists_many("ns", [b"\1" * 16]) == [False]
+    assert t.clear("ns") == 0
+    t.close()
+
+
+def test_breaker_states():
+    now = [0.0]
+    b = CircuitBreaker(failure_threshold=2, reset_after_s=1.0, clock=lambda: now[0])
+    assert b.state == "closed" and b.allow()
+    b.failure()
+    assert b.allow()
+    b.failure()
+    assert b.state == "open" and not b.allow()
+    now[0] = 1.5
+    assert b.state == "half-open"
+    assert b.allow() and not b.allow()  # one probe at a time
+    b.failure()
+    assert b.state == "open"
+    now[0] = 3.0
+    assert b.allow()
+    b.success()
+    assert b.state == "closed" and b.allow()
+
+
+def test_cluster_mode_hash_tags(redis_cluster, chunks):
+    kv, keys, blobs = chunks
+    t = RemoteTier(RemoteConfig(url=redis_cluster, part_bytes=100_000))  # ~10 parts per chunk, one slot
+    for k, b in zip(keys, blobs):
+        assert t.put("ns", k.digest, b)
+    assert t.exists_many("ns", [k.digest for k in keys]) == [True] * 4
+    for k, b in zip(keys, blobs):
+        assert bytes(t.get("ns", k.digest)) == b
+    assert t.delete("ns", [keys[0].digest]) == 1 and t.get("ns", keys[0].digest) is None
+    assert t.clear("ns") == 3
+    assert t.exists_many("ns", [k.digest for k in keys]) == [False] * 4
+    assert t.metrics.snapshot()["tiers"]["remote"]["errors"] == 0
+    t.close()
+
+
+def test_raw_reads_with_password_and_db(tmp_path, chunks):
+    import shutil
+
+    from tiers_support import RedisServer, free_port
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    kv, keys, blobs = chunks
+    srv = RedisServer(free_port(), tmp_path, ("--requirepass", "s3cret"))
+    srv.start()
+    try:
+        url = f"redis://:s3cret@127.0.0.1:{srv.port}/3"
+        for raw in (True, False):
+            t = RemoteTier(RemoteConfig(url=url, part_bytes=300_000, raw_reads=raw))
+            assert (t._raw is not None) == raw
+            assert t.put("ns", keys[0].digest, blobs[0])
+            assert bytes(t.get("ns", keys[0].digest)) == blobs[0]
+            assert t.get("ns", keys[1].digest) is None
+            t.close()
+        import redis
+        assert redis.Redis.from_url(url).dbsize() > 0 and redis.Redis.from_url(url[:-1] + "0").dbsize() == 0
+        bad = RemoteTier(RemoteConfig(url=f"redis://:wrong@127.0.0.1:{srv.port}/3"))
+        assert bad.get("ns", keys[0].digest) is None  # auth error: a miss, counted
+        assert bad.metrics.snapshot()["tiers"]["remote"]["errors"] == 1
+        bad.close()
+    finally:
+        srv.kill()

@@ -1,0 +1,118 @@
+"""`kvcore serve`: the HTTP API over a real TierManager, and the command line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load, save
+
+from kvcore.commands.serve import CacheServer, parse_bytes
+from kvcore.tiers import Namespace, TierManager
+from tiers_support import free_port, load_kv
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def server(tmp_path):
+    tm = TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
+                     namespace=Namespace("serve-test", "bfloat16"))
+    srv = CacheServer(tm, "127.0.0.1", 0)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    tm.close()
+
+
+def call(srv, path, body=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(srv.url + path, data=data, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            payload = r.read()
+            return r.status, (json.loads(payload) if r.headers["Content-Type"] == "application/json" else payload)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_api_round_trip(server):
+    kv = load_kv()[:, :, :512].contiguous()
+    toks = list(range(1000, 1512))
+    st, r = call(server, "/v1/cache/store", raw=save({"tokens": torch.tensor(toks), "kv": kv}))
+    assert st == 200 and r["queued"] == 2
+    assert call(server, "/v1/cache/flush", {})[1]["flushed"]
+    assert call(server, "/v1/cache/lookup", {"tokens": toks}) == (200, {"tokens": 512, "tiers": ["ddr", "ddr"]})
+    st, body = call(server, "/v1/cache/retrieve", {"tokens": toks + [5], "layers": 6, "kv_heads": 12,
+                                                    "head_dim": 32, "dtype": "bfloat16"})
+    back = load(body)["kv"]
+    assert st == 200 and torch.equal(back.view(torch.int16), kv.view(torch.int16))
+    assert call(server, "/v1/cache/persist", {"tokens": toks})[1] == {"persisted": 2}
+    assert call(server, "/v1/cache/pin", {"tokens": toks})[1] == {"pinned": 2}
+    assert call(server, "/v1/cache/unpin", {"tokens": toks})[1] == {"unpinned": 2}
+    assert call(server, "/v1/cache/priority", {"tokens": toks, "level": 2})[1] == {"chunks": 2}
+    assert call(server, "/v1/cache/ttl", {"tokens": toks, "seconds": 600})[1] == {"chunks": 2}
+    est = call(server, "/v1/cache/estimate", {"tokens": toks, "prefill_s_per_token": 1.0})[1]
+    assert est["tokens"] == 512
+    assert call(server, "/v1/cache/evict", {"count": 2})[1] == {"evicted": 2}
+    assert call(server, "/v1/cache/lookup", {"tokens": toks})[1]["tiers"] == ["ssd", "ssd"]
+    assert call(server, "/v1/cache/prefetch", {"tokens": toks})[1] == {"scheduled": 2}
+    st, status = call(server, "/v1/cache/status")
+    assert st == 200 and status["tiers"]["ssd"]["entries"] == 2 and status["namespace"]["model_id"] == "serve-test"
+    st, text = call(server, "/metrics")
+    assert st == 200 and b'kvcore_tier_hits_total{tier="ddr"}' in text
+    assert call(server, "/v1/cache/metrics")[1] == text or b"kvcore_tier" in call(server, "/v1/cache/metrics")[1]
+    assert call(server, "/v1/cache/evict", {"tokens": toks})[1]["evicted"] == 2
+    assert call(server, "/v1/cache/lookup", {"tokens": toks})[1]["tokens"] == 0
+    assert call(server, "/v1/cache/clear", {})[0] == 200
+
+
+def test_api_errors(server):
+    assert call(server, "/v1/cache/lookup", {"tokens": "abc"})[0] == 400
+    assert call(server, "/v1/cache/evict", {})[0] == 400
+    assert call(server, "/v1/cache/nope", {})[0] == 404
+    assert call(server, "/v1/cache/store", raw=b"garbage")[0] == 400
+    assert call(server, "/v1/cache/lookup", raw=b"[1, 2]")[0] == 400
+    assert call(server, "/nope")[0] == 404
+
+
+def test_loopback_only_by_default(tmp_path):
+    tm = TierManager(ddr_bytes=1 << 20)
+    with pytest.raises(ValueError):
+        CacheServer(tm, "0.0.0.0", 0)
+    tm.close()
+
+
+def test_parse_bytes():
+    assert parse_bytes("8G") == 8 << 30 and parse_bytes("512MiB") == 512 << 20 and parse_bytes("100") == 100
+    assert parse_bytes("1.5k") == 1536
+
+
+def test_cli_serve_process(tmp_path):
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "kvcore", "serve", "--host", "0.0.0.0", "--port", str(port)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "loopback" in r.stderr
+    p = subprocess.Popen([sys.executable, "-m", "kvcore", "serve", "--port", str(port), "--ddr-bytes", "16M",
+                          "--ssd-dir", str(tmp_path), "--ssd-bytes", "64M", "--model", "cli-test"],
+                         env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert f"127.0.0.1:{port}" in line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/cache/status", timeout=30) as resp:
+            st = json.loads(resp.read())
+        assert st["namespace"]["model_id"] == "cli-test" and st["tiers"]["ssd"]["capacity_bytes"] == 64 << 20
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0

@@ -1,0 +1,181 @@
+"""SSD tier: atomic files, checksums, index rebuild, capacity, full disk, O_DIRECT."""
+
+import os
+import subprocess
+import threading
+
+import pytest
+import torch
+
+from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
+from kvcore.tiers.codecs import make_codec
+from kvcore.tiers.keys import chunk_keys
+from kvcore.tiers.ssd import SSDTier
+from tiers_support import load_kv
+
+CODEC = make_codec("auto")
+
+
+@pytest.fixture(scope="module")
+def chunks():
+    kv = load_kv()[:, :, :1024]  # [6, 2, 1024, 12, 32] bf16, 1.5 MB per 256 tokens
+    keys = chunk_keys(range(1024), "test-model", 256)
+    return kv, keys, [bytes(encode_chunk(kv[:, :, k.start:k.end], CODEC, key=k.digest, index=k.index))
+                      for k in keys]
+
+
+def _check(blob, kv, k):
+    out = torch.zeros_like(kv)
+    decode_into(blob, BlobHeader.parse(blob, verify=True), out, CODEC, start=0)
+    assert torch.equal(out[:, :, : k.ntokens].view(torch.int16),
+                       kv[:, :, k.start:k.end].view(torch.int16))
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_round_trip_bit_exact(tmp_path, chunks, direct):
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30, direct_io="auto" if direct else False)
+    for k, b in zip(keys, blobs):
+        assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens)
+    t.drop_page_cache()
+    for k, b in zip(keys, blobs):
+        got = t.read(k.digest, direct=direct)
+        assert bytes(got) == b
+        _check(got, kv, k)
+    assert not list((tmp_path / "kvcore-v1" / "tmp").iterdir())
+
+
+def test_restart_recovers_index(tmp_path, chunks):
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    for k, b in zip(keys, blobs):
+        t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens)
+    (tmp_path / "kvcore-v1" / "tmp" / "leftover.tmp").write_bytes(b"partial")  # a crash mid-write
+    (tmp_path / "kvcore-v1" / "ns" / "garbage.kvc").write_bytes(b"x")
+    t2 = SSDTier(tmp_path, 1 << 30)
+    assert set(t2.index) == {k.digest for k in keys}
+    assert t2.used_bytes == sum(len(b) for b in blobs)
+    e = t2.entry(keys[2].digest)
+    assert (e.start, e.ntokens, e.ns_tag) == (512, 256, "ns")
+    assert bytes(t2.read(keys[3].digest)) == blobs[3]
+    assert not (tmp_path / "kvcore-v1" / "tmp" / "leftover.tmp").exists()
+    assert not (tmp_path / "kvcore-v1" / "ns" / "garbage.kvc").exists()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "swap"])
+def test_corrupt_or_partial_file_is_miss_and_removed(tmp_path, chunks, damage):
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    for k, b in zip(keys[:2], blobs[:2]):
+        t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens)
+    path = t.entry(keys[0].digest).path
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x10
+    elif damage == "truncate":
+        data = data[: len(data) - 1000]
+    elif damage == "empty":
+        data = bytearray()
+    elif damage == "swap":
+        data = bytearray(t.entry(keys[1].digest).path.read_bytes())  # valid blob, wrong key
+    path.write_bytes(data)
+    if damage in ("truncate", "empty"):
+        t = SSDTier(tmp_path, 1 << 30)  # also after a restart
+    assert t.read(keys[0].digest) is None
+    assert not path.exists() and not t.contains(keys[0].digest)
+    assert bytes(t.read(keys[1].digest)) == blobs[1]
+    if damage != "empty":
+        assert t.metrics.snapshot()["tiers"]["ssd"]["corrupt"] == 1
+
+
+def test_capacity_evicts_oldest_and_rejects_oversize(tmp_path, chunks):
+    kv, keys, blobs = chunks
+    cap = max(len(b) for b in blobs) * 2 + 10
+    t = SSDTier(tmp_path, cap)
+    for k, b in zip(keys, blobs):
+        assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens)
+        assert t.used_bytes <= cap
+    assert set(t.index) == {keys[2].digest, keys[3].digest}
+    assert sum(f.stat().st_size for f in (tmp_path / "kvcore-v1" / "ns").iterdir()) <= cap
+    small = SSDTier(tmp_path / "small", 100)
+    assert not small.write(keys[0].digest, blobs[0], ns_tag="ns")
+    assert small.metrics.snapshot()["tiers"]["ssd"]["rejected"] == 1
+
+
+def test_capacity_under_concurrent_writers(tmp_path, chunks):
+    kv, keys, blobs = chunks
+    cap = int(len(blobs[0]) * 2.5)
+    t = SSDTier(tmp_path, cap, fsync=False)
+    peak = [0]
+    errors = []
+
+    def writer(seed):
+        try:
+            for i in range(12):
+                k = keys[(i + seed) % 4]
+                t.write(bytes([seed, i]) + k.digest[2:], blobs[(i + seed) % 4], ns_tag="ns")
+                peak[0] = max(peak[0], t.used_bytes)
+                t.read(keys[i % 4].digest)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert peak[0] <= cap
+    assert sum(f.stat().st_size for f in (tmp_path / "kvcore-v1" / "ns").iterdir()) <= cap
+
+
+def test_restart_with_smaller_capacity_trims(tmp_path, chunks):
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    for k, b in zip(keys, blobs):
+        t.write(k.digest, b, ns_tag="ns")
+    cap = max(len(b) for b in blobs) + 1
+    t2 = SSDTier(tmp_path, cap)
+    assert len(t2) == 1 and t2.used_bytes <= cap
+
+
+def test_clear_namespace(tmp_path, chunks):
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    t.write(keys[0].digest, blobs[0], ns_tag="a")
+    t.write(keys[1].digest, blobs[1], ns_tag="b")
+    assert t.clear("a") == 1
+    assert not t.contains(keys[0].digest) and t.contains(keys[1].digest)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_disk_stops_cleanly(small_tmpfs, chunks):
+    kv, keys, blobs = chunks
+    t = SSDTier(small_tmpfs, 1 << 30)  # capacity far above the 4 MiB filesystem
+    results = [t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens)
+               for k, b in zip(keys, blobs)]
+    assert results[0] and not all(results)
+    snap = t.metrics.snapshot()["tiers"]["ssd"]
+    assert snap["errors"] >= 1 and "ENOSPC" in t.last_error
+    assert not list((small_tmpfs / "kvcore-v1" / "tmp").iterdir())  # no partial file left
+    for k, b, ok in zip(keys, blobs, results):
+        assert (bytes(t.read(k.digest)) == b) if ok else t.read(k.digest) is None
+    assert t.used_bytes == sum(len(b) for b, ok in zip(blobs, results) if ok)
+    assert SSDTier(small_tmpfs, 1 << 30).used_bytes == t.used_bytes  # restart agrees
+
+
+def test_expired_files(tmp_path, chunks):
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    t.write(keys[0].digest, blobs[0], ns_tag="ns", expires_ms=1)  # long ago
+    assert t.read(keys[0].digest) is None and len(t) == 0

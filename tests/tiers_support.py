@@ -1,0 +1,168 @@
+"""Helpers for the tier tests: real KV tensors and a real redis-server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvdata import KVDATA
+
+
+def load_kv(name: str = "minilm_l6_kv_bf16.safetensors") -> torch.Tensor:
+    """[layers, 2, tokens, kv_heads, head_dim] from a ../shared/kvdata file."""
+    from safetensors.torch import load_file
+
+    path = KVDATA / name
+    if not path.is_file():
+        pytest.skip(f"{path} is not present")
+    d = load_file(str(path))
+    layers = sorted({int(k[5:].split(".")[0]) for k in d})
+    return torch.stack([torch.stack([d[f"layer{i}.k"], d[f"layer{i}.v"]]) for i in layers])
+
+
+def qwen_shaped_chunk(tokens: int = 256, layers: int = 36, heads: int = 8, dim: int = 128,
+                      name: str = "minilm_l6_kv_bf16.safetensors") -> torch.Tensor:
+    """A Qwen3-8B-shaped chunk [36, 2, tokens, 8, 128] of real bf16 values from kvdata
+    (rows of the source tensors, regrouped into 1024-value rows)."""
+    src = load_kv(name)  # [L, 2, T, H, D]
+    L = src.shape[0]
+    per = heads * dim
+    out = torch.empty(layers, 2, tokens, heads, dim, dtype=src.dtype)
+    for l in range(layers):
+        for j in range(2):
+            flat = src[l % L, j].reshape(-1)
+            rows = flat[: flat.numel() // per * per].reshape(-1, per)
+            off = (l // L * tokens * 3 + 17 * l) % (rows.shape[0] - tokens)
+            out[l, j] = rows[off:off + tokens].reshape(tokens, heads, dim)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A real redis-server on a loopback port: start, kill (-9), pause (SIGSTOP), resume."""
+
+    def __init__(self, port: int, workdir: Path, extra: tuple = ()):
+        self.port = port
+        self.workdir = workdir
+        self.extra = list(extra)
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(64)[:1] in (b"+", b"-"):  # PONG, or NOAUTH with a password
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+    server = RedisServer(free_port(), tmp_path)
+    server.start()
+    yield server
+    if server.proc is not None:
+        try:
+            server.resume()
+        except OSError:
+            pass
+    server.kill()
+
+
+def _cluster_ports(n: int) -> list:
+    """n distinct free ports p whose cluster bus ports p + 10000 are free too."""
+    import random
+
+    rng = random.Random()
+    ports: list = []
+    while len(ports) < n:
+        p = rng.randrange(20000, 45000)
+        if p in ports:
+            continue
+        try:
+            for q in (p, p + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        ports.append(p)
+    return ports
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    """Three redis-server nodes in cluster mode (no replicas) on loopback ports."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server / redis-cli are not installed")
+    ports = _cluster_ports(3)
+    procs = []
+    for p in ports:
+        d = tmp_path / str(p)
+        d.mkdir()
+        procs.append(subprocess.Popen(
+            ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+             "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no", "--dir", str(d)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        for p in ports:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", p), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        r = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                            "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, timeout=60)
+        if r.returncode != 0:
+            pytest.skip(f"could not create a redis cluster: {r.stderr.decode()[-200:]}")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            info = subprocess.run(["redis-cli", "-p", str(ports[0]), "cluster", "info"], capture_output=True)
+            if b"cluster_state:ok" in info.stdout:
+                break
+            time.sleep(0.2)
+        yield f"redis+cluster://127.0.0.1:{ports[0]}/0"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
