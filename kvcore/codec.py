@@ -122,19 +122,24 @@ def decompress(
     >>> kvcore.decompress(kvcore.compress(x), out=out) is out
     True
     """
+    out = output_for(frame, out)
+    _native.decompress_into(frame, _byte_view(out), threads=_threads(threads))
+    return out
+
+
+def output_for(frame: FrameLike, out: Optional[torch.Tensor]) -> torch.Tensor:
+    """The tensor a frame decodes into: out after checking it fits, or a new one."""
     dtype, shape = frame_desc(frame)
     if out is None:
-        out = torch.empty(shape, dtype=dtype)
-    else:
-        if not isinstance(out, torch.Tensor):
-            raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
-        if out.device.type != "cpu" or not out.is_contiguous():
-            raise InvalidArgumentError("out must be a contiguous CPU tensor")
-        if out.dtype != dtype:
-            raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
-        if out.numel() != int(np.prod(shape, dtype=np.int64)):
-            raise InvalidArgumentError(f"out has {out.numel()} elements, the frame holds shape {shape}")
-    _native.decompress_into(frame, _byte_view(out), threads=_threads(threads))
+        return torch.empty(shape, dtype=dtype)
+    if not isinstance(out, torch.Tensor):
+        raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.device.type != "cpu" or not out.is_contiguous():
+        raise InvalidArgumentError("out must be a contiguous CPU tensor")
+    if out.dtype != dtype:
+        raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
+    if out.numel() != int(np.prod(shape, dtype=np.int64)):
+        raise InvalidArgumentError(f"out has {out.numel()} elements, the frame holds shape {shape}")
     return out
 
 

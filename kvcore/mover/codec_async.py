@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
 
 from .. import _native
 from ..errors import InvalidArgumentError
@@ -75,22 +74,9 @@ def decompress_async(frame: Any, *, out: Any = None, threads: Optional[int] = No
     following H2D copy DMA. Errors (kvcore.CorruptFrameError on a damaged
     frame) are raised by ``result()``.
     """
-    import torch
-
     from .. import codec
 
-    dtype, shape = codec.frame_desc(frame)
-    if out is None:
-        out = torch.empty(shape, dtype=dtype)
-    else:
-        if not isinstance(out, torch.Tensor):
-            raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
-        if out.device.type != "cpu" or not out.is_contiguous():
-            raise InvalidArgumentError("out must be a contiguous CPU tensor")
-        if out.dtype != dtype:
-            raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
-        if out.numel() != int(np.prod(shape, dtype=np.int64)):
-            raise InvalidArgumentError(f"out has {out.numel()} elements, the frame holds shape {shape}")
+    out = codec.output_for(frame, out)
     src = region(frame, writable=False, what="frame")
     nbytes = out.numel() * out.element_size()
     native = _native.mover_decompress_async(
