@@ -2,6 +2,7 @@
 // byte overwrites, truncations, extensions) and decodes each one into an
 // exact-size heap buffer, so AddressSanitizer sees any read or write outside
 // the frame or the output. Every mutant must decode or fail with a Status.
+// Odd iterations run the portable kernels, even ones the widest the CPU has.
 // Usage: frame_fuzz SEED ITERATIONS FRAME_FILE...
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/cpu_features.h"
 #include "frame/codec.h"
 
 namespace {
@@ -52,6 +54,8 @@ int main(int argc, char** argv) {
     }
     long decoded = 0;
     for (long it = 0; it < iterations; ++it) {
+        // Alternate the widest and the portable kernels.
+        kvcore::cpu::set_disabled_isa(it & 1 ? kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512 : 0);
         std::vector<uint8_t> f = seeds[rng() % seeds.size()];
         const int edits = 1 + int(rng() % 4);
         for (int e = 0; e < edits && !f.empty(); ++e) {
