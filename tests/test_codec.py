@@ -213,3 +213,21 @@ def test_dense_ratio_beats_zipnn_reference(name, zipnn_ratio):
 
 def test_supported_dtypes_listed():
     assert set(SUPPORTED) == {"uint8", "int8", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "float32"}
+
+
+def test_concurrent_calls_from_python_threads():
+    # The GIL is released: several Python threads share the native pool and its scratch.
+    from concurrent.futures import ThreadPoolExecutor
+
+    tensors = [kvdata.stacked("minilm_l6_kv_bf16.safetensors")[i] for i in range(6)]
+
+    def round_trip(i):
+        t = tensors[i % len(tensors)]
+        mode = MODES[i % 2]
+        frame = kvcore.compress(t, mode=mode, threads=1 + i % 2, block_bytes=1 << 16)
+        assert_bit_exact(kvcore.decompress(frame, threads=1 + (i + 1) % 2), t)
+        return len(frame)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        sizes = list(pool.map(round_trip, range(24)))
+    assert all(s > 0 for s in sizes)
