@@ -64,6 +64,7 @@ struct Parsed {
     const uint8_t* lit = nullptr;
     const uint8_t* codes = nullptr;   // groups, then the tail
     size_t after_lit = 0;             // bytes from lit to the end of the stream
+    bool dense_escapes = false;       // escapes in most groups (rate >= 1/64)
     size_t groups = 0;
     size_t tail = 0;                  // symbols in the tail
 };
@@ -101,6 +102,7 @@ Status parse(const uint8_t* src, size_t src_size, size_t n, Parsed* p) {
     p->lit = src + pos;
     p->codes = p->lit + v;
     p->after_lit = body;
+    p->dense_escapes = v >= n / 64 + (n % 64 != 0);  // v * 64 >= n without overflow
     p->groups = n / kGroup;
     p->tail = n % kGroup;
     return Status::ok();
@@ -349,7 +351,7 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
     // Escapes in most groups (rate >= 1/64): decode and patch in one pass while
     // a whole group's literal reads (<= 256 + 16 bytes) stay inside the stream;
     // else decode, and patch only groups that have escapes, after counting them.
-    const bool one_pass = nexc * 64 >= p.groups * kGroup + p.tail;
+    const bool one_pass = p.dense_escapes;
     uint64_t k = *k_io;
     size_t gi = 0;
     if (one_pass) {
