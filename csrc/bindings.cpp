@@ -156,6 +156,9 @@ PYBIND11_MODULE(_native, m) {
             if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
             py::buffer_info keep;
             const ByteView in = read_view(stream, keep);
+            // every symbol takes >= 1 bit of the stream: refuse impossible sizes before allocating
+            if (static_cast<unsigned long long>(n) / 8 > in.size + 64)
+                throw NativeError{Code::kCorruptFrame, "fastcode: stream too short for " + std::to_string(n) + " symbols"};
             py::bytes out(nullptr, static_cast<size_t>(n));
             uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out.ptr()));
             Status st;

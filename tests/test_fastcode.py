@@ -228,6 +228,8 @@ def test_decode_into_buffers():
     assert N.fastcode_decode(memoryview(bytearray(b"\0" + s))[1:], len(x)) == x.tobytes()  # unaligned source
     with pytest.raises(kvcore.InvalidArgumentError):
         N.fastcode_decode(s, -1)
+    with pytest.raises(kvcore.CorruptFrameError):
+        N.fastcode_decode(s, 1 << 50)  # refused before allocating
 
 
 # ----------------------------------------------------------------- corrupt input

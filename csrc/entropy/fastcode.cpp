@@ -15,7 +15,6 @@
 #include "entropy/fastcode_format.h"
 
 #define KV_AVX2 __attribute__((target("avx2,bmi,bmi2")))
-#define KV_AVX2_LAMBDA __attribute__((target("avx2,bmi,bmi2"), always_inline))
 #define KV_AVX2_INLINE __attribute__((target("avx2,bmi,bmi2"), always_inline)) inline
 
 namespace kvcore::entropy {
