@@ -69,6 +69,7 @@ struct Parsed {
 };
 
 Status parse(const uint8_t* src, size_t src_size, size_t n, Parsed* p) {
+    if (n > SIZE_MAX / 4) return invalid("fastcode: symbol count out of range");
     if (src_size < 1) return corrupt("fastcode: empty stream");
     const uint8_t b0 = src[0];
     if (b0 >> 4) return corrupt("fastcode: unknown format version " + std::to_string(b0 >> 4));
@@ -647,6 +648,8 @@ Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist,
                              size_t cap, size_t* written) {
     if (width > kMaxWidth) return invalid("fastcode: code width must be 0 (auto) or 1..7");
     if (n && !src) return invalid("fastcode: null source");
+    if (!written) return invalid("fastcode: null size output");
+    if (n > SIZE_MAX / 4) return invalid("fastcode: symbol count out of range");
     uint64_t h[256];
     bool have = false;
     if (hist && n <= UINT32_MAX) {
@@ -658,7 +661,9 @@ Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist,
     if (!have) histogram64(src, n, h);
     Plan plan;
     plan_width(h, n, width, &plan);
-    if (plan.size > cap) return make_status(Code::kBufferTooSmall, "fastcode: stream would not fit");
+    if (plan.size > cap)
+        return make_status(Code::kBufferTooSmall, "fastcode: stream of " + std::to_string(plan.size) +
+                                                      " bytes exceeds the capacity of " + std::to_string(cap));
     if (!dst) return invalid("fastcode: null destination");
 
     const unsigned w = plan.w;
@@ -758,8 +763,7 @@ Status fastcode_decode_merge16(const uint8_t* src, size_t src_size, const uint8_
         merge(scratch, other + g0 * kGroup, dst + 2 * g0 * kGroup, q.groups * kGroup, how);
     }
     const size_t done = p.groups * kGroup;
-    Parsed q = p;  // the tail reads its codes after all groups of p
-    KVCORE_RETURN_IF_ERROR(decode_tail(q, t, &k, scratch));
+    KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, scratch));
     if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
     merge(scratch, other + done, dst + 2 * done, p.tail, how);
     return Status::ok();
