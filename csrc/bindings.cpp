@@ -574,16 +574,25 @@ PYBIND11_MODULE(_native, m) {
         py::arg("src"), "Counts of each byte value (256 ints).");
 
     // ---- section: entropy: fastcode ----
-    // A writable, C-contiguous view (clear errors for read-only and strided outputs).
+    // Byte views that refuse strided buffers of any rank (read_view checks only
+    // rank > 1) and read-only outputs, with clear errors.
+    static const auto fastcode_check_contiguous = [](const py::buffer_info& info) {
+        py::ssize_t expect = info.itemsize;
+        for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+            if (info.shape[d] > 1 && info.strides[d] != expect)
+                throw NativeError{Code::kInvalidArgument, "buffer must be C-contiguous"};
+            expect *= info.shape[d];
+        }
+    };
+    static const auto fastcode_in_view = [](const py::buffer& in, py::buffer_info& keep) {
+        const ByteView view = read_view(in, keep);
+        fastcode_check_contiguous(keep);
+        return view;
+    };
     static const auto fastcode_out_view = [](const py::buffer& out, py::buffer_info& keep) {
         const py::buffer_info probe = out.request(false);
         if (probe.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
-        py::ssize_t expect = probe.itemsize;
-        for (py::ssize_t d = probe.ndim - 1; d >= 0; --d) {
-            if (probe.shape[d] > 1 && probe.strides[d] != expect)
-                throw NativeError{Code::kInvalidArgument, "output buffer must be C-contiguous"};
-            expect *= probe.shape[d];
-        }
+        fastcode_check_contiguous(probe);
         return write_view(out, keep);
     };
     m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));
@@ -591,7 +600,7 @@ PYBIND11_MODULE(_native, m) {
         "fastcode_encode",
         [](const py::buffer& src, unsigned width, const py::object& cap) {
             py::buffer_info keep;
-            const ByteView in = read_view(src, keep);
+            const ByteView in = fastcode_in_view(src, keep);
             const size_t bound = kvcore::entropy::fastcode_bound(in.size);
             // Default capacity: the stream must be smaller than the input.
             size_t limit = in.size ? in.size - 1 : 0;
@@ -620,7 +629,10 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& stream, long long n) {
             if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
             py::buffer_info keep;
-            const ByteView in = read_view(stream, keep);
+            const ByteView in = fastcode_in_view(stream, keep);
+            // every symbol takes >= 1 bit of the stream: refuse impossible sizes before allocating
+            if (static_cast<unsigned long long>(n) / 8 > in.size + 64)
+                throw NativeError{Code::kCorruptFrame, "fastcode: stream too short for " + std::to_string(n) + " symbols"};
             py::bytes out(nullptr, static_cast<size_t>(n));
             uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out.ptr()));
             Status st;
@@ -636,7 +648,7 @@ PYBIND11_MODULE(_native, m) {
         "fastcode_decode_into",
         [](const py::buffer& stream, const py::buffer& out) {
             py::buffer_info keep_in, keep_out;
-            const ByteView in = read_view(stream, keep_in);
+            const ByteView in = fastcode_in_view(stream, keep_in);
             const MutableView dst = fastcode_out_view(out, keep_out);
             Status st;
             {
@@ -651,8 +663,8 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& stream, const py::buffer& other, const py::buffer& out, int how) {
             if (how != 0 && how != 1) throw NativeError{Code::kInvalidArgument, "how must be 0 (high byte) or 1 (bf16 exponent)"};
             py::buffer_info keep_in, keep_other, keep_out;
-            const ByteView in = read_view(stream, keep_in);
-            const ByteView plane = read_view(other, keep_other);
+            const ByteView in = fastcode_in_view(stream, keep_in);
+            const ByteView plane = fastcode_in_view(other, keep_other);
             const MutableView dst = fastcode_out_view(out, keep_out);
             if (dst.size != 2 * plane.size)
                 throw NativeError{Code::kInvalidArgument, "out must hold 2 bytes per symbol of `other`"};

@@ -222,12 +222,18 @@ def test_decode_into_buffers():
     strided = np.zeros(2 * len(x), np.uint8)[::2]
     with pytest.raises(kvcore.InvalidArgumentError):
         N.fastcode_decode_into(s, strided)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_encode(np.repeat(x, 2)[::2])
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_decode(np.frombuffer(s + s, np.uint8).reshape(2, -1)[:, :4].copy().T, 4)
     offset = np.zeros(len(x) + 1, np.uint8)[1:]  # unaligned destination
     N.fastcode_decode_into(s, offset)
     assert offset.tobytes() == x.tobytes()
     assert N.fastcode_decode(memoryview(bytearray(b"\0" + s))[1:], len(x)) == x.tobytes()  # unaligned source
     with pytest.raises(kvcore.InvalidArgumentError):
         N.fastcode_decode(s, -1)
+    with pytest.raises(kvcore.CorruptFrameError):
+        N.fastcode_decode(s, 1 << 50)  # refused before allocating
 
 
 # ----------------------------------------------------------------- corrupt input

@@ -15,7 +15,6 @@
 #include "entropy/fastcode_format.h"
 
 #define KV_AVX2 __attribute__((target("avx2,bmi,bmi2")))
-#define KV_AVX2_LAMBDA __attribute__((target("avx2,bmi,bmi2"), always_inline))
 #define KV_AVX2_INLINE __attribute__((target("avx2,bmi,bmi2"), always_inline)) inline
 
 namespace kvcore::entropy {
@@ -64,11 +63,13 @@ struct Parsed {
     const uint8_t* lit = nullptr;
     const uint8_t* codes = nullptr;   // groups, then the tail
     size_t after_lit = 0;             // bytes from lit to the end of the stream
+    bool dense_escapes = false;       // escapes in most groups (rate >= 1/64)
     size_t groups = 0;
     size_t tail = 0;                  // symbols in the tail
 };
 
 Status parse(const uint8_t* src, size_t src_size, size_t n, Parsed* p) {
+    if (n > SIZE_MAX / 4) return invalid("fastcode: symbol count out of range");
     if (src_size < 1) return corrupt("fastcode: empty stream");
     const uint8_t b0 = src[0];
     if (b0 >> 4) return corrupt("fastcode: unknown format version " + std::to_string(b0 >> 4));
@@ -101,6 +102,7 @@ Status parse(const uint8_t* src, size_t src_size, size_t n, Parsed* p) {
     p->lit = src + pos;
     p->codes = p->lit + v;
     p->after_lit = body;
+    p->dense_escapes = v >= n / 64 + (n % 64 != 0);  // v * 64 >= n without overflow
     p->groups = n / kGroup;
     p->tail = n % kGroup;
     return Status::ok();
@@ -349,7 +351,7 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
     // Escapes in most groups (rate >= 1/64): decode and patch in one pass while
     // a whole group's literal reads (<= 256 + 16 bytes) stay inside the stream;
     // else decode, and patch only groups that have escapes, after counting them.
-    const bool one_pass = nexc * 64 >= p.groups * kGroup + p.tail;
+    const bool one_pass = p.dense_escapes;
     uint64_t k = *k_io;
     size_t gi = 0;
     if (one_pass) {
@@ -646,6 +648,8 @@ Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist,
                              size_t cap, size_t* written) {
     if (width > kMaxWidth) return invalid("fastcode: code width must be 0 (auto) or 1..7");
     if (n && !src) return invalid("fastcode: null source");
+    if (!written) return invalid("fastcode: null size output");
+    if (n > SIZE_MAX / 4) return invalid("fastcode: symbol count out of range");
     uint64_t h[256];
     bool have = false;
     if (hist && n <= UINT32_MAX) {
@@ -657,7 +661,9 @@ Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist,
     if (!have) histogram64(src, n, h);
     Plan plan;
     plan_width(h, n, width, &plan);
-    if (plan.size > cap) return make_status(Code::kBufferTooSmall, "fastcode: stream would not fit");
+    if (plan.size > cap)
+        return make_status(Code::kBufferTooSmall, "fastcode: stream of " + std::to_string(plan.size) +
+                                                      " bytes exceeds the capacity of " + std::to_string(cap));
     if (!dst) return invalid("fastcode: null destination");
 
     const unsigned w = plan.w;
@@ -757,8 +763,7 @@ Status fastcode_decode_merge16(const uint8_t* src, size_t src_size, const uint8_
         merge(scratch, other + g0 * kGroup, dst + 2 * g0 * kGroup, q.groups * kGroup, how);
     }
     const size_t done = p.groups * kGroup;
-    Parsed q = p;  // the tail reads its codes after all groups of p
-    KVCORE_RETURN_IF_ERROR(decode_tail(q, t, &k, scratch));
+    KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, scratch));
     if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
     merge(scratch, other + done, dst + 2 * done, p.tail, how);
     return Status::ok();
