@@ -214,6 +214,24 @@ Status run_segments(Engine engine, const std::vector<kvcore::copy::Segment>& seg
     return kvcore::copy::copy_many(segs.data(), segs.size(), options);
 }
 
+// Runs the copies now (GIL released) or hands them to the mover's threads.
+py::object run_or_submit(Engine engine, std::vector<kvcore::copy::Segment> segs,
+                         const kvcore::copy::CopyOptions& options, bool async) {
+    if (!async) {
+        Status st;
+        {
+            py::gil_scoped_release release;
+            st = run_segments(engine, segs, options);
+        }
+        check(st);
+        return py::none();
+    }
+    auto c = kvcore::mover::submit([engine, segs = std::move(segs), options](kvcore::mover::Completion&) {
+        return run_segments(engine, segs, options);
+    });
+    return py::cast(c);
+}
+
 py::dict queue_dict(const kvcore::dsa::WorkQueueInfo& q) {
     py::dict d;
     d["device"] = q.device;
@@ -922,17 +940,7 @@ PYBIND11_MODULE(_native, m) {
             kc::CopyOptions o;
             o.threads = threads;
             o.nt_threshold = nt_threshold;
-            if (!async) {
-                Status st;
-                {
-                    py::gil_scoped_release release;
-                    st = run_segments(chosen, segs, o);
-                }
-                check(st);
-                return py::none();
-            }
-            auto c = km::submit([chosen, segs = std::move(segs), o](km::Completion&) { return run_segments(chosen, segs, o); });
-            return py::cast(c);
+            return run_or_submit(chosen, std::move(segs), o, async);
         }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"), py::arg("engine") = 0, py::arg("threads") = 0,
            py::arg("nt_threshold") = 0, py::arg("async_") = false);
         // One copy, addresses as integers (the common case without array set-up).
@@ -941,21 +949,11 @@ PYBIND11_MODULE(_native, m) {
             const Engine chosen = pick_engine(engine, segs);
             kc::CopyOptions o;
             o.threads = threads;
-            if (!async) {
-                if (n <= (64u << 10) && chosen == Engine::kCpu) {  // too short to be worth releasing the GIL
-                    check(kc::copy(segs[0].dst, segs[0].src, segs[0].size, o));
-                    return py::none();
-                }
-                Status st;
-                {
-                    py::gil_scoped_release release;
-                    st = run_segments(chosen, segs, o);
-                }
-                check(st);
+            if (!async && n <= (64u << 10) && chosen == Engine::kCpu) {  // too short to be worth releasing the GIL
+                check(kc::copy(segs[0].dst, segs[0].src, segs[0].size, o));
                 return py::none();
             }
-            auto c = km::submit([chosen, segs = std::move(segs), o](km::Completion&) { return run_segments(chosen, segs, o); });
-            return py::cast(c);
+            return run_or_submit(chosen, std::move(segs), o, async);
         }, py::arg("dst"), py::arg("src"), py::arg("n"), py::arg("engine") = 0, py::arg("threads") = 0, py::arg("async_") = false);
         // Asynchronous codec: the same frame::compress/decompress on the mover's threads.
         py::class_<FrameOut>(m, "FrameOut")
