@@ -45,8 +45,6 @@ uint32_t active_isa() { return detected_isa() & ~g_disabled.load(std::memory_ord
 
 void set_disabled_isa(uint32_t mask) { g_disabled.store(mask, std::memory_order_relaxed); }
 
-uint32_t disabled_isa() { return g_disabled.load(std::memory_order_relaxed); }
-
 const char* variant_name(uint32_t isa) {
     if (isa & kIsaAvx512) return "avx512";
     if (isa & kIsaAvx2) return "avx2";

@@ -23,7 +23,6 @@ uint32_t detected_isa();
 uint32_t active_isa();
 // Mask features off (bit set = disabled). Not for use while kernels run on other threads.
 void set_disabled_isa(uint32_t mask);
-uint32_t disabled_isa();
 // Name of the widest active variant: "avx512", "avx2" or "scalar".
 const char* variant_name(uint32_t isa);
 // Parse "avx512,avx2" into a mask; unknown names return false.

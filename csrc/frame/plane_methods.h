@@ -32,9 +32,6 @@ struct PlanePolicy {
     uint32_t channels = 1;    // > 1: the plane is whole rows of this many channels (context modelling)
 };
 
-// Worst-case payload size for a plane of n bytes (raw is always possible).
-inline size_t plane_payload_bound(size_t n) { return n; }
-
 // Encodes plane[0, n) into dst (capacity >= n), picking the smallest method the
 // policy allows. plane may be dst itself (then a raw result needs no copy).
 Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,

@@ -26,8 +26,6 @@ ZSTD_DCtx* thread_dctx() {
 
 }  // namespace
 
-size_t zstd_plane_bound(size_t n) { return ZSTD_compressBound(n); }
-
 Status zstd_plane_encode(const uint8_t* src, size_t n, int level, uint8_t* dst, size_t cap, size_t* written) {
     ZSTD_CCtx* ctx = thread_cctx();
     if (ctx == nullptr) return make_status(Code::kOutOfMemory, "zstd: cannot create a compression context");

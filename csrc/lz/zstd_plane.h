@@ -9,8 +9,6 @@
 
 namespace kvcore::lz {
 
-size_t zstd_plane_bound(size_t n);
-
 // kBufferTooSmall when the result does not fit in cap.
 Status zstd_plane_encode(const uint8_t* src, size_t n, int level, uint8_t* dst, size_t cap, size_t* written);
 
