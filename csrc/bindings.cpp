@@ -99,8 +99,9 @@ struct MutableView {
 };
 
 MutableView write_view(const py::buffer& b, py::buffer_info& keep) {
+    // Asking a read-only object for a writable buffer raises a bare BufferError: look first.
+    if (request(b, false).readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
     keep = request(b, true);
-    if (keep.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
     if (!c_contiguous(keep)) throw NativeError{Code::kInvalidArgument, "output buffer must be C-contiguous"};
     return {static_cast<uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
 }
@@ -324,15 +325,11 @@ PYBIND11_MODULE(_native, m) {
             const auto b = py::reinterpret_borrow<py::buffer>(obj);
             MutableView v{};
             if (writable) {
-                if (b.request(false).readonly)  // a writable request on it would raise a bare BufferError
-                    throw NativeError{Code::kInvalidArgument, what + " is read-only"};
                 v = write_view(b, keep);
             } else {
                 const ByteView r = read_view(b, keep);
                 v = {const_cast<uint8_t*>(r.data), r.size};
             }
-            if (!PyBuffer_IsContiguous(keep.view(), 'C'))
-                throw NativeError{Code::kInvalidArgument, what + " must be C-contiguous"};
             return v;
         }
 
@@ -483,16 +480,6 @@ PYBIND11_MODULE(_native, m) {
         py::arg("dst"), "shuffle_merge into a given writable buffer of exactly len(plane)*elem_size bytes.");
 
     // ---- section: entropy: huffman ----
-    // read_view/write_view accept 1-D strided views (a[::2], a[::-1]); the coder needs
-    // the bytes contiguous, so its bindings check C-contiguity of every dimension.
-    static const auto huff_contiguous = [](const py::buffer_info& info) {
-        py::ssize_t expected = info.itemsize;
-        for (py::ssize_t i = info.ndim - 1; i >= 0; --i) {
-            if (info.shape[size_t(i)] != 1 && info.strides[size_t(i)] != expected)
-                throw NativeError{Code::kInvalidArgument, "buffer must be C-contiguous"};
-            expected *= info.shape[size_t(i)];
-        }
-    };
     m.def("huffman_bound", &kvcore::entropy::huffman_bound, py::arg("n"),
           "Largest stream huffman_encode produces for n symbols.");
     m.def(
@@ -500,7 +487,6 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& src) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
-            huff_contiguous(keep);
             // Encode straight into a bytes object of the bound size, then shrink it in place.
             const size_t cap = kvcore::entropy::huffman_bound(in.size);
             PyObject* raw = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(cap));
@@ -526,7 +512,6 @@ PYBIND11_MODULE(_native, m) {
             if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
             py::buffer_info keep;
             const ByteView in = read_view(stream, keep);
-            huff_contiguous(keep);
             py::object out = py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, Py_ssize_t(n)));
             if (!out) throw py::error_already_set();
             uint8_t* dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(out.ptr()));
@@ -544,11 +529,9 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& stream, const py::buffer& out) {
             py::buffer_info keep_in, keep_out;
             const ByteView in = read_view(stream, keep_in);
-            huff_contiguous(keep_in);
             if (out.request(false).readonly)  // request(true) would raise a plain BufferError
                 throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
             const MutableView o = write_view(out, keep_out);
-            huff_contiguous(keep_out);
             Status st;
             {
                 py::gil_scoped_release release;
@@ -562,7 +545,6 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& src) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
-            huff_contiguous(keep);
             if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
             size_t size = 0;
             {
@@ -579,7 +561,6 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& src) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
-            huff_contiguous(keep);
             if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
             uint32_t hist[256];
             {
@@ -592,33 +573,12 @@ PYBIND11_MODULE(_native, m) {
         py::arg("src"), "Counts of each byte value (256 ints).");
 
     // ---- section: entropy: fastcode ----
-    // Byte views that refuse strided buffers of any rank (read_view checks only
-    // rank > 1) and read-only outputs, with clear errors.
-    static const auto fastcode_check_contiguous = [](const py::buffer_info& info) {
-        py::ssize_t expect = info.itemsize;
-        for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
-            if (info.shape[d] > 1 && info.strides[d] != expect)
-                throw NativeError{Code::kInvalidArgument, "buffer must be C-contiguous"};
-            expect *= info.shape[d];
-        }
-    };
-    static const auto fastcode_in_view = [](const py::buffer& in, py::buffer_info& keep) {
-        const ByteView view = read_view(in, keep);
-        fastcode_check_contiguous(keep);
-        return view;
-    };
-    static const auto fastcode_out_view = [](const py::buffer& out, py::buffer_info& keep) {
-        const py::buffer_info probe = out.request(false);
-        if (probe.readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
-        fastcode_check_contiguous(probe);
-        return write_view(out, keep);
-    };
     m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));
     m.def(
         "fastcode_encode",
         [](const py::buffer& src, unsigned width, const py::object& cap) {
             py::buffer_info keep;
-            const ByteView in = fastcode_in_view(src, keep);
+            const ByteView in = read_view(src, keep);
             const size_t bound = kvcore::entropy::fastcode_bound(in.size);
             // Default capacity: the stream must be smaller than the input.
             size_t limit = in.size ? in.size - 1 : 0;
@@ -647,7 +607,7 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& stream, long long n) {
             if (n < 0) throw NativeError{Code::kInvalidArgument, "n must be >= 0"};
             py::buffer_info keep;
-            const ByteView in = fastcode_in_view(stream, keep);
+            const ByteView in = read_view(stream, keep);
             // every symbol takes >= 1 bit of the stream: refuse impossible sizes before allocating
             if (static_cast<unsigned long long>(n) / 8 > in.size + 64)
                 throw NativeError{Code::kCorruptFrame, "fastcode: stream too short for " + std::to_string(n) + " symbols"};
@@ -666,8 +626,8 @@ PYBIND11_MODULE(_native, m) {
         "fastcode_decode_into",
         [](const py::buffer& stream, const py::buffer& out) {
             py::buffer_info keep_in, keep_out;
-            const ByteView in = fastcode_in_view(stream, keep_in);
-            const MutableView dst = fastcode_out_view(out, keep_out);
+            const ByteView in = read_view(stream, keep_in);
+            const MutableView dst = write_view(out, keep_out);
             Status st;
             {
                 py::gil_scoped_release release;
@@ -681,9 +641,9 @@ PYBIND11_MODULE(_native, m) {
         [](const py::buffer& stream, const py::buffer& other, const py::buffer& out, int how) {
             if (how != 0 && how != 1) throw NativeError{Code::kInvalidArgument, "how must be 0 (high byte) or 1 (bf16 exponent)"};
             py::buffer_info keep_in, keep_other, keep_out;
-            const ByteView in = fastcode_in_view(stream, keep_in);
-            const ByteView plane = fastcode_in_view(other, keep_other);
-            const MutableView dst = fastcode_out_view(out, keep_out);
+            const ByteView in = read_view(stream, keep_in);
+            const ByteView plane = read_view(other, keep_other);
+            const MutableView dst = write_view(out, keep_out);
             if (dst.size != 2 * plane.size)
                 throw NativeError{Code::kInvalidArgument, "out must hold 2 bytes per symbol of `other`"};
             Status st;
