@@ -225,6 +225,16 @@ class SSDTier:
         return True
 
     # ---- read ----
+    def _live_entry(self, key: bytes):
+        """key's index entry, or None (a miss, counted; an expired entry is removed)."""
+        e = self.index.get(key)
+        if e is None or e.expired():
+            if e is not None:
+                self.remove(key)
+            self.metrics.inc(self.name, "misses")
+            return None
+        return e
+
     def read(self, key: bytes, *, direct: Optional[bool] = None,
              scratch: Optional["ScratchPool"] = None) -> Optional[memoryview]:
         """The verified blob, or None (a miss; corrupt or partial files are removed).
@@ -232,11 +242,8 @@ class SSDTier:
         scratch: a ScratchPool to read into (reused, already-faulted memory); give the
         buffer back with ``scratch.put(view.obj)`` when done with the view.
         """
-        e = self.index.get(key)
-        if e is None or e.expired():
-            if e is not None:
-                self.remove(key)
-            self.metrics.inc(self.name, "misses")
+        e = self._live_entry(key)
+        if e is None:
             return None
         t0 = time.perf_counter()
         use_direct = self._direct_ok if direct is None else direct
@@ -308,11 +315,8 @@ class SSDTier:
                ) -> Optional["StreamRead"]:
         """Starts reading key's file in segments on executor; the caller decodes what has
         arrived (StreamRead.wait) while the rest loads, then calls finish() to verify."""
-        e = self.index.get(key)
-        if e is None or e.expired():
-            if e is not None:
-                self.remove(key)
-            self.metrics.inc(self.name, "misses")
+        e = self._live_entry(key)
+        if e is None:
             return None
         return StreamRead(self, key, e, scratch, executor, segment_bytes)
 
