@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <immintrin.h>
 #include <vector>
 
 #include "cpu/cpu_features.h"
@@ -280,7 +281,43 @@ struct Tables {
 // entry of the w - len bits after it, kept to kMaxSyms symbols. The strings
 // starting with one code are a contiguous range, so each (width, symbol) pair
 // fills a range from the shorter width's table in one tight loop.
+// row[j] = the symbol and length in `add` put in front of rest[j], ignoring the
+// kMaxSyms limit; returns whether any rest[j] was already full.
+KV_ALWAYS_INLINE bool prepend_tail(const uint64_t* rest, uint64_t* row, uint32_t from, uint32_t span, uint64_t add) {
+    uint64_t full = 0;
+    for (uint32_t j = from; j < span; ++j) {
+        const uint64_t r = rest[j];
+        row[j] = ((r & 0xffffffffffffull) << 8) + (r & 0xffff000000000000ull) + add;
+        full |= uint64_t((r >> 56) == kMaxSyms);
+    }
+    return full != 0;
+}
+
+bool prepend_scalar(const uint64_t* rest, uint64_t* row, uint32_t span, uint64_t add) {
+    return prepend_tail(rest, row, 0, span, add);
+}
+
+__attribute__((target("avx2"))) bool prepend_avx2(const uint64_t* rest, uint64_t* row, uint32_t span, uint64_t add) {
+    const __m256i syms = _mm256_set1_epi64x(0xffffffffffffll);
+    const __m256i meta = _mm256_set1_epi64x(int64_t(0xffff000000000000ull));
+    const __m256i plus = _mm256_set1_epi64x(int64_t(add));
+    const __m256i full_count = _mm256_set1_epi64x(int64_t(uint64_t(kMaxSyms) << 56));
+    const __m256i count_mask = _mm256_set1_epi64x(int64_t(0xff00000000000000ull));
+    __m256i full = _mm256_setzero_si256();
+    uint32_t j = 0;
+    for (; j + 4 <= span; j += 4) {
+        const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest + j));
+        const __m256i e = _mm256_add_epi64(_mm256_add_epi64(_mm256_slli_epi64(_mm256_and_si256(r, syms), 8),
+                                                            _mm256_and_si256(r, meta)),
+                                           plus);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + j), e);
+        full = _mm256_or_si256(full, _mm256_cmpeq_epi64(_mm256_and_si256(r, count_mask), full_count));
+    }
+    return !_mm256_testz_si256(full, full) || prepend_tail(rest, row, j, span, add);
+}
+
 void build_multi(const uint8_t* lens, const uint8_t* order, const uint32_t* start, unsigned m, uint64_t* multi) {
+    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
     // by_width[(1 << w) + x] = entry of the w-bit string x, for w < kTableBits.
     alignas(64) uint64_t by_width[kTableSize];
     by_width[1] = 0;  // width 0: nothing decoded
@@ -294,15 +331,18 @@ void build_multi(const uint8_t* lens, const uint8_t* order, const uint32_t* star
             const uint32_t span = 1u << (w - len);
             const uint64_t* rest = by_width + span;  // entries of width w - len
             const uint64_t add = uint64_t(s) | uint64_t(len) << 48 | uint64_t(1) << 56;
-            for (uint32_t j = 0; j < span; ++j) {
-                const uint64_t r = rest[j];
-                uint64_t e = ((r & 0xffffffffffffull) << 8) + (r & 0xffff000000000000ull) + add;
-                if ((r >> 56) == kMaxSyms) {  // keep kMaxSyms: drop the last symbol and its bits
+            // Prepending to an entry that is already full is rare: a branch-free
+            // (vector) pass first, then the exact pass only where needed.
+            const bool full = avx2 ? prepend_avx2(rest, row + lo, span, add) : prepend_scalar(rest, row + lo, span, add);
+            if (full) {
+                for (uint32_t j = 0; j < span; ++j) {
+                    const uint64_t r = rest[j];
+                    if ((r >> 56) != kMaxSyms) continue;
+                    // Keep kMaxSyms: drop the last symbol and its bits.
                     const unsigned last = unsigned(r >> 40) & 0xff;
-                    e = (e & 0x0000ffffffffffffull) | ((r >> 48 & 0xff) + len - lens[last]) << 48 |
-                        uint64_t(kMaxSyms) << 56;
+                    row[lo + j] = (row[lo + j] & 0x0000ffffffffffffull) | ((r >> 48 & 0xff) + len - lens[last]) << 48 |
+                                  uint64_t(kMaxSyms) << 56;
                 }
-                row[lo + j] = e;
             }
             covered = lo + span;
         }
