@@ -153,6 +153,12 @@ public:
         cv_.notify_all();
     }
     uint64_t offset() const { return offset_; }
+    // The block's offset when every earlier block is committed (it may then be
+    // coded in place); else UINT64_MAX.
+    uint64_t offset_if_turn(size_t block) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return next_ == block ? offset_ : UINT64_MAX;
+    }
 
 private:
     std::mutex mutex_;
@@ -161,10 +167,10 @@ private:
     uint64_t offset_;
 };
 
+// Encodes one block into out (at least block_bound bytes).
 Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& h, const Layout& layout,
-                    const EncodeOptions& o, Scratch& s, size_t* size) {
+                    const EncodeOptions& o, Scratch& s, uint8_t* out, size_t cap, size_t* size) {
     const unsigned esize = dtype_size(h.dtype);
-    uint8_t* out = s.encoded.data();
     // A plane that measured incompressible is split straight into its place in
     // the block (plane 0 sits at a known offset), saving a copy of it.
     const bool direct = layout.plane_entropy[0] >= kIncompressibleBits;
@@ -188,7 +194,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         size_t written = n;
         if (!(p == 0 && direct && !policy.try_lz)) {
             KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
-                                                s.encoded.size() - pos - kPlanePrefixBytes, &method, &written));
+                                                cap - pos - kPlanePrefixBytes, &method, &written));
         }
         out[pos] = static_cast<uint8_t>(method);
         put_u32(out + pos + 1, static_cast<uint32_t>(written));
@@ -298,12 +304,19 @@ Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const
         Status st;
         if (!error.failed()) {
             Scratch& s = thread_scratch(planes_bytes, encoded_bytes);
-            st = encode_block(src, first, count, h, layout, o, s, &size);
-            const uint64_t at = commit.wait_turn(b);
-            if (st.is_ok()) {
-                std::memcpy(dst + at, s.encoded.data(), size);
-                h.block_sizes[b] = static_cast<uint32_t>(size);
+            // In turn (always when single-threaded): code straight into the frame.
+            // The rest of the frame's capacity covers every remaining block's bound
+            // (max_frame_size), so this block's raw fallback always fits.
+            const uint64_t here = commit.offset_if_turn(b);
+            if (here != UINT64_MAX) {
+                st = encode_block(src, first, count, h, layout, o, s, dst + here,
+                                  std::min<size_t>(encoded_bytes, cap - here), &size);
+            } else {
+                st = encode_block(src, first, count, h, layout, o, s, s.encoded.data(), s.encoded.size(), &size);
+                const uint64_t at = commit.wait_turn(b);
+                if (st.is_ok()) std::memcpy(dst + at, s.encoded.data(), size);
             }
+            if (st.is_ok()) h.block_sizes[b] = static_cast<uint32_t>(size);
         } else {
             commit.wait_turn(b);
         }
