@@ -30,40 +30,51 @@ void put_u32(uint8_t* p, uint32_t v) {
 
 size_t map_bytes(uint32_t channels) { return (size_t(channels) + 1) / 2; }
 
-// 8x8 byte transpose: rows a[0..7] (8 bytes each) become columns.
-inline void transpose8x8(const uint8_t* const* in, uint8_t* const* out) {
-    __m128i a[8];
-    for (int i = 0; i < 8; ++i) a[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in[i]));
-    const __m128i t0 = _mm_unpacklo_epi8(a[0], a[1]), t1 = _mm_unpacklo_epi8(a[2], a[3]);
-    const __m128i t2 = _mm_unpacklo_epi8(a[4], a[5]), t3 = _mm_unpacklo_epi8(a[6], a[7]);
-    const __m128i u0 = _mm_unpacklo_epi16(t0, t1), u1 = _mm_unpackhi_epi16(t0, t1);
-    const __m128i u2 = _mm_unpacklo_epi16(t2, t3), u3 = _mm_unpackhi_epi16(t2, t3);
-    const __m128i v[4] = {_mm_unpacklo_epi32(u0, u2), _mm_unpackhi_epi32(u0, u2), _mm_unpacklo_epi32(u1, u3),
-                          _mm_unpackhi_epi32(u1, u3)};
-    for (int k = 0; k < 4; ++k) {
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(out[2 * k]), v[k]);
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(out[2 * k + 1]), _mm_srli_si128(v[k], 8));
+// Columns 0-7 of a 16x16 byte transpose: x[k] interleaves the bytes of rows
+// 2k and 2k+1 (for columns 0-7 or 8-15); col[0..7] receive those columns.
+inline void transpose_half(const __m128i* x, __m128i* col) {
+    __m128i m[8];  // m[q]: 4 bytes (rows 4q..4q+3) of columns 0-3; m[q + 4]: columns 4-7
+    for (int q = 0; q < 4; ++q) {
+        m[q] = _mm_unpacklo_epi16(x[2 * q], x[2 * q + 1]);
+        m[q + 4] = _mm_unpackhi_epi16(x[2 * q], x[2 * q + 1]);
     }
+    for (int g = 0; g < 8; g += 4) {  // columns g/4*4 .. +3
+        const __m128i n01a = _mm_unpacklo_epi32(m[g], m[g + 1]), n23a = _mm_unpackhi_epi32(m[g], m[g + 1]);
+        const __m128i n01b = _mm_unpacklo_epi32(m[g + 2], m[g + 3]), n23b = _mm_unpackhi_epi32(m[g + 2], m[g + 3]);
+        col[g + 0] = _mm_unpacklo_epi64(n01a, n01b);
+        col[g + 1] = _mm_unpackhi_epi64(n01a, n01b);
+        col[g + 2] = _mm_unpacklo_epi64(n23a, n23b);
+        col[g + 3] = _mm_unpackhi_epi64(n23a, n23b);
+    }
+}
+
+// 16x16 byte transpose: row[i] (16 bytes) -> col[j] (16 bytes).
+inline void transpose16x16(const __m128i* row, __m128i* col) {
+    __m128i lo[8], hi[8];
+    for (int k = 0; k < 8; ++k) {
+        lo[k] = _mm_unpacklo_epi8(row[2 * k], row[2 * k + 1]);
+        hi[k] = _mm_unpackhi_epi8(row[2 * k], row[2 * k + 1]);
+    }
+    transpose_half(lo, col);
+    transpose_half(hi, col + 8);
 }
 
 // Row-major plane (rows x channels) -> channel-major streams: channel c's
 // symbols go to column[c] (= columns + slot[c] * rows).
 void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
-    const size_t r8 = rows & ~size_t(7);
-    const uint32_t c8 = channels & ~7u;
-    const uint8_t* in[8];
-    uint8_t* out[8];
-    for (size_t r = 0; r < r8; r += 8) {
-        for (uint32_t c = 0; c < c8; c += 8) {
-            for (int i = 0; i < 8; ++i) {
-                in[i] = plane + (r + i) * channels + c;
-                out[i] = column[c + i] + r;
-            }
-            transpose8x8(in, out);
+    const size_t r16 = rows & ~size_t(15);
+    const uint32_t c16 = channels & ~15u;
+    for (size_t r = 0; r < r16; r += 16) {
+        for (uint32_t c = 0; c < c16; c += 16) {
+            __m128i in[16], out[16];
+            const uint8_t* p = plane + r * channels + c;
+            for (int i = 0; i < 16; ++i, p += channels) in[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+            transpose16x16(in, out);
+            for (int j = 0; j < 16; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(column[c + j] + r), out[j]);
         }
     }
     for (size_t r = 0; r < rows; ++r) {
-        const uint32_t c_from = r < r8 ? c8 : 0;
+        const uint32_t c_from = r < r16 ? c16 : 0;
         for (uint32_t c = c_from; c < channels; ++c) column[c][r] = plane[r * channels + c];
     }
 }
