@@ -180,7 +180,10 @@ bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
     const size_t taken = avx2 ? sampled_bmi2(src, n, hist) : sampled_scalar(src, n, hist);
     uint8_t unseen[kMaxUnseen];
     unsigned k_unseen = 0;
-    for (unsigned k = 0; k < width; ++k) {
+    // The range's ends occur by definition: only values inside it can be missing.
+    const uint8_t ends[2] = {lo, uint8_t(lo + width - 1)};
+    const bool end_unseen[2] = {hist[ends[0]] == 0, hist[ends[1]] == 0};
+    for (unsigned k = 1; k + 1 < width; ++k) {
         const uint8_t v = uint8_t(lo + k);
         if (hist[v]) continue;
         if (k_unseen == kMaxUnseen) {
@@ -193,6 +196,8 @@ bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
     // at all (a value coded but absent would waste code space).
     const uint64_t scale = n / taken;
     for (unsigned k = 0; k < width; ++k) hist[uint8_t(lo + k)] = static_cast<uint32_t>(hist[uint8_t(lo + k)] * scale);
+    for (int e = 0; e < 2; ++e)
+        if (end_unseen[e]) hist[ends[e]] = 1;
     const uint32_t present = k_unseen == 0 ? 0
                              : avx2        ? present_avx2(src, n, unseen, k_unseen)
                                            : present_scalar(src, n, unseen, k_unseen);
