@@ -110,8 +110,9 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
         }
     }
     if (policy.try_lz && n > 1 && best > 1) {
-        // Fast mode keeps LZ only where it saves a quarter: it decodes slower than the rest.
-        const size_t limit = policy.mode == Mode::kFast ? best - best / 4 : best - 1;
+        // Fast mode keeps LZ only where it halves the plane: zstd decodes several times slower
+        // than fastcode unless its matches are long (duplicate rows), which is what halving means.
+        const size_t limit = policy.mode == Mode::kFast ? best / 2 : best - 1;
         uint8_t* scratch = thread_candidate_scratch(limit);
         size_t size = 0;
         const Status st = lz::zstd_plane_encode(plane, n, kZstdLevel, scratch, limit, &size);
