@@ -453,25 +453,28 @@ def test_summary_ratios():
     k, m = RESULTS.get("kvcore", {}), RESULTS.get("lmcache", {})
     if not k or not m:
         pytest.skip("needs both the kvcore and the LMCache measurements of this run")
-    ratios = {
-        "ssd_store_fsync_vs_lmcache_disk_store": k["ssd"]["store_fsync_GBps"] / m["disk"]["store_GBps"],
-        "ssd_cold_retrieve_vs_lmcache_disk": k["ssd"]["retrieve_cold_GBps"] / m["disk"]["retrieve_cold_GBps"],
-        "remote_retrieve_vs_lmcache_redis": k["remote"]["retrieve_GBps"] / m["redis"]["retrieve_GBps"],
-        "remote_store_vs_lmcache_redis": k["remote"]["store_GBps"] / m["redis"]["store_GBps"],
-        "ddr_chunks_vs_lmcache_cpu": k["ddr"]["chunks_in_6.5_raw_chunk_bytes"]
-        / max(1, m["cpu"]["chunks_in_6.5_raw_chunk_bytes"]),
-        "ddr_retrieve_vs_lmcache_cpu": k["ddr"]["retrieve_GBps"] / m["cpu"]["retrieve_GBps"],
+    pairs = {  # name: (kvcore tier, kvcore field, LMCache tier, LMCache field)
+        "ssd_store_fsync_vs_lmcache_disk_store": ("ssd", "store_fsync_GBps", "disk", "store_GBps"),
+        "ssd_cold_retrieve_vs_lmcache_disk": ("ssd", "retrieve_cold_GBps", "disk", "retrieve_cold_GBps"),
+        "remote_retrieve_vs_lmcache_redis": ("remote", "retrieve_GBps", "redis", "retrieve_GBps"),
+        "remote_store_vs_lmcache_redis": ("remote", "store_GBps", "redis", "store_GBps"),
+        "ddr_chunks_vs_lmcache_cpu": ("ddr", "chunks_in_6.5_raw_chunk_bytes", "cpu", "chunks_in_6.5_raw_chunk_bytes"),
+        "ddr_retrieve_vs_lmcache_cpu": ("ddr", "retrieve_GBps", "cpu", "retrieve_GBps"),
+        # the dense codec mode, for information
+        "ddr_dense_chunks_vs_lmcache_cpu": ("ddr_dense", "chunks_in_6.5_raw_chunk_bytes", "cpu",
+                                            "chunks_in_6.5_raw_chunk_bytes"),
+        "ddr_dense_retrieve_vs_lmcache_cpu": ("ddr_dense", "retrieve_GBps", "cpu", "retrieve_GBps"),
     }
-    if "ddr_dense" in k:  # the dense codec mode, for information
-        ratios["ddr_dense_chunks_vs_lmcache_cpu"] = k["ddr_dense"]["chunks_in_6.5_raw_chunk_bytes"] / max(
-            1, m["cpu"]["chunks_in_6.5_raw_chunk_bytes"])
-        ratios["ddr_dense_retrieve_vs_lmcache_cpu"] = k["ddr_dense"]["retrieve_GBps"] / m["cpu"]["retrieve_GBps"]
+    # a narrower selection (-k) gives the ratios of what it measured
+    ratios = {n: k[a][f] / max(1, m[b][g]) if g.startswith("chunks") else k[a][f] / m[b][g]
+              for n, (a, f, b, g) in pairs.items() if f in k.get(a, {}) and g in m.get(b, {})}
     RESULTS["ratios"] = {n: round(v, 3) for n, v in ratios.items()}
     (out / "tiers_bench.json").write_text(json.dumps(RESULTS, indent=1))
     print(json.dumps(RESULTS["ratios"], indent=1))
     targets = {"ssd_store_fsync_vs_lmcache_disk_store": 1.0, "ssd_cold_retrieve_vs_lmcache_disk": 1.3,
                "remote_retrieve_vs_lmcache_redis": 2.0, "ddr_chunks_vs_lmcache_cpu": 1.45,
                "ddr_retrieve_vs_lmcache_cpu": 0.5}
-    missed = {n: (round(ratios[n], 3), t) for n, t in targets.items() if ratios[n] < t}
-    assert k["remote"]["close_dead_server_s"] < 5.0
+    missed = {n: (round(ratios[n], 3), t) for n, t in targets.items() if n in ratios and ratios[n] < t}
+    if "close_dead_server_s" in k.get("remote", {}):
+        assert k["remote"]["close_dead_server_s"] < 5.0
     assert not missed, f"targets missed (ratio, target): {missed}"
