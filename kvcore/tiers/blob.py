@@ -61,6 +61,30 @@ def checksum(data) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
+class StreamingChecksum:
+    """The blob checksum over data given in pieces, in order. With the native module the
+    hashing runs without the GIL (an I/O thread hashes while another decodes)."""
+
+    def __init__(self):
+        try:
+            from .. import _native
+
+            self._h = _native.Checksum64()
+        except (ImportError, AttributeError):
+            self._h = xxhash.xxh3_64()
+
+    def update(self, data) -> None:
+        self._h.update(data)
+
+    def intdigest(self) -> int:
+        return self._h.intdigest()
+
+
+def body_size(total: int) -> int:
+    """Bytes of a blob of total bytes that its checksum covers."""
+    return total - _TRAILER.size
+
+
 @dataclass(frozen=True)
 class BlobHeader:
     codec: int
@@ -86,8 +110,10 @@ class BlobHeader:
         return self.layers * self.kv * self.ntokens * self.heads * self.head_dim * self.dtype.itemsize
 
     @staticmethod
-    def parse(blob, *, verify: bool = False) -> "BlobHeader":
-        """Reads and validates the header; with verify=True also the trailing checksum."""
+    def parse(blob, *, verify: bool = False, digest: Optional[int] = None) -> "BlobHeader":
+        """Reads and validates the header; with verify=True also the trailing checksum
+        (digest: that checksum of the blob's body when already computed, e.g. by
+        StreamingChecksum while the blob arrived)."""
         view = memoryview(blob).cast("B")
         size = view.nbytes
         if size < _HEAD.size + _TRAILER.size:
@@ -108,7 +134,7 @@ class BlobHeader:
             raise CorruptFrameError("chunk blob frame table is truncated")
         if verify:
             (stored,) = _TRAILER.unpack_from(view, body_end)
-            if checksum(view[:body_end]) != stored:
+            if (checksum(view[:body_end]) if digest is None else digest) != stored:
                 raise CorruptFrameError("chunk blob checksum mismatch")
         frames = []
         for i in range(nframes):

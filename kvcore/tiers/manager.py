@@ -75,7 +75,7 @@ class TierConfig:
     demote_on_pressure: bool = True
     write_through: bool = False
     ttl_s: Optional[float] = None
-    direct_io: Union[bool, str] = False  # measured slower than page-cache reads on a VM disk
+    direct_io: Union[bool, str] = "auto"  # O_DIRECT where the filesystem allows it
     fsync: bool = True
     read_ahead: int = 2
     frame_bytes: int = 4 << 20
@@ -167,7 +167,7 @@ class TierManager:
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
         self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
-        self._stream_io = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kvcore-stream")
+        self._stream_io = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvcore-stream")
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
