@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from ..errors import InvalidArgumentError, PoolExhausted
-from .blob import BlobHeader, check_kv, decode_into, encode_chunk
+from .blob import BlobHeader, blob_bound, check_kv, decode_into, encode_chunk, encode_chunk_into
 from .codecs import Codec, make_codec
 from .ddr import DDRTier, make_allocator
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
@@ -310,43 +310,110 @@ class TierManager:
         t0 = time.perf_counter()
         handed_off = False
         try:
-            holder: dict = {}
-            try:
-                view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
-                                    alloc=lambda n: self._alloc_blob(n, holder),
-                                    frame_bytes=self.config.frame_bytes)
-            except BaseException:
-                if "block" in holder:
-                    holder["block"].free()
-                raise
-            raw = part.numel() * part.element_size()
-            self.metrics.add_encoded(raw, view.nbytes)
-            self._ratio_seen = self.metrics.compression_ratio
-            self._bytes_per_token = raw / max(1, ck.ntokens)
-            self.metrics.observe("encode", time.perf_counter() - t0)
-            if raw:
-                self._bw["encode"] = raw / max(1e-9, time.perf_counter() - t0)
-            block = holder.get("block")
-            with self._lock:
-                if block is not None:
-                    self.ddr.insert(ck.digest, block, view.nbytes)
-                    self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
-                    self.metrics.inc("ddr", "stores")
-                    self.metrics.inc("ddr", "bytes_in", view.nbytes)
-            if block is None or self.config.write_through:
-                # Did not fit in DDR (or write-through): place it below, on the writer
-                # thread, so that the next chunk encodes while this one is written.
-                entry = None
-                if block is not None:
-                    with self._lock:
-                        entry = self.ddr.acquire(ck.digest)  # not freed while being written
-                self._writes.acquire()
-                handed_off = True
-                self._writer.submit(self._write_job, ck, view, expires, block is None, entry)
+            handed_off = self._stream_store(ck, part, expires, t0) or self._encode_store(ck, part, expires, t0)
         finally:
             if not handed_off:
                 with self._lock:
                     self._pending.pop(ck.digest, None)
+
+    def _note_encoded(self, ck: ChunkKey, raw: int, nbytes: int, t0: float) -> None:
+        self.metrics.add_encoded(raw, nbytes)
+        self._ratio_seen = self.metrics.compression_ratio
+        self._bytes_per_token = raw / max(1, ck.ntokens)
+        self.metrics.observe("encode", time.perf_counter() - t0)
+        if raw:
+            self._bw["encode"] = raw / max(1e-9, time.perf_counter() - t0)
+
+    def _encode_store(self, ck: ChunkKey, part: torch.Tensor, expires: float, t0: float) -> bool:
+        """Encodes into DDR (or a staging buffer when it does not fit there). True when
+        the blob was handed to the writer thread."""
+        holder: dict = {}
+        try:
+            view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
+                                alloc=lambda n: self._alloc_blob(n, holder),
+                                frame_bytes=self.config.frame_bytes)
+        except BaseException:
+            if "block" in holder:
+                holder["block"].free()
+            raise
+        self._note_encoded(ck, part.numel() * part.element_size(), view.nbytes, t0)
+        block = holder.get("block")
+        with self._lock:
+            if block is not None:
+                self.ddr.insert(ck.digest, block, view.nbytes)
+                self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
+                self.metrics.inc("ddr", "stores")
+                self.metrics.inc("ddr", "bytes_in", view.nbytes)
+        if block is None or self.config.write_through:
+            # Did not fit in DDR (or write-through): place it below, on the writer
+            # thread, so that the next chunk encodes while this one is written.
+            entry = None
+            if block is not None:
+                with self._lock:
+                    entry = self.ddr.acquire(ck.digest)  # not freed while being written
+            self._writes.acquire()
+            self._writer.submit(self._write_job, ck, view, expires, block is None, entry)
+            return True
+        return False
+
+    def _stream_store(self, ck: ChunkKey, part: torch.Tensor, expires: float, t0: float) -> bool:
+        """A chunk that is not expected to fit in DDR goes straight to SSD: it is encoded
+        frame by frame into a staging buffer whose finished part is written to the file
+        while later frames encode (SSDTier.begin_write); the writer thread then makes the
+        file durable. False: not this path (no SSD, write-through, a codec without
+        encode_into, or expected to fit in DDR); the caller encodes it as usual."""
+        if self.ssd is None or self.config.write_through or not hasattr(self.codec, "encode_into"):
+            return False
+        raw = part.numel() * part.element_size()
+        if self.ddr.capacity_bytes >= raw * self._ratio_seen:
+            return False
+        bound = blob_bound(part, self.codec, self.config.frame_bytes)
+        if self._ratio_seen < 1.0:  # expected size, with a margin; commit() settles the rest
+            reserve = min(bound, int(raw * self._ratio_seen * 1.05) + (64 << 10))
+        else:
+            reserve = bound
+        if reserve > self.ssd.capacity_bytes:
+            return False
+        self._writes.acquire()
+        buf = self._scratch.get(bound + 4096)
+        sw = self.ssd.begin_write(ck.digest, buf, ns_tag=self._ns_tag, reserve=reserve, start=ck.start,
+                                  ntokens=ck.ntokens, expires_ms=int(expires * 1000))
+        if sw is None:
+            self._scratch.put(buf)
+            self._writes.release()
+            return False
+        try:
+            total = encode_chunk_into(part, self.codec, memoryview(buf), key=ck.digest, index=ck.index,
+                                      frame_bytes=self.config.frame_bytes, on_frame=sw.add)
+            self._note_encoded(ck, raw, total, t0)
+            self._writer.submit(self._commit_job, ck, sw, buf, total, expires)
+        except BaseException:
+            sw.abort()
+            self._scratch.put(buf)
+            self._writes.release()
+            raise
+        return True
+
+    def _commit_job(self, ck: ChunkKey, sw, buf, total: int, expires: float) -> None:
+        """Writer thread: makes a streamed SSD write durable (else sends the blob to remote)."""
+        lent = False
+        try:
+            placed = sw.commit(total)
+            if not placed and self.remote is not None:
+                ttl = max(0.001, expires - time.time()) if expires else None
+                lent = True  # (a remote send that timed out may still read it)
+                placed = self.remote.put(self._ns_tag, ck.digest, memoryview(buf)[:total], ttl_s=ttl)
+            if not placed:
+                self.metrics.inc("ddr", "rejected")
+        except Exception:
+            log.exception("kvcore tier writer failed")
+            self.metrics.inc("manager", "errors")
+        finally:
+            if not lent:
+                self._scratch.put(buf)
+            with self._lock:
+                self._pending.pop(ck.digest, None)  # until now, retrievable from its raw copy
+            self._writes.release()
 
     def _write_job(self, ck: ChunkKey, view, expires: float, staged: bool, entry) -> None:
         try:

@@ -27,6 +27,7 @@ True
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import errno
 import mmap
 import os
@@ -53,6 +54,11 @@ DIRECT_MIN_BYTES = 1 << 20  # below this, buffered reads
 DIRECT_SEGMENT_BYTES = 2 << 20
 BUFFERED_SEGMENT_BYTES = 4 << 20
 READ_THREADS = 8
+# Streamed writes (StreamWrite): data is sent in pieces of at least this many bytes, on
+# up to WRITE_THREADS threads, while the rest of the blob is still being encoded.
+WRITE_SEGMENT_BYTES = 2 << 20
+WRITE_THREADS = 4
+FLUSH_EVERY_BYTES = 8 << 20
 
 
 @dataclass
@@ -97,6 +103,7 @@ class SSDTier:
         self._lock = threading.Lock()
         self._direct_ok = hasattr(os, "O_DIRECT") and direct_io is not False
         self._readers: Optional[cf.ThreadPoolExecutor] = None
+        self._writers: Optional[cf.ThreadPoolExecutor] = None
         self._tmp = self.root / "tmp"
         self._tmp.mkdir(parents=True, exist_ok=True)
         self.rebuild_index()
@@ -221,8 +228,7 @@ class SSDTier:
             _unlink(tmp)
             with self._lock:
                 self.used_bytes -= size
-            self.metrics.inc(self.name, "errors")
-            self.last_error = f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)})"
+            self._failed(exc)
             return False
         entry = SSDEntry(final, size, ns_tag, start, ntokens, expires_ms)
         with self._lock:
@@ -232,6 +238,46 @@ class SSDTier:
         self.metrics.inc(self.name, "bytes_in", size)
         self.metrics.observe("ssd_write", time.perf_counter() - t0)
         return True
+
+    def begin_write(self, key: bytes, buffer, *, ns_tag: str, reserve: int, start: int = 0, ntokens: int = 0,
+                    expires_ms: int = 0) -> Optional["StreamWrite"]:
+        """Starts writing key's file while its blob is still being produced in buffer (a
+        page-aligned writable buffer, e.g. from a ScratchPool, longer than the blob
+        rounded up to 4 KiB). reserve: bytes to hold for it now (the blob's expected
+        size; commit() settles the difference). None when it cannot fit (counted).
+        """
+        with self._lock:
+            old = self.index.pop(key, None)
+            if old is not None:
+                self.policy.remove(key)
+                self.used_bytes -= old.size
+                _unlink(old.path)
+            if not self._make_room(reserve):
+                self.metrics.inc(self.name, "rejected")
+                return None
+            self.used_bytes += reserve
+        try:
+            return StreamWrite(self, key, buffer, ns_tag=ns_tag, reserve=reserve, start=start, ntokens=ntokens,
+                               expires_ms=expires_ms)
+        except OSError as exc:
+            with self._lock:
+                self.used_bytes -= reserve
+            self._failed(exc)
+            return None
+
+    def _failed(self, exc: Exception) -> None:
+        self.metrics.inc(self.name, "errors")
+        if isinstance(exc, OSError):
+            self.last_error = f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)})"
+        else:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+
+    def _write_executor(self) -> cf.ThreadPoolExecutor:
+        with self._lock:
+            if self._writers is None:
+                self._writers = cf.ThreadPoolExecutor(max_workers=WRITE_THREADS,
+                                                      thread_name_prefix="kvcore-ssd-write")
+            return self._writers
 
     # ---- read ----
     def _live_entry(self, key: bytes):
@@ -276,11 +322,13 @@ class SSDTier:
             return self._readers
 
     def close(self) -> None:
-        """Stops the tier's own reader threads (reads in flight finish)."""
+        """Stops the tier's own reader and writer threads (I/O in flight finishes)."""
         with self._lock:
-            readers, self._readers = self._readers, None
-        if readers is not None:
-            readers.shutdown(wait=False)
+            pools = (self._readers, self._writers)
+            self._readers = self._writers = None
+        for p in pools:
+            if p is not None:
+                p.shutdown(wait=False)
 
     # ---- removal ----
     def _forget(self, key: bytes, e: SSDEntry) -> None:
@@ -315,6 +363,203 @@ class SSDTier:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+def _load_sync_file_range():
+    """libc's sync_file_range (Linux), or None: starts write-back of a range at once."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _align_up(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class StreamWrite:
+    """One chunk file written while its blob is still being encoded (SSDTier.begin_write).
+
+    add(first, end) says buffer[first:end] is final: its whole 4 KiB blocks go to the
+    temporary file on the tier's writer threads (O_DIRECT where the filesystem allows
+    it, else buffered writes whose write-back sync_file_range starts at once), so the
+    device works while later frames are encoded. commit(total) writes the rest (the
+    header before ``first``, the tail), then fsync, rename, fsync of the directory: the
+    store is done only once it is durable. abort() removes the temporary file.
+    """
+
+    def __init__(self, tier: SSDTier, key: bytes, buffer, *, ns_tag: str, reserve: int, start: int,
+                 ntokens: int, expires_ms: int):
+        self.tier, self.key = tier, key
+        self.buf = memoryview(buffer).cast("B")
+        self.ns_tag, self.start, self.ntokens, self.expires_ms = ns_tag, start, ntokens, expires_ms
+        self.reserved = reserve
+        self._t0 = time.perf_counter()
+        self._futures: list = []
+        self._sent: Optional[int] = None  # bytes [aligned start of frames, _sent) are sent
+        self._first = 0
+        self._direct_refused = False
+        self._done = False
+        self._flush_lock = threading.Lock()
+        self._flushing = False
+        self._unflushed = 0
+        self.tmp = tier._tmp / f"{key.hex()}.{os.getpid()}.{threading.get_ident()}.{id(self)}.tmp"
+        self._executor = tier._write_executor()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        self.direct = False
+        if tier._direct_ok and hasattr(os, "O_DIRECT"):
+            try:
+                self._fd = os.open(self.tmp, flags | os.O_DIRECT, 0o644)
+                self.direct = True
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                tier._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
+        if not self.direct:
+            self._fd = os.open(self.tmp, flags, 0o644)
+
+    def add(self, first: int, end: int) -> None:
+        """buffer[first:end] is final (first: where the frames start; before it the header
+        comes last). Sends its whole blocks once enough have gathered."""
+        if self._sent is None:
+            self._first = first
+            self._sent = _align_up(first)
+        upto = end // _ALIGN * _ALIGN
+        if upto - self._sent >= WRITE_SEGMENT_BYTES:
+            self._futures.append(self._executor.submit(self._pwrite, self._sent, upto))
+            self._sent = upto
+
+    def _pwrite(self, a: int, b: int) -> None:
+        if self._direct_refused:
+            return
+        pos = a
+        try:
+            while pos < b:
+                pos += os.pwrite(self._fd, self.buf[pos:b], pos)
+        except OSError as exc:
+            if not (self.direct and exc.errno == errno.EINVAL):
+                raise
+            self._direct_refused = True  # O_DIRECT refused at write time: commit() rewrites buffered
+            return
+        if not self.direct and _sync_file_range is not None:
+            _sync_file_range(self._fd, a, b - a, _SYNC_FILE_RANGE_WRITE)
+        if self.tier.fsync and FLUSH_EVERY_BYTES:
+            self._maybe_flush(b - a)
+
+    def _maybe_flush(self, nbytes: int) -> None:
+        """fdatasync once FLUSH_EVERY_BYTES more have been written: a disk with a volatile
+        write cache (a VM's host cache) then persists while later frames still encode,
+        instead of all at the final fsync."""
+        with self._flush_lock:
+            self._unflushed += nbytes
+            if self._flushing or self._unflushed < FLUSH_EVERY_BYTES:
+                return
+            self._flushing = True
+            self._unflushed = 0
+        try:
+            os.fdatasync(self._fd)
+        finally:
+            with self._flush_lock:
+                self._flushing = False
+
+    def commit(self, total: int) -> bool:
+        """Writes the rest of the total-byte blob, makes the file durable and indexes it.
+        False when it failed or did not fit (counted; nothing is left behind)."""
+        t = self.tier
+        delta = 0
+        try:
+            error = None
+            for f in self._futures:
+                try:
+                    f.result()
+                except Exception as exc:
+                    error = error or exc
+            if error is not None:
+                raise error
+            if self._direct_refused:  # the whole blob again, through the page cache
+                os.close(self._fd)
+                self._fd = os.open(self.tmp, os.O_WRONLY | os.O_TRUNC)
+                self.direct = False
+                t._direct_ok = False
+                self._write_all(0, total)
+            else:
+                # O_DIRECT writes whole blocks: the last one is padded, then cut off
+                end = _align_up(total) if self.direct else total
+                head_end = min(_align_up(self._first), end) if self._sent is not None else 0
+                self._write_all(max(self._sent or 0, head_end), end)  # the tail
+                self._write_all(0, head_end)  # the header and frame table
+                if end != total:
+                    os.ftruncate(self._fd, total)
+            if t.fsync:
+                os.fsync(self._fd)
+            if not self.direct and t.drop_cache and hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(self._fd)
+            self._fd = -1
+            with t._lock:
+                delta = total - self.reserved
+                fits = delta <= 0 or t._make_room(delta)
+                if fits:
+                    t.used_bytes += delta
+                else:
+                    delta = 0
+            if not fits:
+                t.metrics.inc(t.name, "rejected")
+                self.abort()
+                return False
+            nsdir = t.root / self.ns_tag
+            nsdir.mkdir(exist_ok=True)
+            final = nsdir / f"{self.key.hex()}.{self.start}.{self.ntokens}.{self.expires_ms}.kvc"
+            os.rename(self.tmp, final)
+            if t.fsync:
+                _fsync_dir(nsdir)
+        except Exception as exc:
+            with t._lock:
+                t.used_bytes -= delta
+            self.abort()
+            t._failed(exc)
+            return False
+        self._done = True
+        with t._lock:
+            t.index[self.key] = SSDEntry(final, total, self.ns_tag, self.start, self.ntokens, self.expires_ms)
+            t.policy.add(self.key, size=total, start=self.start, ntokens=self.ntokens)
+        t.metrics.inc(t.name, "stores")
+        t.metrics.inc(t.name, "bytes_in", total)
+        t.metrics.observe("ssd_write", time.perf_counter() - self._t0)
+        return True
+
+    def _write_all(self, a: int, b: int) -> None:
+        pos = a
+        while pos < b:
+            pos += os.pwrite(self._fd, self.buf[pos:b], pos)
+
+    def abort(self) -> None:
+        """Drops the write: waits for writes in flight, removes the temporary file and
+        releases the reservation."""
+        if self._done:
+            return
+        self._done = True
+        for f in self._futures:
+            try:
+                f.result()
+            except Exception:
+                pass
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
+        _unlink(self.tmp)
+        with self.tier._lock:
+            self.tier.used_bytes -= self.reserved
 
 
 class StreamRead:
