@@ -659,10 +659,16 @@ class TierManager:
                     for j in range(i + 1, i + 1 + self.config.read_ahead):
                         read_ahead(j)  # the next chunks load while this one decodes
                     tier, blob = None, None
-                    if (fut is None and on_layer is None and prefill_s_per_token is None
-                            and self.ssd is not None and self.ssd.contains(ck.digest)):
-                        blob = self._stream_from_ssd(ck, out)  # decodes while it reads
-                        tier = "ssd-decoded" if blob is not None else None
+                    if fut is None and on_layer is None and prefill_s_per_token is None:
+                        if self.ssd is not None and self.ssd.contains(ck.digest):
+                            blob = self._stream_from_ssd(ck, out)  # decodes while it reads
+                            tier = "ssd-decoded" if blob is not None else None
+                        elif self.remote is not None and self.remote.can_stream:
+                            blob = self._stream_from_remote(ck, out)  # decodes while it arrives
+                            tier = "remote-decoded" if blob is not None else None
+                            if blob is None:
+                                self.metrics.inc("ddr", "misses")
+                                break
                     if blob is None:
                         tier, blob = fut.result() if fut is not None else self._fetch_below(ck)
                     if blob is None:
@@ -677,8 +683,8 @@ class TierManager:
                             with self._lock:
                                 self.ddr.release(item[3])
                         break
-                if item[1] == "ssd-decoded":
-                    item = (ck, "ssd", item[2], None)
+                if item[1] in ("ssd-decoded", "remote-decoded"):
+                    item = (ck, item[1].split("-")[0], item[2], None)
                     fetched.append(item)
                     continue
                 fetched.append(item)
@@ -736,6 +742,36 @@ class TierManager:
         if blob is not None:
             self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
         return blob
+
+    def _stream_from_remote(self, ck: ChunkKey, out: torch.Tensor):
+        """Receives ck's blob from the remote tier and decodes each layer as soon as its
+        frames have arrived (as _stream_from_ssd). Returns the verified blob, or None."""
+        t0 = time.perf_counter()
+        rr = self.remote.stream(self._ns_tag, ck.digest, scratch=self._scratch)
+        if rr is None:
+            return None
+        blob = None
+        try:
+            try:
+                if rr.wait(64 << 10):
+                    header = BlobHeader.parse(rr.view)
+                    if header.key == ck.digest:
+                        for i, (off, n) in enumerate(header.frames):
+                            if not rr.wait(off + n):
+                                break
+                            decode_into(rr.view, header, out, self.codec, start=ck.start, frames=range(i, i + 1))
+            except Exception:
+                blob = rr.finish()
+                if blob is None:
+                    return None
+                raise  # a valid blob that does not fit out: the caller's error
+            blob = rr.finish()
+            if blob is not None:
+                self._measure("remote", blob.nbytes, time.perf_counter() - t0)
+            return blob
+        finally:
+            if blob is None and rr.view is not None and not rr.lent:
+                self._scratch.put(rr.view.obj)
 
     def _decode(self, item, out: torch.Tensor, frames: Optional[range]) -> None:
         ck, tier, data, _ = item
