@@ -54,6 +54,7 @@ DIRECT_MIN_BYTES = 1 << 20  # below this, buffered reads
 DIRECT_SEGMENT_BYTES = 2 << 20
 BUFFERED_SEGMENT_BYTES = 4 << 20
 READ_THREADS = 8
+IN_FLIGHT = 4  # segments of one file read at once
 # Streamed writes (StreamWrite): data is sent in pieces of at least this many bytes, on
 # up to WRITE_THREADS threads, while the rest of the blob is still being encoded.
 WRITE_SEGMENT_BYTES = 2 << 20
@@ -608,7 +609,11 @@ class StreamRead:
             self._error = exc
             return
         self._left = nseg
-        for i in range(nseg):
+        # a window of segments in flight, issued in order: the first ones land first
+        # (all at once, they all finish late), so decoding starts early
+        self._executor = executor
+        self._next = min(nseg, IN_FLIGHT)
+        for i in range(self._next):
             executor.submit(self._read, i)
 
     def _read(self, i: int) -> None:
@@ -641,6 +646,15 @@ class StreamRead:
             with self._cond:
                 self._error = self._error or exc
         with self._cond:
+            if self._next < len(self._landed) and self._error is None:
+                try:
+                    self._executor.submit(self._read, self._next)
+                    self._next += 1
+                except RuntimeError as exc:  # the executor was shut down
+                    self._error = exc
+            if self._error is not None:  # nothing more will be issued: count those as done
+                self._left -= len(self._landed) - self._next
+                self._next = len(self._landed)
             self._landed[i] = True
             j = self._done // self._seg if self._done < self.size else len(self._landed)
             while j < len(self._landed) and self._landed[j]:
