@@ -1068,6 +1068,8 @@ class TierManager:
         self._writer.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
         self._stream_io.shutdown(wait=False, cancel_futures=True)
+        if self.ssd is not None:
+            self.ssd.close()
         if self.remote is not None:
             self.remote.close()
         if clean:
