@@ -573,6 +573,23 @@ PYBIND11_MODULE(_native, m) {
             return v;
         },
         py::arg("src"), "Counts of each byte value (256 ints).");
+    m.def(
+        "byte_histogram_estimate",
+        [](const py::buffer& src) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
+            uint32_t hist[256];
+            bool exact = false;
+            {
+                py::gil_scoped_release release;
+                exact = kvcore::entropy::histogram_estimate(in.data, in.size, hist);
+            }
+            return py::make_tuple(std::vector<uint64_t>(hist, hist + 256), exact);
+        },
+        py::arg("src"),
+        "(weights, exact): symbol weights for building a code, from a sample; nonzero for every byte value "
+        "present; exact tells whether they are the true counts.");
 
     // ---- section: entropy: fastcode ----
     m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));

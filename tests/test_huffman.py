@@ -204,6 +204,49 @@ def test_histogram(variant):
     assert _native.byte_histogram(data)[9] == 70000
 
 
+def _check_weights(data: np.ndarray) -> bool:
+    weights, exact = _native.byte_histogram_estimate(data)
+    counts = np.bincount(data, minlength=256)
+    if exact:
+        assert weights == counts.tolist()
+    else:
+        # Every present value has a weight, no absent one does, and the scale is about n.
+        w = np.array(weights)
+        assert ((w > 0) == (counts > 0)).all()
+        assert abs(int(w.sum()) - len(data)) < 0.05 * len(data)
+    return exact
+
+
+def test_histogram_estimate(variant):
+    rng = np.random.default_rng(5)
+    assert _check_weights(rng.integers(0, 256, 1000, dtype=np.uint8))  # small: exact
+    assert _check_weights(np.full(100000, 7, np.uint8))  # constant: exact
+    # Skewed values around 0 (as a residual exponent plane) and a few rare ones just
+    # past them, which a quarter sample misses: still weighted.
+    skew = np.clip(rng.geometric(0.4, 200003) * rng.choice([-1, 1], 200003), -9, 9).astype(np.int8).view(np.uint8)
+    for rare in ([], [10], [-10, 11], [10, -11, 12]):
+        d = skew.copy()
+        d[rng.integers(0, len(d), len(rare))] = np.array(rare, np.int8).view(np.uint8)
+        assert not _check_weights(d)
+    # A far outlier leaves too many values of the range unseen: counted exactly.
+    d = skew.copy()
+    d[17] = 100
+    assert _check_weights(d)
+    # Unsigned range (exponents near 120): also estimated.
+    assert not _check_weights((rng.geometric(0.3, 100000).clip(1, 20) + 110).astype(np.uint8))
+    # Uniform bytes: many values the sample may miss at the range's ends -> exact or complete.
+    _check_weights(rng.integers(0, 256, 100000, dtype=np.uint8))
+
+
+def test_estimated_weights_code_round_trip(variant):
+    rng = np.random.default_rng(6)
+    d = (rng.geometric(0.35, 300001).clip(1, 30) + 100).astype(np.uint8)
+    d[rng.integers(0, len(d), 3)] = [60, 61, 200]  # rare, far from the rest
+    frame = kvcore.compress(np.ascontiguousarray(np.stack([d[:300000].reshape(-1, 48)] * 2, axis=1)).view(np.uint8))
+    back = kvcore.decompress(frame).numpy()
+    assert (back.reshape(-1) == np.stack([d[:300000].reshape(-1, 48)] * 2, axis=1).reshape(-1)).all()
+
+
 # ---------------------------------------------------------------- corrupt input
 
 

@@ -22,7 +22,8 @@ def test_huffman_decode_under_sanitizers(tmp_path):
     cmd = [
         cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
         f"-I{ROOT / 'csrc'}", str(ROOT / "tests/native/huffman_fuzz.cpp"),
-        str(ROOT / "csrc/entropy/huffman.cpp"), str(ROOT / "csrc/cpu/cpu_features.cpp"), "-o", str(exe),
+        str(ROOT / "csrc/entropy/huffman.cpp"), str(ROOT / "csrc/entropy/histogram.cpp"),
+        str(ROOT / "csrc/cpu/cpu_features.cpp"), "-o", str(exe),
     ]  # fmt: skip
     build = subprocess.run(cmd, capture_output=True, text=True)
     if build.returncode != 0 and "sanitize" in build.stderr:

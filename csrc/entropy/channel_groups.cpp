@@ -160,9 +160,10 @@ Scratch& thread_scratch(size_t n, uint32_t channels) {
 
 }  // namespace
 
-Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t* hist, uint8_t* dst,
-                      size_t cap, size_t* written) {
+Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t* hist, bool* exact,
+                      uint8_t* dst, size_t cap, size_t* written) {
     const Status not_better = make_status(Code::kBufferTooSmall, "channel grouping does not pay");
+    *exact = true;
     if (channels < 2 || rows < kMinRows) {
         histogram(plane, rows * channels, hist);
         return not_better;
@@ -185,12 +186,13 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     column_starts(s.columns.data(), rows, channels, s.slot.data(), s.column.data());
     to_channel_major(plane, rows, channels, s.column.data());
 
-    // Histogram of each fine group; pick the coarsening with the smallest estimate.
+    // Weights of each fine group (sampled: counting every symbol would cost about
+    // half as much as coding them); pick the coarsening with the smallest estimate.
     std::vector<uint32_t> fine(size_t(groups) * 256);
     size_t offset = 0;
     for (unsigned g = 0; g < groups; ++g) {
         const size_t len = size_t(count[g]) * rows;
-        histogram(s.columns.data() + offset, len, &fine[size_t(g) * 256]);
+        *exact &= histogram_estimate(s.columns.data() + offset, len, &fine[size_t(g) * 256]);
         offset += len;
     }
     std::fill(hist, hist + 256, 0);
@@ -231,7 +233,8 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
             for (int sym = 0; sym < 256; ++sym) merged[sym] += fine[size_t(g) * 256 + sym];
         }
         size_t size = 0;
-        KVCORE_RETURN_IF_ERROR(huffman_encode(s.columns.data() + offset, len, merged, dst + pos, cap - pos, &size));
+        KVCORE_RETURN_IF_ERROR(
+            huffman_encode(s.columns.data() + offset, len, merged, dst + pos, cap - pos, &size, *exact));
         if (j + 1 < best_k) put_u32(dst + 2 + map_bytes(channels) + 4 * j, static_cast<uint32_t>(size));
         pos += size;
         offset += len;

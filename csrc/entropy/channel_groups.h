@@ -24,11 +24,13 @@
 namespace kvcore::entropy {
 
 // Encodes rows x channels symbols (row-major). Always fills hist[256] with the
-// plane's symbol counts. kBufferTooSmall when grouping does not beat one table
-// by the estimate, or the result does not fit in cap: the caller then codes the
-// plane with plain huffman, using hist.
-Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t* hist, uint8_t* dst,
-                      size_t cap, size_t* written);
+// plane's symbol weights: the exact counts when *exact is set, else estimates
+// (histogram_estimate) that are nonzero for every symbol of the plane.
+// kBufferTooSmall when grouping does not beat one table by the estimate, or the
+// result does not fit in cap: the caller then codes the plane with plain
+// huffman, using hist.
+Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t* hist, bool* exact,
+                      uint8_t* dst, size_t cap, size_t* written);
 
 // Decodes exactly rows x channels symbols into dst.
 Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst);

@@ -26,8 +26,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <immintrin.h>
+#include <vector>
 
 #include "cpu/cpu_features.h"
+#include "entropy/histogram.h"
 
 #if defined(__GNUC__)
 #define KV_ALWAYS_INLINE inline __attribute__((always_inline))
@@ -77,6 +80,9 @@ KV_ALWAYS_INLINE void store_le32(uint8_t* p, uint32_t v) {
 }
 
 size_t segment_size(size_t n, unsigned k) { return n / kStreams + (k < n % kStreams ? 1 : 0); }
+
+// Bytes a segment of len symbols may take while coded, fast-loop slack included.
+size_t segment_bound(size_t len) { return (len * kMaxLen + 7) / 8 + 16; }
 
 // ---------------------------------------------------------------- code lengths
 
@@ -154,94 +160,111 @@ struct EncTable {
     uint64_t code[256];
 };
 
+// One segment's coding job and, once done, its result.
+struct SegmentJob {
+    const uint8_t* src;
+    size_t len;
+    uint8_t* out;
+    const uint8_t* out_end;
+    size_t written = 0;   // bytes
+    uint64_t nbits = 0;   // coded bits
+};
+
 // MSB-first bit writer with the pending bits left-aligned in acc. OR-ing a table
 // entry also ORs its length byte, shifted right, into acc's low byte: that byte
 // is below any pending bit (<= 51 of them before a flush, so the lowest is bit 13),
 // is masked off before acc shifts up, and the byte of a store it lands in is
 // rewritten by the next store (or never written: the final bytes go one by one).
-template <int kVariant>
-KV_ALWAYS_INLINE bool encode_segment_impl(const uint8_t* src, size_t len, const EncTable& t, uint8_t* out,
-                                          const uint8_t* out_end, size_t* written, uint64_t* nbits) {
-    uint8_t* o = out;
+//
+// In the fast loop `fb` adds whole entries: its low byte is the pending bit count
+// (<= 7 + 4 * 11 < 64, so no carry leaves it), the codes pile up above and are
+// dropped at each flush. This saves extracting each length.
+struct BitWriter {
+    uint8_t* o;
     uint64_t acc = 0;
-    unsigned bits = 0;
-    size_t i = 0;
-    const uint64_t* code = t.code;
-    // In the fast loop `fb` adds whole entries: its low byte is the pending bit count
-    // (<= 7 + 4 * 11 < 64, so no carry leaves it), the codes pile up above and are
-    // dropped at each flush. This saves extracting each length.
     uint64_t fb = 0;
-#define KV_HUF_PUT_FAST(sym)             \
-    do {                                 \
-        const uint64_t e_ = code[(sym)]; \
-        acc |= e_ >> (fb & 63);          \
-        fb += e_;                        \
-    } while (0)
-#define KV_HUF_FLUSH()                                     \
-    do {                                                   \
-        store_be64(o, acc);                                \
-        o += (fb & 0xff) >> 3;                             \
-        acc = (acc & ~uint64_t(0xff)) << (fb & 0x38);      \
-        fb &= 7;                                           \
-    } while (0)
-#define KV_HUF_PUT(sym)                  \
-    do {                                 \
-        const uint64_t e_ = code[(sym)]; \
-        acc |= e_ >> bits;               \
-        bits += unsigned(e_ & 0xff);     \
-    } while (0)
-    if (out_end - out >= 16) {
-        // Each iteration stores 8 bytes at o and at o + <= 6, and advances o by <= 12 bytes.
-        const uint8_t* fast_end = out_end - 16;
-        while (i + 8 <= len && o <= fast_end) {
-            const uint8_t* p = src + i;
-            KV_HUF_PUT_FAST(p[0]);
-            KV_HUF_PUT_FAST(p[1]);
-            KV_HUF_PUT_FAST(p[2]);
-            KV_HUF_PUT_FAST(p[3]);
-            KV_HUF_FLUSH();  // <= 7 + 4 * 11 = 51 pending bits: clear of the length byte
-            KV_HUF_PUT_FAST(p[4]);
-            KV_HUF_PUT_FAST(p[5]);
-            KV_HUF_PUT_FAST(p[6]);
-            KV_HUF_PUT_FAST(p[7]);
-            KV_HUF_FLUSH();
-            i += 8;
-        }
-    }
-    bits = unsigned(fb);  // <= 7 after a flush
-#undef KV_HUF_FLUSH
-#undef KV_HUF_PUT_FAST
-    acc &= ~uint64_t(0xff);
-    for (; i < len; ++i) {
-        KV_HUF_PUT(src[i]);
+};
+
+KV_ALWAYS_INLINE void put_fast(BitWriter& w, uint64_t e) {
+    w.acc |= e >> (w.fb & 63);
+    w.fb += e;
+}
+KV_ALWAYS_INLINE void flush_fast(BitWriter& w) {
+    store_be64(w.o, w.acc);
+    w.o += (w.fb & 0xff) >> 3;
+    w.acc = (w.acc & ~uint64_t(0xff)) << (w.fb & 0x38);
+    w.fb &= 7;
+}
+// Eight symbols: stores 8 bytes at o and at o + <= 6, and advances o by <= 12 bytes.
+KV_ALWAYS_INLINE void put8_fast(BitWriter& w, const uint64_t* code, const uint8_t* p) {
+    put_fast(w, code[p[0]]);
+    put_fast(w, code[p[1]]);
+    put_fast(w, code[p[2]]);
+    put_fast(w, code[p[3]]);
+    flush_fast(w);  // <= 7 + 4 * 11 = 51 pending bits: clear of the length byte
+    put_fast(w, code[p[4]]);
+    put_fast(w, code[p[5]]);
+    put_fast(w, code[p[6]]);
+    put_fast(w, code[p[7]]);
+    flush_fast(w);
+}
+
+// Codes job.src[i..] after the fast loop, byte by byte with bounds checks.
+KV_ALWAYS_INLINE bool finish_segment(SegmentJob& job, size_t i, BitWriter& w, const uint64_t* code) {
+    unsigned bits = unsigned(w.fb);  // <= 7 after a flush
+    uint64_t acc = w.acc & ~uint64_t(0xff);
+    uint8_t* o = w.o;
+    for (; i < job.len; ++i) {
+        const uint64_t e = code[job.src[i]];
+        acc |= e >> bits;
+        bits += unsigned(e & 0xff);
         acc &= ~uint64_t(0xff);
         while (bits >= 8) {
-            if (o >= out_end) return false;
+            if (o >= job.out_end) return false;
             *o++ = uint8_t(acc >> 56);
             acc <<= 8;
             bits -= 8;
         }
     }
-#undef KV_HUF_PUT
-    *nbits = uint64_t(o - out) * 8 + bits;
+    job.nbits = uint64_t(o - job.out) * 8 + bits;
     if (bits) {
-        if (o >= out_end) return false;
+        if (o >= job.out_end) return false;
         *o++ = uint8_t(acc >> 56);  // the bits below the pending ones are zero
     }
-    *written = size_t(o - out);
+    job.written = size_t(o - job.out);
     return true;
 }
 
-bool encode_segment_scalar(const uint8_t* src, size_t len, const EncTable& enc, uint8_t* out, const uint8_t* out_end,
-                           size_t* written, uint64_t* nbits) {
-    return encode_segment_impl<0>(src, len, enc, out, out_end, written, nbits);
+// Two segments coded in one loop: their dependency chains (acc, fb) interleave,
+// which roughly doubles the symbols per cycle of one chain alone.
+template <int kVariant>
+KV_ALWAYS_INLINE bool encode_pair_impl(SegmentJob& a, SegmentJob& b, const EncTable& t) {
+    const uint64_t* code = t.code;
+    BitWriter wa{a.out}, wb{b.out};
+    size_t i = 0;
+    if (a.out_end - a.out >= 16 && b.out_end - b.out >= 16) {
+        const uint8_t* a_end = a.out_end - 16;
+        const uint8_t* b_end = b.out_end - 16;
+        const size_t both = std::min(a.len, b.len);
+        // Locals: the byte stores may alias the jobs, which would force reloads.
+        const uint8_t* const a_src = a.src;
+        const uint8_t* const b_src = b.src;
+        BitWriter x = wa, y = wb;
+        while (i + 8 <= both && x.o <= a_end && y.o <= b_end) {
+            put8_fast(x, code, a_src + i);
+            put8_fast(y, code, b_src + i);
+            i += 8;
+        }
+        wa = x;
+        wb = y;
+    }
+    return finish_segment(a, i, wa, code) && finish_segment(b, i, wb, code);
 }
 
-__attribute__((target("avx2,bmi,bmi2"))) bool encode_segment_bmi2(const uint8_t* src, size_t len,
-                                                                   const EncTable& enc, uint8_t* out,
-                                                                   const uint8_t* out_end, size_t* written,
-                                                                   uint64_t* nbits) {
-    return encode_segment_impl<1>(src, len, enc, out, out_end, written, nbits);
+bool encode_pair_scalar(SegmentJob& a, SegmentJob& b, const EncTable& t) { return encode_pair_impl<0>(a, b, t); }
+
+__attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_bmi2(SegmentJob& a, SegmentJob& b, const EncTable& t) {
+    return encode_pair_impl<1>(a, b, t);
 }
 
 // ---------------------------------------------------------------- decoder
@@ -253,33 +276,80 @@ struct Tables {
     alignas(64) uint16_t single[kTableSize];
 };
 
-// Multi-symbol table fill by walking the code tree: the index bits after the
-// `bits` already decoded form a w-bit suffix; each symbol whose code fits in w
-// bits owns a contiguous range of suffixes, which is filled recursively; the
-// suffixes left over (codes longer than w bits) end the entry.
-struct MultiFill {
-    const uint8_t* lens;
-    const uint8_t* order;
-    const uint32_t* start;  // canonical start of order[i] in kTableBits space
-    unsigned m;
-    uint64_t* multi;
-
-    void fill(uint32_t base, unsigned w, uint64_t syms, unsigned count, unsigned bits) const {
-        const uint64_t entry_meta = uint64_t(bits) << 48 | uint64_t(count) << 56;
-        uint32_t covered = 0;
-        if (count < kMaxSyms) {
-            for (unsigned i = 0; i < m; ++i) {
-                const unsigned s = order[i], len = lens[s];
-                if (len > w) break;
-                const uint32_t lo = start[i] >> (kTableBits - w);
-                fill(base + lo, w - len, syms | uint64_t(s) << (8 * count), count + 1, bits + len);
-                covered = lo + (1u << (w - len));
-            }
-        }
-        const uint64_t e = syms | entry_meta;
-        for (uint32_t j = base + covered, end = base + (1u << w); j < end; ++j) multi[j] = e;
+// The multi-symbol table by dynamic programming over suffix widths: the entry of
+// a w-bit string x is x's first code (when it fits in w bits) followed by the
+// entry of the w - len bits after it, kept to kMaxSyms symbols. The strings
+// starting with one code are a contiguous range, so each (width, symbol) pair
+// fills a range from the shorter width's table in one tight loop.
+// row[j] = the symbol and length in `add` put in front of rest[j], ignoring the
+// kMaxSyms limit; returns whether any rest[j] was already full.
+KV_ALWAYS_INLINE bool prepend_tail(const uint64_t* rest, uint64_t* row, uint32_t from, uint32_t span, uint64_t add) {
+    uint64_t full = 0;
+    for (uint32_t j = from; j < span; ++j) {
+        const uint64_t r = rest[j];
+        row[j] = ((r & 0xffffffffffffull) << 8) + (r & 0xffff000000000000ull) + add;
+        full |= uint64_t((r >> 56) == kMaxSyms);
     }
-};
+    return full != 0;
+}
+
+bool prepend_scalar(const uint64_t* rest, uint64_t* row, uint32_t span, uint64_t add) {
+    return prepend_tail(rest, row, 0, span, add);
+}
+
+__attribute__((target("avx2"))) bool prepend_avx2(const uint64_t* rest, uint64_t* row, uint32_t span, uint64_t add) {
+    const __m256i syms = _mm256_set1_epi64x(0xffffffffffffll);
+    const __m256i meta = _mm256_set1_epi64x(int64_t(0xffff000000000000ull));
+    const __m256i plus = _mm256_set1_epi64x(int64_t(add));
+    const __m256i full_count = _mm256_set1_epi64x(int64_t(uint64_t(kMaxSyms) << 56));
+    const __m256i count_mask = _mm256_set1_epi64x(int64_t(0xff00000000000000ull));
+    __m256i full = _mm256_setzero_si256();
+    uint32_t j = 0;
+    for (; j + 4 <= span; j += 4) {
+        const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest + j));
+        const __m256i e = _mm256_add_epi64(_mm256_add_epi64(_mm256_slli_epi64(_mm256_and_si256(r, syms), 8),
+                                                            _mm256_and_si256(r, meta)),
+                                           plus);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + j), e);
+        full = _mm256_or_si256(full, _mm256_cmpeq_epi64(_mm256_and_si256(r, count_mask), full_count));
+    }
+    return !_mm256_testz_si256(full, full) || prepend_tail(rest, row, j, span, add);
+}
+
+void build_multi(const uint8_t* lens, const uint8_t* order, const uint32_t* start, unsigned m, uint64_t* multi) {
+    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
+    // by_width[(1 << w) + x] = entry of the w-bit string x, for w < kTableBits.
+    alignas(64) uint64_t by_width[kTableSize];
+    by_width[1] = 0;  // width 0: nothing decoded
+    for (unsigned w = 1; w <= kTableBits; ++w) {
+        uint64_t* row = w == kTableBits ? multi : by_width + (1u << w);
+        uint32_t covered = 0;
+        for (unsigned i = 0; i < m; ++i) {
+            const unsigned s = order[i], len = lens[s];
+            if (len > w) break;
+            const uint32_t lo = start[i] >> (kTableBits - w);
+            const uint32_t span = 1u << (w - len);
+            const uint64_t* rest = by_width + span;  // entries of width w - len
+            const uint64_t add = uint64_t(s) | uint64_t(len) << 48 | uint64_t(1) << 56;
+            // Prepending to an entry that is already full is rare: a branch-free
+            // (vector) pass first, then the exact pass only where needed.
+            const bool full = avx2 ? prepend_avx2(rest, row + lo, span, add) : prepend_scalar(rest, row + lo, span, add);
+            if (full) {
+                for (uint32_t j = 0; j < span; ++j) {
+                    const uint64_t r = rest[j];
+                    if ((r >> 56) != kMaxSyms) continue;
+                    // Keep kMaxSyms: drop the last symbol and its bits.
+                    const unsigned last = unsigned(r >> 40) & 0xff;
+                    row[lo + j] = (row[lo + j] & 0x0000ffffffffffffull) | ((r >> 48 & 0xff) + len - lens[last]) << 48 |
+                                  uint64_t(kMaxSyms) << 56;
+                }
+            }
+            covered = lo + span;
+        }
+        // Strings whose first code is longer than w decode nothing at this width.
+        for (uint32_t j = covered; j < (1u << w); ++j) row[j] = 0;
+    }
+}
 
 // Builds the tables from canonical order and lengths; false when the code is not complete.
 bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, Tables* t) {
@@ -295,10 +365,7 @@ bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, Tables*
         pos += span;
     }
     if (pos != kTableSize) return false;
-    // Every suffix of w >= 1 bits starts a code that fits or is longer than w, so the
-    // top level covers the whole table.
-    MultiFill f{lens, order, start, m, t->multi};
-    f.fill(0, kTableBits, 0, 0, 0);
+    build_multi(lens, order, start, m, t->multi);
     return true;
 }
 
@@ -418,37 +485,6 @@ __attribute__((target("avx2,bmi,bmi2"))) void decode_streams_bmi2(const uint8_t*
     decode_streams_impl<1>(src, src_size, t, st);
 }
 
-// ---------------------------------------------------------------- histogram
-
-template <int kVariant>
-KV_ALWAYS_INLINE void histogram_impl(const uint8_t* src, size_t n, uint32_t* hist) {
-    // Eight count tables: runs of one value (common in skewed planes) would otherwise
-    // serialize on store-to-load forwarding of a single counter.
-    uint32_t c[8][256];
-    std::memset(c, 0, sizeof(c));
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        uint64_t a, b;
-        std::memcpy(&a, src + i, 8);
-        std::memcpy(&b, src + i + 8, 8);
-        for (unsigned k = 0; k < 8; k += 2) {
-            ++c[0 + (k >> 1)][(a >> (8 * k)) & 0xff];
-            ++c[4 + (k >> 1)][(a >> (8 * k + 8)) & 0xff];
-            ++c[0 + (k >> 1)][(b >> (8 * k)) & 0xff];
-            ++c[4 + (k >> 1)][(b >> (8 * k + 8)) & 0xff];
-        }
-    }
-    for (; i < n; ++i) ++c[0][src[i]];
-    for (unsigned s = 0; s < 256; ++s)
-        hist[s] = c[0][s] + c[1][s] + c[2][s] + c[3][s] + c[4][s] + c[5][s] + c[6][s] + c[7][s];
-}
-
-void histogram_scalar(const uint8_t* src, size_t n, uint32_t* hist) { histogram_impl<0>(src, n, hist); }
-
-__attribute__((target("avx2,bmi,bmi2"))) void histogram_bmi2(const uint8_t* src, size_t n, uint32_t* hist) {
-    histogram_impl<1>(src, n, hist);
-}
-
 bool use_bmi2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
 
 }  // namespace
@@ -479,14 +515,8 @@ size_t huffman_estimate(const uint32_t* hist, size_t n) {
     return header_size(m) + size_t((bits + 7) / 8) + (kStreams - 1);
 }
 
-void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
-    if (use_bmi2())
-        histogram_bmi2(src, n, hist);
-    else
-        histogram_scalar(src, n, hist);
-}
-
-Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap, size_t* written) {
+Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap, size_t* written,
+                      bool exact_counts) {
     if (written == nullptr) return invalid("huffman_encode: written is null");
     *written = 0;
     if ((src == nullptr && n) || (dst == nullptr && cap)) return invalid("huffman_encode: null buffer");
@@ -513,7 +543,7 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
             last = s;
         }
     }
-    if (total != n) return invalid("huffman_encode: histogram does not sum to n");
+    if (exact_counts ? total != n : total == 0) return invalid("huffman_encode: histogram does not sum to n");
     if (m == 1) {
         if (cap < 2) return make_status(Code::kBufferTooSmall, "huffman_encode: capacity below 2 bytes");
         dst[0] = kTagConst;
@@ -529,7 +559,7 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     uint64_t total_bits = 0;
     for (unsigned s = 0; s < 256; ++s) total_bits += counts[s] * lens[s];
     const size_t hsize = header_size(m);
-    if (cap < hsize || cap - hsize < (total_bits + 7) / 8)
+    if (cap < hsize || (exact_counts && cap - hsize < (total_bits + 7) / 8))
         return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
 
     // Canonical codes.
@@ -560,27 +590,44 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     uint8_t* sizes = h;
     h += kSizeBytes;
 
-    // Streams.
+    // Streams: 0 straight into dst, 1..3 into scratch (their offsets are known only
+    // once the earlier ones are coded), then moved up behind stream 0.
     const bool bmi2 = use_bmi2();
     uint8_t* out = h;
     const uint8_t* out_end = dst + cap;
+    thread_local std::vector<uint8_t> scratch;
+    SegmentJob jobs[kStreams];
+    size_t scratch_need = 0;
+    for (unsigned k = 1; k < kStreams; ++k) scratch_need += segment_bound(segment_size(n, k));
+    if (scratch.size() < scratch_need) scratch.resize(scratch_need);
     const uint8_t* seg = src;
-    uint64_t coded_bits = 0;
+    uint8_t* spare = scratch.data();
     for (unsigned k = 0; k < kStreams; ++k) {
         const size_t len = segment_size(n, k);
-        size_t w = 0;
-        uint64_t b = 0;
-        const bool ok = bmi2 ? encode_segment_bmi2(seg, len, enc, out, out_end, &w, &b)
-                             : encode_segment_scalar(seg, len, enc, out, out_end, &w, &b);
-        if (!ok) return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
-        if (w > UINT32_MAX) return invalid("huffman_encode: stream larger than 4 GiB");
-        if (k + 1 < kStreams) store_le32(sizes + 4 * k, uint32_t(w));
-        coded_bits += b;
-        out += w;
+        jobs[k].src = seg;
+        jobs[k].len = len;
+        jobs[k].out = k == 0 ? out : spare;
+        jobs[k].out_end = k == 0 ? out_end : spare + segment_bound(len);
+        if (k) spare += segment_bound(len);
         seg += len;
     }
+    for (unsigned k = 0; k < kStreams; k += 2) {
+        const bool ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
+        if (!ok) return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
+    }
+    uint64_t coded_bits = 0;
+    for (unsigned k = 0; k < kStreams; ++k) {
+        const size_t w = jobs[k].written;
+        if (w > UINT32_MAX) return invalid("huffman_encode: stream larger than 4 GiB");
+        if (size_t(out_end - out) < w)
+            return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
+        if (k) std::memcpy(out, jobs[k].out, w);
+        if (k + 1 < kStreams) store_le32(sizes + 4 * k, uint32_t(w));
+        coded_bits += jobs[k].nbits;
+        out += w;
+    }
     // A caller histogram that does not describe src shows up as a different bit count.
-    if (coded_bits != total_bits) return invalid("huffman_encode: histogram does not match the data");
+    if (exact_counts && coded_bits != total_bits) return invalid("huffman_encode: histogram does not match the data");
     *written = size_t(out - dst);
     return Status::ok();
 }

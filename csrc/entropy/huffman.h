@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/status.h"
+#include "entropy/histogram.h"
 
 namespace kvcore::entropy {
 
@@ -17,11 +18,13 @@ namespace kvcore::entropy {
 // exceed the capacity it is given; the frame then stores the plane raw).
 size_t huffman_bound(size_t n);
 
-// Encodes src[0, n). `hist` may be null or hold the 256 symbol counts of src.
-// On success *written is the stream size. Returns kBufferTooSmall when the stream
-// would not fit in cap bytes (the caller then stores the plane raw).
+// Encodes src[0, n). `hist` may be null or hold the 256 symbol counts of src;
+// with exact_counts false it holds weights (histogram_estimate) that are nonzero
+// for every symbol in src. On success *written is the stream size. Returns
+// kBufferTooSmall when the stream would not fit in cap bytes (the caller then
+// stores the plane raw).
 Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,
-                      size_t* written);
+                      size_t* written, bool exact_counts = true);
 
 // Size of the stream huffman_encode would produce for a plane of n symbols with
 // these 256 counts, without coding it: an upper bound at most 3 bytes above the
@@ -31,7 +34,5 @@ size_t huffman_estimate(const uint32_t* hist, size_t n);
 // Decodes exactly n symbols. kCorruptFrame on any inconsistency.
 Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
 
-// Counts symbols: hist[256] is overwritten.
-void histogram(const uint8_t* src, size_t n, uint32_t* hist);
 
 }  // namespace kvcore::entropy

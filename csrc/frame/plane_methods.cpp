@@ -28,14 +28,15 @@ uint8_t* thread_candidate_scratch(size_t n) {
 Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
                       Method* method, size_t* written, bool* constant) {
     uint32_t hist[256];
+    bool exact = true;
     const bool grouped = policy.mode == Mode::kDense && policy.channels > 1 && n % policy.channels == 0;
     Status st = make_status(Code::kBufferTooSmall, "not tried");
     if (grouped) {
-        st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, hist, dst, cap, written);
+        st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, hist, &exact, dst, cap, written);
     } else {
         entropy::histogram(plane, n, hist);
     }
-    *constant = hist[plane[0]] == n;
+    *constant = exact && hist[plane[0]] == n;  // weights that are estimates never prove it
     if (*constant || st.code != Code::kBufferTooSmall) {
         *method = Method::kGrouped;
         return st;
@@ -45,7 +46,7 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
         return entropy::fastcode_encode(plane, n, hist, dst, cap, written);
     }
     *method = Method::kHuffman;
-    return entropy::huffman_encode(plane, n, hist, dst, cap, written);
+    return entropy::huffman_encode(plane, n, hist, dst, cap, written, exact);
 }
 
 // kOk: kept; kBufferTooSmall: not smaller than cap; anything else: a real failure.

@@ -1,0 +1,203 @@
+#include "entropy/histogram.h"
+
+#include <cstring>
+#include <immintrin.h>
+
+#include "cpu/cpu_features.h"
+
+#if defined(__GNUC__)
+#define KV_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define KV_ALWAYS_INLINE inline
+#endif
+
+namespace kvcore::entropy {
+namespace {
+
+constexpr size_t kSampleMin = 32768;   // smaller planes are counted exactly
+constexpr size_t kSamplePeriod = 64;  // bytes; the first kSampleTaken of each are counted
+constexpr size_t kSampleTaken = 16;
+constexpr unsigned kMaxUnseen = 8;  // values in range the sample missed, at most, before counting exactly
+
+// Eight count tables: runs of one value (common in skewed planes) would otherwise
+// serialize on store-to-load forwarding of a single counter.
+struct Counts {
+    uint32_t c[8][256];
+    KV_ALWAYS_INLINE void add16(const uint8_t* p) {
+        uint64_t a, b;
+        std::memcpy(&a, p, 8);
+        std::memcpy(&b, p + 8, 8);
+        for (unsigned k = 0; k < 8; k += 2) {
+            ++c[0 + (k >> 1)][(a >> (8 * k)) & 0xff];
+            ++c[4 + (k >> 1)][(a >> (8 * k + 8)) & 0xff];
+            ++c[0 + (k >> 1)][(b >> (8 * k)) & 0xff];
+            ++c[4 + (k >> 1)][(b >> (8 * k + 8)) & 0xff];
+        }
+    }
+    void sum(uint32_t* hist) const {
+        for (unsigned s = 0; s < 256; ++s)
+            hist[s] = c[0][s] + c[1][s] + c[2][s] + c[3][s] + c[4][s] + c[5][s] + c[6][s] + c[7][s];
+    }
+};
+
+KV_ALWAYS_INLINE void histogram_impl(const uint8_t* src, size_t n, uint32_t* hist) {
+    Counts k;
+    std::memset(&k, 0, sizeof(k));
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) k.add16(src + i);
+    for (; i < n; ++i) ++k.c[0][src[i]];
+    k.sum(hist);
+}
+
+// Counts the first kSampleTaken bytes of every kSamplePeriod; returns how many were counted.
+KV_ALWAYS_INLINE size_t sampled_impl(const uint8_t* src, size_t n, uint32_t* hist) {
+    Counts k;
+    std::memset(&k, 0, sizeof(k));
+    size_t taken = 0;
+    for (size_t base = 0; base + kSamplePeriod <= n; base += kSamplePeriod, taken += kSampleTaken)
+        for (size_t j = 0; j < kSampleTaken; j += 16) k.add16(src + base + j);
+    k.sum(hist);
+    return taken;
+}
+
+// Exact value range of the plane, as unsigned and as signed bytes.
+struct Range {
+    uint8_t umin = 255, umax = 0;
+    int8_t smin = 127, smax = -128;
+};
+
+KV_ALWAYS_INLINE void range_tail(const uint8_t* src, size_t i, size_t n, Range* r) {
+    for (; i < n; ++i) {
+        const uint8_t u = src[i];
+        const int8_t v = static_cast<int8_t>(u);
+        if (u < r->umin) r->umin = u;
+        if (u > r->umax) r->umax = u;
+        if (v < r->smin) r->smin = v;
+        if (v > r->smax) r->smax = v;
+    }
+}
+
+Range range_scalar(const uint8_t* src, size_t n) {
+    Range r;
+    range_tail(src, 0, n, &r);
+    return r;
+}
+
+__attribute__((target("avx2"))) Range range_avx2(const uint8_t* src, size_t n) {
+    __m256i umin = _mm256_set1_epi8(-1), umax = _mm256_setzero_si256();
+    __m256i smin = _mm256_set1_epi8(127), smax = _mm256_set1_epi8(-128);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+        umin = _mm256_min_epu8(umin, v);
+        umax = _mm256_max_epu8(umax, v);
+        smin = _mm256_min_epi8(smin, v);
+        smax = _mm256_max_epi8(smax, v);
+    }
+    alignas(32) uint8_t b[4][32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b[0]), umin);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b[1]), umax);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b[2]), smin);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b[3]), smax);
+    Range r;
+    if (i > 0) {
+        for (int j = 0; j < 32; ++j) {
+            if (b[0][j] < r.umin) r.umin = b[0][j];
+            if (b[1][j] > r.umax) r.umax = b[1][j];
+            if (int8_t(b[2][j]) < r.smin) r.smin = int8_t(b[2][j]);
+            if (int8_t(b[3][j]) > r.smax) r.smax = int8_t(b[3][j]);
+        }
+    }
+    range_tail(src, i, n, &r);
+    return r;
+}
+
+// Which of the k candidate values occur in src: bit j of the result for cand[j].
+uint32_t present_scalar(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k) {
+    bool seen[256] = {};
+    for (size_t i = 0; i < n; ++i) seen[src[i]] = true;
+    uint32_t mask = 0;
+    for (unsigned j = 0; j < k; ++j) mask |= uint32_t(seen[cand[j]]) << j;
+    return mask;
+}
+
+__attribute__((target("avx2"))) uint32_t present_avx2(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k) {
+    __m256i want[kMaxUnseen], hit[kMaxUnseen];
+    for (unsigned j = 0; j < k; ++j) {
+        want[j] = _mm256_set1_epi8(static_cast<char>(cand[j]));
+        hit[j] = _mm256_setzero_si256();
+    }
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+        for (unsigned j = 0; j < k; ++j) hit[j] = _mm256_or_si256(hit[j], _mm256_cmpeq_epi8(v, want[j]));
+    }
+    uint32_t mask = 0;
+    for (unsigned j = 0; j < k; ++j) mask |= uint32_t(!_mm256_testz_si256(hit[j], hit[j])) << j;
+    for (; i < n; ++i)
+        for (unsigned j = 0; j < k; ++j) mask |= uint32_t(src[i] == cand[j]) << j;
+    return mask;
+}
+
+void histogram_scalar(const uint8_t* src, size_t n, uint32_t* hist) { histogram_impl(src, n, hist); }
+__attribute__((target("avx2,bmi,bmi2"))) void histogram_bmi2(const uint8_t* src, size_t n, uint32_t* hist) {
+    histogram_impl(src, n, hist);
+}
+size_t sampled_scalar(const uint8_t* src, size_t n, uint32_t* hist) { return sampled_impl(src, n, hist); }
+__attribute__((target("avx2,bmi,bmi2"))) size_t sampled_bmi2(const uint8_t* src, size_t n, uint32_t* hist) {
+    return sampled_impl(src, n, hist);
+}
+
+bool use_avx2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
+
+}  // namespace
+
+void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
+    if (use_avx2())
+        histogram_bmi2(src, n, hist);
+    else
+        histogram_scalar(src, n, hist);
+}
+
+bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
+    if (n < kSampleMin) {
+        histogram(src, n, hist);
+        return true;
+    }
+    const bool avx2 = use_avx2();
+    const Range r = avx2 ? range_avx2(src, n) : range_scalar(src, n);
+    if (r.umin == r.umax) {
+        std::memset(hist, 0, 256 * sizeof(uint32_t));
+        hist[r.umin] = static_cast<uint32_t>(n);
+        return true;
+    }
+    // The narrower of the two ranges holds every value; a signed one wraps through 0.
+    const unsigned uwidth = unsigned(r.umax) - r.umin + 1;
+    const unsigned swidth = unsigned(int(r.smax) - int(r.smin) + 1);
+    const uint8_t lo = uwidth <= swidth ? r.umin : static_cast<uint8_t>(r.smin);
+    const unsigned width = uwidth <= swidth ? uwidth : swidth;
+
+    const size_t taken = avx2 ? sampled_bmi2(src, n, hist) : sampled_scalar(src, n, hist);
+    uint8_t unseen[kMaxUnseen];
+    unsigned k_unseen = 0;
+    for (unsigned k = 0; k < width; ++k) {
+        const uint8_t v = uint8_t(lo + k);
+        if (hist[v]) continue;
+        if (k_unseen == kMaxUnseen) {
+            histogram(src, n, hist);
+            return true;
+        }
+        unseen[k_unseen++] = v;
+    }
+    // Scale to about n; a value the sample missed is rare: weight 1 when it occurs
+    // at all (a value coded but absent would waste code space).
+    const uint64_t scale = n / taken;
+    for (unsigned k = 0; k < width; ++k) hist[uint8_t(lo + k)] = static_cast<uint32_t>(hist[uint8_t(lo + k)] * scale);
+    const uint32_t present = k_unseen == 0 ? 0
+                             : avx2        ? present_avx2(src, n, unseen, k_unseen)
+                                           : present_scalar(src, n, unseen, k_unseen);
+    for (unsigned j = 0; j < k_unseen; ++j) hist[unseen[j]] = (present >> j) & 1;
+    return false;
+}
+
+}  // namespace kvcore::entropy

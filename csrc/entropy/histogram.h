@@ -1,0 +1,19 @@
+// Symbol counts of a byte plane, exact or estimated from a sample.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvcore::entropy {
+
+// Counts symbols: hist[256] is overwritten.
+void histogram(const uint8_t* src, size_t n, uint32_t* hist);
+
+// Weights for building a code: hist[256] is overwritten with counts scaled to
+// about n, measured on a quarter of the plane, and every symbol that occurs in
+// src gets a nonzero weight (found from the plane's exact value range). Returns
+// true when the weights are the exact counts (small planes, constant planes, or
+// a value range with too many values the sample missed).
+bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist);
+
+}  // namespace kvcore::entropy
