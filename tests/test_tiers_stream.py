@@ -282,3 +282,17 @@ def test_compress_into(kv):
     with pytest.raises(InvalidArgumentError):
         _native.compress_into(src, 99, list(t.shape), bytearray(bound), mode=1)
     assert RawCodec().encode_into(t, memoryview(bytearray(t.numel() * 2))) == t.numel() * 2
+
+
+def test_stream_read_survives_executor_shutdown(tmp_path, kv, keys, small_pieces):
+    import concurrent.futures as cf
+
+    t = SSDTier(tmp_path, 1 << 30)
+    blob = bytes(encode_chunk(kv[:, :, :256], CODEC, key=keys[0].digest, index=0))
+    assert t.write(keys[0].digest, blob, ns_tag="ns")
+    ex = cf.ThreadPoolExecutor(max_workers=1)
+    ex.submit(__import__("time").sleep, 0.2)  # the reads queue behind this
+    sr = t.stream(keys[0].digest, executor=ex)
+    ex.shutdown(wait=False, cancel_futures=True)
+    assert sr.finish() is None  # a miss, not a hang
+    assert bytes(t.read(keys[0].digest)) == blob  # the file is intact

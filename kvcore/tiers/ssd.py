@@ -614,7 +614,20 @@ class StreamRead:
         self._executor = executor
         self._next = min(nseg, IN_FLIGHT)
         for i in range(self._next):
-            executor.submit(self._read, i)
+            self._submit(i)
+
+    def _submit(self, i: int) -> None:
+        """Queues segment i (raises RuntimeError when the executor was shut down)."""
+        self._executor.submit(self._read, i).add_done_callback(self._cancelled)
+
+    def _cancelled(self, fut) -> None:
+        if fut.cancelled():  # the executor was shut down: the reader must not wait forever
+            with self._cond:
+                self._error = self._error or RuntimeError("read cancelled")
+                self._left -= 1
+                if self._left == 0:
+                    os.close(self._fd)
+                self._cond.notify_all()
 
     def _read(self, i: int) -> None:
         start = i * self._seg
@@ -631,9 +644,9 @@ class StreamRead:
                             raise
                         self.tier._direct_ok = False  # O_DIRECT refused at read time
                         break
-                    if n <= 0:
-                        raise CorruptFrameError("file is shorter than indexed")
                     pos += n
+                    if n <= 0 or (pos < end and pos % _ALIGN):
+                        raise CorruptFrameError("file is shorter than indexed")
                 if pos < end:  # O_DIRECT refused: the rest of this segment buffered
                     fd = os.open(self.entry.path, os.O_RDONLY)
                     try:
@@ -648,7 +661,7 @@ class StreamRead:
         with self._cond:
             if self._next < len(self._landed) and self._error is None:
                 try:
-                    self._executor.submit(self._read, self._next)
+                    self._submit(self._next)
                     self._next += 1
                 except RuntimeError as exc:  # the executor was shut down
                     self._error = exc
@@ -717,8 +730,8 @@ class StreamRead:
                     self._cond.wait()
                 ok = self._error is None
         t = self.tier
-        if not ok and isinstance(self._error, OSError) and not isinstance(self._error, FileNotFoundError):
-            t.metrics.inc(t.name, "errors")
+        if not ok and self._error is not None and not isinstance(self._error, (CorruptFrameError, FileNotFoundError)):
+            t.metrics.inc(t.name, "errors")  # an I/O error or a cancelled read: the file stays
             t.metrics.inc(t.name, "misses")
             return None
         try:
