@@ -11,9 +11,11 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "checksum/checksum.h"
 #include "common/status.h"
 #include "copy/async_ops.h"
 #include "copy/copy_engine.h"
@@ -1237,4 +1239,71 @@ PYBIND11_MODULE(_native, m) {
     }
 
     // ---- section: tiers ----
+    {
+        // XXH3-64 over data that arrives in pieces (a chunk blob read or written in
+        // segments): update() releases the GIL, so an I/O thread hashes while another
+        // thread decodes. Calls on one object are serialized.
+        struct Checksum64 {
+            std::mutex mutex;
+            kvcore::StreamingChecksum64 state;
+            uint64_t bytes = 0;
+        };
+        py::class_<Checksum64>(m, "Checksum64",
+                               "XXH3-64 (same digest as xxhash.xxh3_64) over data given in pieces.")
+            .def(py::init([](uint64_t seed) {
+                     auto c = std::make_unique<Checksum64>();
+                     c->state.reset(seed);
+                     return c;
+                 }),
+                 py::arg("seed") = 0)
+            .def(
+                "update",
+                [](Checksum64& c, const py::buffer& data) {
+                    py::buffer_info keep;
+                    const ByteView in = read_view(data, keep);
+                    py::gil_scoped_release release;
+                    std::lock_guard<std::mutex> lock(c.mutex);
+                    c.state.update(in.data, in.size);
+                    c.bytes += in.size;
+                },
+                py::arg("data"))
+            .def("intdigest",
+                 [](Checksum64& c) {
+                     std::lock_guard<std::mutex> lock(c.mutex);
+                     return c.state.digest();
+                 })
+            .def_property_readonly("nbytes", [](Checksum64& c) {
+                std::lock_guard<std::mutex> lock(c.mutex);
+                return c.bytes;
+            });
+
+        m.def(
+            "compress_into",
+            [](const py::buffer& src, uint8_t dtype, std::vector<uint64_t> shape, const py::buffer& out, uint8_t mode,
+               const py::object& threads) {
+                py::buffer_info keep_in, keep_out;
+                const ByteView in = read_view(src, keep_in);
+                const MutableView dst = write_view(out, keep_out);
+                if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
+                if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
+                if (mode > 1) throw NativeError{Code::kInvalidArgument, "unknown mode"};
+                fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
+                fr::EncodeOptions options;
+                options.mode = static_cast<fr::Mode>(mode);
+                options.threads = thread_count(threads);
+                size_t written = 0;
+                Status st;
+                {
+                    py::gil_scoped_release release;
+                    // fr::compress checks the shape against the input size and the
+                    // output capacity against max_frame_size before writing anything.
+                    st = fr::compress(in.data, in.size, desc, options, dst.data, dst.size, &written);
+                }
+                check(st);
+                return written;
+            },
+            py::arg("src"), py::arg("dtype"), py::arg("shape"), py::arg("out"), py::arg("mode") = 0,
+            py::arg("threads") = py::none(),
+            "Compresses src into the start of out (at least max_frame_size bytes); returns the frame's size.");
+    }
 }

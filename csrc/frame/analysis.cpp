@@ -61,18 +61,39 @@ void sample_stats(const uint8_t* src, uint64_t n_elems, bool rotate, uint64_t sa
 }
 
 // Per-channel counts (one byte each) of the top byte over kResidualRows rows
-// spread over the tensor, and their sum over channels.
+// spread over the tensor, their sum over channels, and each channel's mode
+// (the most common top byte, the smallest on ties: kept up to date while
+// counting, so no pass over all 256 counts of every channel is needed).
 template <unsigned E>
 void channel_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool rotate, uint8_t* counts,
-                  uint32_t* plain) {
+                  uint32_t* plain, uint8_t* mode) {
+    std::vector<uint8_t> best(channels, 0);
     const uint64_t step = std::max<uint64_t>(1, rows / kResidualRows);
     for (uint64_t r = 0, taken = 0; r < rows && taken < kResidualRows; r += step, ++taken) {
         for (uint32_t c = 0; c < channels; ++c) {
             uint32_t v = element<E>(src, r * channels + c);
             if (rotate) v = rotate_left1<E>(v);
             const uint8_t top = static_cast<uint8_t>(v >> (8 * (E - 1)));
-            ++counts[size_t(c) * 256 + top];
+            const uint8_t n = ++counts[size_t(c) * 256 + top];
+            if (n > best[c] || (n == best[c] && top < mode[c])) {
+                best[c] = n;
+                mode[c] = top;
+            }
             ++plain[top];
+        }
+    }
+}
+
+// The top bytes of the same rows as channel_tops, less each channel's residual.
+template <unsigned E>
+void shifted_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool rotate, const uint8_t* residual,
+                  uint32_t* shifted) {
+    const uint64_t step = std::max<uint64_t>(1, rows / kResidualRows);
+    for (uint64_t r = 0, taken = 0; r < rows && taken < kResidualRows; r += step, ++taken) {
+        for (uint32_t c = 0; c < channels; ++c) {
+            uint32_t v = element<E>(src, r * channels + c);
+            if (rotate) v = rotate_left1<E>(v);
+            ++shifted[static_cast<uint8_t>((v >> (8 * (E - 1))) - residual[c])];
         }
     }
 }
@@ -140,17 +161,21 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     if (channels < 2 || rows < kMinRowsForResidual) return best;
     std::vector<uint8_t> counts(size_t(channels) * 256, 0);
     std::array<uint32_t, 256> plain{};
-    switch (esize) {
-        case 1: channel_tops<1>(src, rows, channels, best.rotate, counts.data(), plain.data()); break;
-        case 2: channel_tops<2>(src, rows, channels, best.rotate, counts.data(), plain.data()); break;
-        default: channel_tops<4>(src, rows, channels, best.rotate, counts.data(), plain.data()); break;
-    }
-    std::vector<uint8_t> residual(channels);
+    std::vector<uint8_t> residual(channels, 0);
     std::array<uint32_t, 256> shifted{};
-    for (uint32_t c = 0; c < channels; ++c) {
-        const uint8_t* h = &counts[size_t(c) * 256];
-        residual[c] = static_cast<uint8_t>(std::max_element(h, h + 256) - h);
-        for (int sym = 0; sym < 256; ++sym) shifted[uint8_t(sym - residual[c])] += h[sym];
+    switch (esize) {
+        case 1:
+            channel_tops<1>(src, rows, channels, best.rotate, counts.data(), plain.data(), residual.data());
+            shifted_tops<1>(src, rows, channels, best.rotate, residual.data(), shifted.data());
+            break;
+        case 2:
+            channel_tops<2>(src, rows, channels, best.rotate, counts.data(), plain.data(), residual.data());
+            shifted_tops<2>(src, rows, channels, best.rotate, residual.data(), shifted.data());
+            break;
+        default:
+            channel_tops<4>(src, rows, channels, best.rotate, counts.data(), plain.data(), residual.data());
+            shifted_tops<4>(src, rows, channels, best.rotate, residual.data(), shifted.data());
+            break;
     }
     const double top_plain = entropy_bits(plain.data());
     const double top_res = entropy_bits(shifted.data());

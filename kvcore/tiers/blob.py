@@ -61,6 +61,30 @@ def checksum(data) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
+class StreamingChecksum:
+    """The blob checksum over data given in pieces, in order. With the native module the
+    hashing runs without the GIL (an I/O thread hashes while another decodes)."""
+
+    def __init__(self):
+        try:
+            from .. import _native
+
+            self._h = _native.Checksum64()
+        except (ImportError, AttributeError):
+            self._h = xxhash.xxh3_64()
+
+    def update(self, data) -> None:
+        self._h.update(data)
+
+    def intdigest(self) -> int:
+        return self._h.intdigest()
+
+
+def body_size(total: int) -> int:
+    """Bytes of a blob of total bytes that its checksum covers."""
+    return total - _TRAILER.size
+
+
 @dataclass(frozen=True)
 class BlobHeader:
     codec: int
@@ -86,8 +110,10 @@ class BlobHeader:
         return self.layers * self.kv * self.ntokens * self.heads * self.head_dim * self.dtype.itemsize
 
     @staticmethod
-    def parse(blob, *, verify: bool = False) -> "BlobHeader":
-        """Reads and validates the header; with verify=True also the trailing checksum."""
+    def parse(blob, *, verify: bool = False, digest: Optional[int] = None) -> "BlobHeader":
+        """Reads and validates the header; with verify=True also the trailing checksum
+        (digest: that checksum of the blob's body when already computed, e.g. by
+        StreamingChecksum while the blob arrived)."""
         view = memoryview(blob).cast("B")
         size = view.nbytes
         if size < _HEAD.size + _TRAILER.size:
@@ -108,7 +134,7 @@ class BlobHeader:
             raise CorruptFrameError("chunk blob frame table is truncated")
         if verify:
             (stored,) = _TRAILER.unpack_from(view, body_end)
-            if checksum(view[:body_end]) != stored:
+            if (checksum(view[:body_end]) if digest is None else digest) != stored:
                 raise CorruptFrameError("chunk blob checksum mismatch")
         frames = []
         for i in range(nframes):
@@ -183,6 +209,61 @@ def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
         pos += len(f)
     _TRAILER.pack_into(out, pos, checksum(out[:pos]))
     return out if alloc is not None else out.obj
+
+
+def _frame_slices(kv: torch.Tensor, frame_bytes: int) -> tuple:
+    g = layers_per_frame(kv, frame_bytes)
+    return g, [kv[l:l + g] for l in range(0, kv.shape[0], g)]
+
+
+def blob_bound(kv: torch.Tensor, codec: Codec, frame_bytes: int = FRAME_BYTES) -> int:
+    """Most bytes encode_chunk_into() can write for kv (codec must have encode_into)."""
+    check_kv(kv)
+    _, parts = _frame_slices(kv, frame_bytes)
+    return (_HEAD.size + len(parts) * _ENTRY.size + sum(codec.max_encoded_size(p) for p in parts)
+            + _TRAILER.size)
+
+
+def encode_chunk_into(kv: torch.Tensor, codec: Codec, out: memoryview, *, key: bytes, index: int,
+                      frame_bytes: int = FRAME_BYTES, on_frame: Optional[Callable[[int, int], None]] = None) -> int:
+    """Encodes kv into out (at least blob_bound() bytes) frame by frame, each at its final
+    offset, and returns the blob size. After each frame, on_frame(first, end) says that
+    out[first:end] is final (first: where the frames start); the header and frame table
+    (out[:first]) and the trailing checksum are written last, so a writer can send the
+    frames while later ones are still being encoded.
+
+    >>> import torch
+    >>> from kvcore.tiers.codecs import RawCodec
+    >>> kv = torch.ones(2, 2, 4, 2, 3)
+    >>> buf = memoryview(bytearray(blob_bound(kv, RawCodec())))
+    >>> n = encode_chunk_into(kv, RawCodec(), buf, key=bytes(16), index=0)
+    >>> bytes(buf[:n]) == bytes(encode_chunk(kv, RawCodec(), key=bytes(16), index=0))
+    True
+    """
+    check_kv(kv)
+    layers, nkv, ntokens, heads, head_dim = kv.shape
+    g, parts = _frame_slices(kv, frame_bytes)
+    out = memoryview(out).cast("B")
+    table_end = _HEAD.size + len(parts) * _ENTRY.size
+    bounds = [codec.max_encoded_size(p) for p in parts]
+    if out.nbytes < table_end + sum(bounds) + _TRAILER.size:
+        raise InvalidArgumentError("output buffer is smaller than blob_bound()")
+    pos = table_end
+    frames = []
+    for p, bound in zip(parts, bounds):
+        n = codec.encode_into(p, out[pos:pos + bound])
+        frames.append((pos, n))
+        pos += n
+        if on_frame is not None:
+            on_frame(table_end, pos)
+    _HEAD.pack_into(out, 0, MAGIC, VERSION, codec.code, DTYPE_CODES[kv.dtype], g, layers, nkv, ntokens,
+                    heads, head_dim, index, key, len(frames))
+    for i, (off, n) in enumerate(frames):
+        _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, off, n)
+    h = StreamingChecksum()
+    h.update(out[:pos])
+    _TRAILER.pack_into(out, pos, h.intdigest())
+    return pos + _TRAILER.size
 
 
 _staging = threading.local()

@@ -32,6 +32,9 @@ class Codec(Protocol):
 
     def decode_into(self, frame, out: torch.Tensor) -> None: ...
 
+    # Optional (streamed writes): encode_into(t, out) -> bytes written into the
+    # writable memoryview out, which holds at least max_encoded_size(t) bytes.
+
 
 def _bytes_view(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8)
@@ -45,6 +48,14 @@ class RawCodec:
 
     def encode(self, t: torch.Tensor) -> bytes:
         return _bytes_view(t.contiguous()).numpy().tobytes()
+
+    def max_encoded_size(self, t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
+
+    def encode_into(self, t: torch.Tensor, out: memoryview) -> int:
+        src = _bytes_view(t.contiguous()).numpy()
+        np.copyto(np.frombuffer(out, dtype=np.uint8, count=src.size), src)
+        return src.size
 
     def decode_into(self, frame, out: torch.Tensor) -> None:
         n = out.numel() * out.element_size()
@@ -78,6 +89,18 @@ class KvcoreCodec:
 
     def encode(self, t: torch.Tensor) -> bytes:
         return self._kvcore.compress(t.contiguous(), mode=self.mode, threads=self.threads)
+
+    def max_encoded_size(self, t: torch.Tensor) -> int:
+        return self._kvcore.max_frame_size(t.dtype, tuple(t.shape))
+
+    def encode_into(self, t: torch.Tensor, out: memoryview) -> int:
+        """Compresses t into the start of out (no allocation); returns the frame size."""
+        from .. import _native
+        from ..dtypes import code_of
+
+        t = t.contiguous()
+        return _native.compress_into(t.reshape(-1).view(torch.uint8).numpy(), code_of(t.dtype), list(t.shape), out,
+                                     mode=1 if self.mode == "fast" else 0, threads=self.threads)
 
     def decode_into(self, frame, out: torch.Tensor) -> None:
         if out.is_contiguous():

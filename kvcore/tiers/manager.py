@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from ..errors import InvalidArgumentError, PoolExhausted
-from .blob import BlobHeader, check_kv, decode_into, encode_chunk
+from .blob import BlobHeader, blob_bound, check_kv, decode_into, encode_chunk, encode_chunk_into
 from .codecs import Codec, make_codec
 from .ddr import DDRTier, make_allocator
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
@@ -75,7 +75,7 @@ class TierConfig:
     demote_on_pressure: bool = True
     write_through: bool = False
     ttl_s: Optional[float] = None
-    direct_io: Union[bool, str] = False  # measured slower than page-cache reads on a VM disk
+    direct_io: Union[bool, str] = "auto"  # O_DIRECT where the filesystem allows it
     fsync: bool = True
     read_ahead: int = 2
     frame_bytes: int = 4 << 20
@@ -167,7 +167,7 @@ class TierManager:
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
         self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
-        self._stream_io = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kvcore-stream")
+        self._stream_io = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvcore-stream")
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
@@ -310,43 +310,110 @@ class TierManager:
         t0 = time.perf_counter()
         handed_off = False
         try:
-            holder: dict = {}
-            try:
-                view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
-                                    alloc=lambda n: self._alloc_blob(n, holder),
-                                    frame_bytes=self.config.frame_bytes)
-            except BaseException:
-                if "block" in holder:
-                    holder["block"].free()
-                raise
-            raw = part.numel() * part.element_size()
-            self.metrics.add_encoded(raw, view.nbytes)
-            self._ratio_seen = self.metrics.compression_ratio
-            self._bytes_per_token = raw / max(1, ck.ntokens)
-            self.metrics.observe("encode", time.perf_counter() - t0)
-            if raw:
-                self._bw["encode"] = raw / max(1e-9, time.perf_counter() - t0)
-            block = holder.get("block")
-            with self._lock:
-                if block is not None:
-                    self.ddr.insert(ck.digest, block, view.nbytes)
-                    self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
-                    self.metrics.inc("ddr", "stores")
-                    self.metrics.inc("ddr", "bytes_in", view.nbytes)
-            if block is None or self.config.write_through:
-                # Did not fit in DDR (or write-through): place it below, on the writer
-                # thread, so that the next chunk encodes while this one is written.
-                entry = None
-                if block is not None:
-                    with self._lock:
-                        entry = self.ddr.acquire(ck.digest)  # not freed while being written
-                self._writes.acquire()
-                handed_off = True
-                self._writer.submit(self._write_job, ck, view, expires, block is None, entry)
+            handed_off = self._stream_store(ck, part, expires, t0) or self._encode_store(ck, part, expires, t0)
         finally:
             if not handed_off:
                 with self._lock:
                     self._pending.pop(ck.digest, None)
+
+    def _note_encoded(self, ck: ChunkKey, raw: int, nbytes: int, t0: float) -> None:
+        self.metrics.add_encoded(raw, nbytes)
+        self._ratio_seen = self.metrics.compression_ratio
+        self._bytes_per_token = raw / max(1, ck.ntokens)
+        self.metrics.observe("encode", time.perf_counter() - t0)
+        if raw:
+            self._bw["encode"] = raw / max(1e-9, time.perf_counter() - t0)
+
+    def _encode_store(self, ck: ChunkKey, part: torch.Tensor, expires: float, t0: float) -> bool:
+        """Encodes into DDR (or a staging buffer when it does not fit there). True when
+        the blob was handed to the writer thread."""
+        holder: dict = {}
+        try:
+            view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
+                                alloc=lambda n: self._alloc_blob(n, holder),
+                                frame_bytes=self.config.frame_bytes)
+        except BaseException:
+            if "block" in holder:
+                holder["block"].free()
+            raise
+        self._note_encoded(ck, part.numel() * part.element_size(), view.nbytes, t0)
+        block = holder.get("block")
+        with self._lock:
+            if block is not None:
+                self.ddr.insert(ck.digest, block, view.nbytes)
+                self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
+                self.metrics.inc("ddr", "stores")
+                self.metrics.inc("ddr", "bytes_in", view.nbytes)
+        if block is None or self.config.write_through:
+            # Did not fit in DDR (or write-through): place it below, on the writer
+            # thread, so that the next chunk encodes while this one is written.
+            entry = None
+            if block is not None:
+                with self._lock:
+                    entry = self.ddr.acquire(ck.digest)  # not freed while being written
+            self._writes.acquire()
+            self._writer.submit(self._write_job, ck, view, expires, block is None, entry)
+            return True
+        return False
+
+    def _stream_store(self, ck: ChunkKey, part: torch.Tensor, expires: float, t0: float) -> bool:
+        """A chunk that is not expected to fit in DDR goes straight to SSD: it is encoded
+        frame by frame into a staging buffer whose finished part is written to the file
+        while later frames encode (SSDTier.begin_write); the writer thread then makes the
+        file durable. False: not this path (no SSD, write-through, a codec without
+        encode_into, or expected to fit in DDR); the caller encodes it as usual."""
+        if self.ssd is None or self.config.write_through or not hasattr(self.codec, "encode_into"):
+            return False
+        raw = part.numel() * part.element_size()
+        if self.ddr.capacity_bytes >= raw * self._ratio_seen:
+            return False
+        bound = blob_bound(part, self.codec, self.config.frame_bytes)
+        if self._ratio_seen < 1.0:  # expected size, with a margin; commit() settles the rest
+            reserve = min(bound, int(raw * self._ratio_seen * 1.05) + (64 << 10))
+        else:
+            reserve = bound
+        if reserve > self.ssd.capacity_bytes:
+            return False
+        self._writes.acquire()
+        buf = self._scratch.get(bound + 4096)
+        sw = self.ssd.begin_write(ck.digest, buf, ns_tag=self._ns_tag, reserve=reserve, start=ck.start,
+                                  ntokens=ck.ntokens, expires_ms=int(expires * 1000))
+        if sw is None:
+            self._scratch.put(buf)
+            self._writes.release()
+            return False
+        try:
+            total = encode_chunk_into(part, self.codec, memoryview(buf), key=ck.digest, index=ck.index,
+                                      frame_bytes=self.config.frame_bytes, on_frame=sw.add)
+            self._note_encoded(ck, raw, total, t0)
+            self._writer.submit(self._commit_job, ck, sw, buf, total, expires)
+        except BaseException:
+            sw.abort()
+            self._scratch.put(buf)
+            self._writes.release()
+            raise
+        return True
+
+    def _commit_job(self, ck: ChunkKey, sw, buf, total: int, expires: float) -> None:
+        """Writer thread: makes a streamed SSD write durable (else sends the blob to remote)."""
+        lent = False
+        try:
+            placed = sw.commit(total)
+            if not placed and self.remote is not None:
+                ttl = max(0.001, expires - time.time()) if expires else None
+                lent = True  # (a remote send that timed out may still read it)
+                placed = self.remote.put(self._ns_tag, ck.digest, memoryview(buf)[:total], ttl_s=ttl)
+            if not placed:
+                self.metrics.inc("ddr", "rejected")
+        except Exception:
+            log.exception("kvcore tier writer failed")
+            self.metrics.inc("manager", "errors")
+        finally:
+            if not lent:
+                self._scratch.put(buf)
+            with self._lock:
+                self._pending.pop(ck.digest, None)  # until now, retrievable from its raw copy
+            self._writes.release()
 
     def _write_job(self, ck: ChunkKey, view, expires: float, staged: bool, entry) -> None:
         try:
@@ -592,10 +659,16 @@ class TierManager:
                     for j in range(i + 1, i + 1 + self.config.read_ahead):
                         read_ahead(j)  # the next chunks load while this one decodes
                     tier, blob = None, None
-                    if (fut is None and on_layer is None and prefill_s_per_token is None
-                            and self.ssd is not None and self.ssd.contains(ck.digest)):
-                        blob = self._stream_from_ssd(ck, out)  # decodes while it reads
-                        tier = "ssd-decoded" if blob is not None else None
+                    if fut is None and on_layer is None and prefill_s_per_token is None:
+                        if self.ssd is not None and self.ssd.contains(ck.digest):
+                            blob = self._stream_from_ssd(ck, out)  # decodes while it reads
+                            tier = "ssd-decoded" if blob is not None else None
+                        elif self.remote is not None and self.remote.can_stream:
+                            blob = self._stream_from_remote(ck, out)  # decodes while it arrives
+                            tier = "remote-decoded" if blob is not None else None
+                            if blob is None:
+                                self.metrics.inc("ddr", "misses")
+                                break
                     if blob is None:
                         tier, blob = fut.result() if fut is not None else self._fetch_below(ck)
                     if blob is None:
@@ -610,8 +683,8 @@ class TierManager:
                             with self._lock:
                                 self.ddr.release(item[3])
                         break
-                if item[1] == "ssd-decoded":
-                    item = (ck, "ssd", item[2], None)
+                if item[1] in ("ssd-decoded", "remote-decoded"):
+                    item = (ck, item[1].split("-")[0], item[2], None)
                     fetched.append(item)
                     continue
                 fetched.append(item)
@@ -669,6 +742,36 @@ class TierManager:
         if blob is not None:
             self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
         return blob
+
+    def _stream_from_remote(self, ck: ChunkKey, out: torch.Tensor):
+        """Receives ck's blob from the remote tier and decodes each layer as soon as its
+        frames have arrived (as _stream_from_ssd). Returns the verified blob, or None."""
+        t0 = time.perf_counter()
+        rr = self.remote.stream(self._ns_tag, ck.digest, scratch=self._scratch)
+        if rr is None:
+            return None
+        blob = None
+        try:
+            try:
+                if rr.wait(64 << 10):
+                    header = BlobHeader.parse(rr.view)
+                    if header.key == ck.digest:
+                        for i, (off, n) in enumerate(header.frames):
+                            if not rr.wait(off + n):
+                                break
+                            decode_into(rr.view, header, out, self.codec, start=ck.start, frames=range(i, i + 1))
+            except Exception:
+                blob = rr.finish()
+                if blob is None:
+                    return None
+                raise  # a valid blob that does not fit out: the caller's error
+            blob = rr.finish()
+            if blob is not None:
+                self._measure("remote", blob.nbytes, time.perf_counter() - t0)
+            return blob
+        finally:
+            if blob is None and rr.view is not None and not rr.lent:
+                self._scratch.put(rr.view.obj)
 
     def _decode(self, item, out: torch.Tensor, frames: Optional[range]) -> None:
         ck, tier, data, _ = item
@@ -965,6 +1068,8 @@ class TierManager:
         self._writer.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
         self._stream_io.shutdown(wait=False, cancel_futures=True)
+        if self.ssd is not None:
+            self.ssd.close()
         if self.remote is not None:
             self.remote.close()
         if clean:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ..errors import CorruptFrameError, InvalidArgumentError
-from .blob import BlobHeader, blob_total_size
+from .blob import BlobHeader, StreamingChecksum, blob_total_size, body_size
 from .metrics import Metrics
 from .resp import RawGetter, RespError
 
@@ -152,6 +152,7 @@ class RemoteTier:
         self._parts = cf.ThreadPoolExecutor(max_workers=max(1, config.parallel_parts),
                                             thread_name_prefix="kvcore-remote-part")
         self._closed = False
+        self._parts_hint = 1  # parts of the last value read: GETs sent along with part 0's
 
     # ---- plumbing ----
     def _key(self, ns_tag: str, key: bytes, part: int) -> str:
@@ -159,11 +160,21 @@ class RemoteTier:
 
     def _run(self, fn, timeout: float):
         """fn() on the pool within timeout; raises _Skipped when the breaker is open."""
+        return self._result(self._submit(fn), timeout)
+
+    def _submit(self, fn) -> cf.Future:
+        """fn() started on the pool; raises _Skipped when the breaker is open or closed."""
         if self._closed or not self.breaker.allow():
             raise _Skipped()
-        fut = self._pool.submit(fn)
         try:
-            result = fut.result(timeout=timeout)
+            return self._pool.submit(fn)
+        except RuntimeError:  # the pool was shut down (close() raced this call)
+            raise _Skipped() from None
+
+    def _result(self, fut: cf.Future, timeout: float):
+        """fut's result within timeout, feeding the breaker; raises what the operation raised."""
+        try:
+            result = fut.result(timeout=max(0.0, timeout))
         except self._errors as exc:
             fut.cancel()
             if isinstance(exc, (cf.TimeoutError, self._timeout_error)):
@@ -219,9 +230,10 @@ class RemoteTier:
                     return len(prefix)
 
             data = self._raw.get_parts(lambda i: self._key(ns_tag, key, i).encode(), total_of, pb,
-                                       alloc, self.config.max_parts)
+                                       alloc, self.config.max_parts, guess_parts=self._parts_hint)
             if data is None or data is False:
                 return (None if data is None else b""), (None if data is None else False)
+            self._parts_hint = -(-data.nbytes // pb)
             return data, None
 
         def op():
@@ -258,6 +270,29 @@ class RemoteTier:
         except self._errors:
             self.metrics.inc(self.name, "misses")
             return None
+        return self._verify(ns_tag, key, first, rest, t0)
+
+    @property
+    def can_stream(self) -> bool:
+        """True when stream() reads values as they arrive (standalone redis://)."""
+        return self._raw is not None
+
+    def stream(self, ns_tag: str, key: bytes, *, scratch=None) -> Optional["RemoteRead"]:
+        """Starts receiving key's blob (pipelined GETs straight into memory); the caller
+        decodes what has arrived (RemoteRead.wait) while the rest is in flight, then calls
+        finish(). None when this tier cannot stream or the breaker is open (a miss)."""
+        if self._raw is None:
+            return None
+        try:
+            return RemoteRead(self, ns_tag, key, scratch)
+        except _Skipped:
+            self.metrics.inc(self.name, "skipped")
+            self.metrics.inc(self.name, "misses")
+            return None
+
+    def _verify(self, ns_tag: str, key: bytes, first, rest, t0: float, digest: Optional[int] = None
+                ) -> Optional[memoryview]:
+        """The checks every read ends with: counts a hit, or a miss (deleting a corrupt entry)."""
         if first is None:
             self.metrics.inc(self.name, "misses")
             return None
@@ -268,7 +303,7 @@ class RemoteTier:
             data = memoryview(first) if rest is None else rest
             if data.nbytes != total:
                 raise CorruptFrameError("size mismatch")
-            h = BlobHeader.parse(data, verify=True)
+            h = BlobHeader.parse(data, verify=True, digest=digest)
             if h.key != key:
                 raise CorruptFrameError("value holds another key")
         except CorruptFrameError:
@@ -371,3 +406,102 @@ class RemoteTier:
                 self.client.close()
         except Exception:
             pass
+
+
+class RemoteRead:
+    """One blob being received from the remote tier (RemoteTier.stream): its parts land
+    in order in ``view``; wait(upto) blocks until the first upto bytes are there (at most
+    until op_timeout_s after the start), so the caller decodes them while the rest is in
+    flight; the receiving thread hashes each part as it lands; finish() verifies."""
+
+    def __init__(self, tier: RemoteTier, ns_tag: str, key: bytes, scratch):
+        self.tier, self.ns_tag, self.key = tier, ns_tag, key
+        self.view: Optional[memoryview] = None
+        self.size: Optional[int] = None
+        self._scratch = scratch
+        self._landed = 0
+        self._done = False
+        self._sum = StreamingChecksum()
+        self._hashed = 0
+        self._cond = threading.Condition()
+        self._t0 = time.perf_counter()
+        self._deadline = time.monotonic() + tier.config.op_timeout_s
+        self._fut = tier._submit(self._op)
+
+    def _alloc(self, n: int) -> memoryview:
+        buf = self._scratch.get(n) if self._scratch is not None else bytearray(n)
+        with self._cond:
+            self.view = memoryview(buf)[:n]
+            self.size = n
+        return self.view
+
+    def _on_landed(self, n: int) -> None:
+        end = min(n, body_size(self.size))
+        if end > self._hashed:
+            self._sum.update(self.view[self._hashed:end])
+            self._hashed = end
+        with self._cond:
+            self._landed = n
+            self._cond.notify_all()
+
+    def _op(self):
+        t = self.tier
+
+        def total_of(prefix):
+            try:
+                return blob_total_size(prefix)
+            except CorruptFrameError:
+                return len(prefix)
+
+        try:
+            pb = t.config.part_bytes
+            data = t._raw.get_parts(lambda i: t._key(self.ns_tag, self.key, i).encode(), total_of, pb, self._alloc,
+                                    t.config.max_parts, guess_parts=t._parts_hint, on_landed=self._on_landed)
+            if data is not None and data is not False:
+                t._parts_hint = -(-data.nbytes // pb)
+            return data
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+
+    def wait(self, upto: int) -> bool:
+        """Blocks until the first upto bytes (clamped to the value's size) are in view;
+        False when the value is missing, the read failed or ran out of time."""
+        with self._cond:
+            while True:
+                if self.size is not None and self._landed >= min(upto, self.size):
+                    return True
+                if self._done:
+                    return False
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+
+    def finish(self) -> Optional[memoryview]:
+        """The whole verified blob, or None (a miss: missing, failed, timed out or corrupt;
+        counted, a corrupt entry deleted)."""
+        t = self.tier
+        try:
+            data = t._result(self._fut, self._deadline - time.monotonic())
+        except self._tier_errors():
+            t.metrics.inc(t.name, "misses")
+            return None
+        if data is None:
+            first, rest = None, None
+        elif data is False:
+            first, rest = b"", False
+        else:
+            first, rest = data, data
+        return t._verify(self.ns_tag, self.key, first, rest, self._t0,
+                         digest=self._sum.intdigest() if rest is not None and rest is not False else None)
+
+    def _tier_errors(self) -> tuple:
+        return self.tier._errors
+
+    @property
+    def lent(self) -> bool:
+        """True while the receiving thread may still write into view (after a timeout):
+        the buffer must then not be reused."""
+        return not self._fut.done()
