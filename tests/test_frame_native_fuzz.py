@@ -16,7 +16,7 @@ import kvcore
 import kvdata
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ["frame", "entropy", "shuffle", "lz", "checksum", "parallel", "cpu", "deflate", "qat"]
+CORE = ["frame", "entropy", "shuffle", "lz", "checksum", "parallel", "cpu", "deflate", "qat", "copy"]
 
 pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
 
