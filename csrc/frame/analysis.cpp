@@ -10,7 +10,7 @@
 namespace kvcore::frame {
 namespace {
 
-constexpr uint64_t kSampleElems = 1u << 16;  // elements looked at, at most
+constexpr uint64_t kSampleElems = 1u << 14;  // elements looked at, at most
 constexpr uint64_t kMinRowsForResidual = 64;  // residual table must pay for itself
 constexpr uint64_t kResidualRows = 64;        // rows sampled per channel (fits one-byte counts)
 
@@ -60,41 +60,41 @@ void sample_stats(const uint8_t* src, uint64_t n_elems, bool rotate, uint64_t sa
     }
 }
 
-// Per-channel counts (one byte each) of the top byte over kResidualRows rows
-// spread over the tensor, their sum over channels, and each channel's mode
-// (the most common top byte, the smallest on ties: kept up to date while
-// counting, so no pass over all 256 counts of every channel is needed).
+// The top bytes of kResidualRows rows spread over the tensor, row-major
+// (taken x channels); returns how many rows were taken.
 template <unsigned E>
-void channel_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool rotate, uint8_t* counts,
-                  uint32_t* plain, uint8_t* mode) {
-    std::vector<uint8_t> best(channels, 0);
+uint64_t gather_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool rotate, std::vector<uint8_t>* tops) {
     const uint64_t step = std::max<uint64_t>(1, rows / kResidualRows);
-    for (uint64_t r = 0, taken = 0; r < rows && taken < kResidualRows; r += step, ++taken) {
+    const uint64_t taken = std::min<uint64_t>(kResidualRows, (rows + step - 1) / step);
+    tops->resize(size_t(taken) * channels);
+    uint8_t* out = tops->data();
+    for (uint64_t k = 0; k < taken; ++k) {
+        const uint64_t r = k * step;
         for (uint32_t c = 0; c < channels; ++c) {
             uint32_t v = element<E>(src, r * channels + c);
             if (rotate) v = rotate_left1<E>(v);
-            const uint8_t top = static_cast<uint8_t>(v >> (8 * (E - 1)));
-            const uint8_t n = ++counts[size_t(c) * 256 + top];
-            if (n > best[c] || (n == best[c] && top < mode[c])) {
-                best[c] = n;
-                mode[c] = top;
-            }
-            ++plain[top];
+            *out++ = static_cast<uint8_t>(v >> (8 * (E - 1)));
         }
     }
+    return taken;
 }
 
-// The top bytes of the same rows as channel_tops, less each channel's residual.
-template <unsigned E>
-void shifted_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool rotate, const uint8_t* residual,
-                  uint32_t* shifted) {
-    const uint64_t step = std::max<uint64_t>(1, rows / kResidualRows);
-    for (uint64_t r = 0, taken = 0; r < rows && taken < kResidualRows; r += step, ++taken) {
-        for (uint32_t c = 0; c < channels; ++c) {
-            uint32_t v = element<E>(src, r * channels + c);
-            if (rotate) v = rotate_left1<E>(v);
-            ++shifted[static_cast<uint8_t>((v >> (8 * (E - 1))) - residual[c])];
+// Each channel's mode (the most common top byte, the smallest on ties) and the
+// counts over all channels. One channel at a time with one small count table,
+// which stays in L1 (a table per channel would not, for thousands of channels).
+void channel_modes(const uint8_t* tops, uint64_t taken, uint32_t channels, uint32_t* plain, uint8_t* mode) {
+    uint8_t counts[256] = {};  // <= kResidualRows per value
+    for (uint32_t c = 0; c < channels; ++c) {
+        // Branch-free: the largest (count, 255 - value) key is the mode.
+        uint32_t best = 0;
+        for (uint64_t k = 0; k < taken; ++k) {
+            const uint8_t t = tops[k * channels + c];
+            const uint32_t key = uint32_t(++counts[t]) << 8 | (255u - t);
+            best = key > best ? key : best;
+            ++plain[t];
         }
+        mode[c] = static_cast<uint8_t>(255u - (best & 0xff));
+        for (uint64_t k = 0; k < taken; ++k) counts[tops[k * channels + c]] = 0;
     }
 }
 
@@ -159,24 +159,19 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     // from kResidualRows rows (enough for a mode; few enough for one-byte counts).
     const uint64_t rows = n_elems / channels;
     if (channels < 2 || rows < kMinRowsForResidual) return best;
-    std::vector<uint8_t> counts(size_t(channels) * 256, 0);
+    std::vector<uint8_t> tops;
+    uint64_t taken = 0;
+    switch (esize) {
+        case 1: taken = gather_tops<1>(src, rows, channels, best.rotate, &tops); break;
+        case 2: taken = gather_tops<2>(src, rows, channels, best.rotate, &tops); break;
+        default: taken = gather_tops<4>(src, rows, channels, best.rotate, &tops); break;
+    }
     std::array<uint32_t, 256> plain{};
     std::vector<uint8_t> residual(channels, 0);
+    channel_modes(tops.data(), taken, channels, plain.data(), residual.data());
     std::array<uint32_t, 256> shifted{};
-    switch (esize) {
-        case 1:
-            channel_tops<1>(src, rows, channels, best.rotate, counts.data(), plain.data(), residual.data());
-            shifted_tops<1>(src, rows, channels, best.rotate, residual.data(), shifted.data());
-            break;
-        case 2:
-            channel_tops<2>(src, rows, channels, best.rotate, counts.data(), plain.data(), residual.data());
-            shifted_tops<2>(src, rows, channels, best.rotate, residual.data(), shifted.data());
-            break;
-        default:
-            channel_tops<4>(src, rows, channels, best.rotate, counts.data(), plain.data(), residual.data());
-            shifted_tops<4>(src, rows, channels, best.rotate, residual.data(), shifted.data());
-            break;
-    }
+    for (uint64_t k = 0; k < taken; ++k)
+        for (uint32_t c = 0; c < channels; ++c) ++shifted[static_cast<uint8_t>(tops[k * channels + c] - residual[c])];
     const double top_plain = entropy_bits(plain.data());
     const double top_res = entropy_bits(shifted.data());
     // Keep it when the saving over the whole tensor beats the table's size.
