@@ -744,6 +744,31 @@ PYBIND11_MODULE(_native, m) {
             check(st);
         },
         py::arg("frame"), py::arg("out"), py::arg("threads") = py::none());
+    m.def(
+        "decompress_batch",
+        [](const std::vector<py::buffer>& frames, const std::vector<py::buffer>& outs, const py::object& threads) {
+            if (frames.size() != outs.size())
+                throw NativeError{Code::kInvalidArgument, "frames and outs differ in length"};
+            const size_t n = frames.size();
+            std::vector<py::buffer_info> keep(2 * n);
+            std::vector<ByteView> in(n);
+            std::vector<MutableView> dst(n);
+            for (size_t i = 0; i < n; ++i) {
+                in[i] = read_view(frames[i], keep[2 * i]);
+                dst[i] = write_view(outs[i], keep[2 * i + 1]);
+            }
+            std::vector<fr::FrameJob> jobs(n);
+            for (size_t i = 0; i < n; ++i) jobs[i] = {in[i].data, in[i].size, dst[i].data, dst[i].size};
+            const unsigned n_threads = thread_count(threads);
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = fr::decompress_many(jobs.data(), n, n_threads);
+            }
+            check(st);
+        },
+        py::arg("frames"), py::arg("outs"), py::arg("threads") = py::none(),
+        "Decodes frames[i] into outs[i] for every i, the blocks of all frames spread over the threads.");
     m.def("frame_desc", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

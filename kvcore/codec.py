@@ -9,7 +9,7 @@ True
 'bfloat16'
 """
 
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -125,6 +125,33 @@ def decompress(
     out = output_for(frame, out)
     _native.decompress_into(frame, _byte_view(out), threads=_threads(threads))
     return out
+
+
+def decompress_many(
+    frames: Sequence[FrameLike],
+    outs: Sequence[torch.Tensor],
+    *,
+    threads: Optional[int] = None,
+) -> None:
+    """Decode frames[i] into outs[i] for every i in one native call.
+
+    The blocks of all frames are spread over the threads, so many small frames (the
+    layers of a KV chunk) keep every core busy, and outputs that together exceed the
+    last-level cache are written with streaming stores. Each out is checked like
+    decompress's ``out=``. Raises CorruptFrameError if any frame
+    is bad (the contents of every out are then unspecified).
+
+    >>> import torch, kvcore
+    >>> xs = [torch.full((4, 8), float(i), dtype=torch.bfloat16) for i in range(3)]
+    >>> outs = [torch.empty_like(x) for x in xs]
+    >>> kvcore.decompress_many([kvcore.compress(x) for x in xs], outs)
+    >>> all(torch.equal(o, x) for o, x in zip(outs, xs))
+    True
+    """
+    if len(frames) != len(outs):
+        raise InvalidArgumentError(f"{len(frames)} frames but {len(outs)} outputs")
+    views = [_byte_view(output_for(f, o)) for f, o in zip(frames, outs)]
+    _native.decompress_batch(list(frames), views, threads=_threads(threads))
 
 
 def output_for(frame: FrameLike, out: Optional[torch.Tensor]) -> torch.Tensor:

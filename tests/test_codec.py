@@ -231,3 +231,23 @@ def test_concurrent_calls_from_python_threads():
     with ThreadPoolExecutor(max_workers=4) as pool:
         sizes = list(pool.map(round_trip, range(24)))
     assert all(s > 0 for s in sizes)
+
+
+# ---------------------------------------------------------------- decompress_many
+
+
+def test_decompress_many_round_trip_and_errors():
+    rng = np.random.default_rng(11)
+    xs = [torch.from_numpy(rng.standard_normal((64, 4, 8)).astype(np.float32)).to(torch.bfloat16) for _ in range(7)]
+    frames = [kvcore.compress(x, mode="fast" if i % 2 else "dense") for i, x in enumerate(xs)]
+    outs = [torch.empty_like(x) for x in xs]
+    kvcore.decompress_many(frames, outs, threads=2)
+    assert all(torch.equal(o.view(torch.int16), x.view(torch.int16)) for o, x in zip(outs, xs))
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.decompress_many(frames, outs[:-1])
+    with pytest.raises(kvcore.KVCoreError):
+        kvcore.decompress_many(frames[:1], [torch.empty(64, 4, 8)])  # wrong dtype
+    bad = bytearray(frames[3])
+    bad[len(bad) // 2] ^= 0x10
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.decompress_many(frames[:3] + [bytes(bad)], outs[:4])

@@ -387,34 +387,63 @@ Status read_info(const uint8_t* frame, size_t size, FrameInfo* info) {
     return Status::ok();
 }
 
-Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_size, unsigned threads) {
+namespace {
+
+// One frame's parsed header and block offsets, ready to decode block by block.
+struct PreparedFrame {
     Header h;
+    std::vector<uint64_t> offsets;
+};
+
+Status prepare(const FrameJob& job, PreparedFrame* f) {
     size_t pos = 0;
-    KVCORE_RETURN_IF_ERROR(parse_header(frame, size, &h, &pos));
-    const unsigned esize = dtype_size(h.dtype);
-    if (dst_size != h.n_elems * esize)
-        return make_status(Code::kBufferTooSmall, "output holds " + std::to_string(dst_size) + " bytes, the frame " +
-                                                      std::to_string(h.n_elems * esize));
-    std::vector<uint64_t> offsets(h.n_blocks);
-    for (uint32_t b = 0; b < h.n_blocks; ++b) {
-        offsets[b] = pos;
-        pos += h.block_sizes[b];
+    KVCORE_RETURN_IF_ERROR(parse_header(job.frame, job.size, &f->h, &pos));
+    const uint64_t want = f->h.n_elems * dtype_size(f->h.dtype);
+    if (job.dst_size != want)
+        return make_status(Code::kBufferTooSmall, "output holds " + std::to_string(job.dst_size) +
+                                                      " bytes, the frame " + std::to_string(want));
+    f->offsets.resize(f->h.n_blocks);
+    for (uint32_t b = 0; b < f->h.n_blocks; ++b) {
+        f->offsets[b] = pos;
+        pos += f->h.block_sizes[b];
     }
-    advise_huge_pages(dst, dst_size);
-    // Outputs larger than the last-level cache would be evicted before anyone reads them.
-    const bool stream_output = dst_size > copy::llc_bytes();
+    return Status::ok();
+}
+
+}  // namespace
+
+Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads) {
+    std::vector<PreparedFrame> frames(n);
+    std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block)
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+        KVCORE_RETURN_IF_ERROR(prepare(jobs[i], &frames[i]));
+        for (uint32_t b = 0; b < frames[i].h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
+        advise_huge_pages(jobs[i].dst, jobs[i].dst_size);
+        total += jobs[i].dst_size;
+    }
+    // Outputs larger than the last-level cache together would be evicted before
+    // anyone reads them: write them with streaming stores.
+    const bool stream_output = total > copy::llc_bytes();
     FirstError error;
-    const size_t scratch_bytes = size_t(esize) * h.block_elems;
-    default_pool().parallel_for(h.n_blocks, threads, [&](size_t b) {
+    // Every block of every frame is one task, so small frames still keep all threads busy.
+    default_pool().parallel_for(tasks.size(), threads, [&](size_t t) {
         if (error.failed()) return;
+        const auto [i, b] = tasks[t];
+        const Header& h = frames[i].h;
         const uint64_t first = uint64_t(b) * h.block_elems;
         const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
-        Scratch& s = thread_scratch(scratch_bytes, 0);
-        Status st = decode_block(frame + offsets[b], h.block_sizes[b], first, count, h, dst, s.planes.data(),
-                                 stream_output);
+        Scratch& s = thread_scratch(size_t(dtype_size(h.dtype)) * h.block_elems, 0);
+        Status st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h,
+                                 jobs[i].dst, s.planes.data(), stream_output);
         if (!st.is_ok()) error.set(std::move(st));
     });
     return error.take();
+}
+
+Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_size, unsigned threads) {
+    const FrameJob job{frame, size, dst, dst_size};
+    return decompress_many(&job, 1, threads);
 }
 
 }  // namespace kvcore::frame

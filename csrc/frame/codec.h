@@ -86,4 +86,17 @@ Status read_info(const uint8_t* frame, size_t size, FrameInfo* info);
 // every block's checksum is verified. threads: 0 = all.
 Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_size, unsigned threads);
 
+// One frame and where it decodes to.
+struct FrameJob {
+    const uint8_t* frame;
+    size_t size;
+    uint8_t* dst;
+    size_t dst_size;
+};
+
+// Decodes every job as decompress does, the blocks of all frames spread over
+// the threads (many small frames keep every thread busy). Every header is
+// checked before any block is decoded.
+Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads);
+
 }  // namespace kvcore::frame

@@ -298,16 +298,23 @@ def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, st
     if start + header.ntokens > out.shape[2]:
         raise InvalidArgumentError("out has too few token positions for the restored chunk")
     view = memoryview(blob).cast("B")
+    batch_frames, batch_outs = [], []  # contiguous destinations, decoded together
     for i in (frames if frames is not None else range(len(header.frames))):
         off, length = header.frames[i]
         l0, l1 = header.frame_layers(i)
         dst = out[l0:l1, :, start:start + header.ntokens]
         if dst.is_contiguous():
-            codec.decode_into(view[off:off + length], dst)
+            batch_frames.append(view[off:off + length])
+            batch_outs.append(dst)
         else:
             tmp = _staging_tensor(tuple(dst.shape), dst.dtype)
             codec.decode_into(view[off:off + length], tmp)
             dst.copy_(tmp)
+    if len(batch_frames) > 1 and hasattr(codec, "decode_many"):
+        codec.decode_many(batch_frames, batch_outs)
+    else:
+        for f, dst in zip(batch_frames, batch_outs):
+            codec.decode_into(f, dst)
 
 
 def frame_of_layer(header: BlobHeader, layer: int) -> int:

@@ -34,6 +34,8 @@ class Codec(Protocol):
 
     # Optional (streamed writes): encode_into(t, out) -> bytes written into the
     # writable memoryview out, which holds at least max_encoded_size(t) bytes.
+    # Optional (batched reads): decode_many(frames, outs) -> decode_into for each
+    # pair, outs contiguous.
 
 
 def _bytes_view(t: torch.Tensor) -> torch.Tensor:
@@ -107,6 +109,10 @@ class KvcoreCodec:
             self._kvcore.decompress(frame, out=out, threads=self.threads)
         else:
             out.copy_(self._kvcore.decompress(frame, threads=self.threads))
+
+    def decode_many(self, frames: list, outs: list[torch.Tensor]) -> None:
+        """A chunk's frames in one native call (their blocks spread over the threads)."""
+        self._kvcore.decompress_many(frames, outs, threads=self.threads)
 
 
 def native_codec_available() -> bool:
