@@ -757,6 +757,23 @@ PYBIND11_MODULE(_native, m) {
                 in[i] = read_view(frames[i], keep[2 * i]);
                 dst[i] = write_view(outs[i], keep[2 * i + 1]);
             }
+            // Outputs are written concurrently: none may overlap another output or any frame.
+            std::vector<std::pair<uintptr_t, uintptr_t>> outs_sorted, ins_sorted;
+            for (size_t i = 0; i < n; ++i) {
+                if (dst[i].size) outs_sorted.emplace_back(uintptr_t(dst[i].data), uintptr_t(dst[i].data) + dst[i].size);
+                if (in[i].size) ins_sorted.emplace_back(uintptr_t(in[i].data), uintptr_t(in[i].data) + in[i].size);
+            }
+            std::sort(outs_sorted.begin(), outs_sorted.end());
+            for (size_t i = 1; i < outs_sorted.size(); ++i)
+                if (outs_sorted[i].first < outs_sorted[i - 1].second)
+                    throw NativeError{Code::kInvalidArgument, "decompress_many: outputs overlap"};
+            for (const auto& r : ins_sorted) {
+                auto it = std::upper_bound(outs_sorted.begin(), outs_sorted.end(), std::make_pair(r.first, UINTPTR_MAX));
+                const bool hit_prev = it != outs_sorted.begin() && std::prev(it)->second > r.first;
+                const bool hit_next = it != outs_sorted.end() && it->first < r.second;
+                if (hit_prev || hit_next)
+                    throw NativeError{Code::kInvalidArgument, "decompress_many: an output overlaps a frame"};
+            }
             std::vector<fr::FrameJob> jobs(n);
             for (size_t i = 0; i < n; ++i) jobs[i] = {in[i].data, in[i].size, dst[i].data, dst[i].size};
             const unsigned n_threads = thread_count(threads);

@@ -251,3 +251,19 @@ def test_decompress_many_round_trip_and_errors():
     bad[len(bad) // 2] ^= 0x10
     with pytest.raises(kvcore.CorruptFrameError):
         kvcore.decompress_many(frames[:3] + [bytes(bad)], outs[:4])
+
+
+def test_decompress_many_rejects_overlap():
+    x = torch.arange(512, dtype=torch.float32).to(torch.bfloat16).reshape(64, 8)
+    f = kvcore.compress(x)
+    big = torch.empty(96, 8, dtype=torch.bfloat16)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.decompress_many([f, f], [big[:64], big[32:]])  # the two outputs share rows
+    buf = torch.empty(4096, dtype=torch.uint8)
+    buf[: len(f)] = torch.frombuffer(bytearray(f), dtype=torch.uint8)
+    frame_in_buf = buf[: len(f)].numpy()
+    out_over_frame = buf[:1024].view(torch.bfloat16).reshape(64, 8)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.decompress_many([frame_in_buf], [out_over_frame])
+    kvcore.decompress_many([f, f], [big[:64], torch.empty_like(x)])  # disjoint: fine
+    assert torch.equal(big[:64], x)
