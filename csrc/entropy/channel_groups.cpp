@@ -105,13 +105,22 @@ inline void transpose16x8(const uint8_t* const* column, size_t r, uint8_t* out, 
     }
 }
 
-// Inverse of to_channel_major (the decoder's hot path: 16 rows at a time).
+// Inverse of to_channel_major (the decoder's hot path): 16 rows x 16 channels
+// per full transpose, then 16 x 8 tiles, then single bytes.
 void to_row_major(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane) {
     const size_t r16 = rows & ~size_t(15);
+    const uint32_t c16 = channels & ~15u;
     const uint32_t c8 = channels & ~7u;
     for (size_t r = 0; r < r16; r += 16) {
         uint8_t* row = plane + r * channels;
-        for (uint32_t c = 0; c < c8; c += 8) transpose16x8(column + c, r, row + c, channels);
+        for (uint32_t c = 0; c < c16; c += 16) {
+            __m128i in[16], out[16];
+            for (int i = 0; i < 16; ++i) in[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(column[c + i] + r));
+            transpose16x16(in, out);
+            uint8_t* p = row + c;
+            for (int j = 0; j < 16; ++j, p += channels) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), out[j]);
+        }
+        for (uint32_t c = c16; c < c8; c += 8) transpose16x8(column + c, r, row + c, channels);
     }
     for (size_t r = 0; r < rows; ++r) {
         const uint32_t c_from = r < r16 ? c8 : 0;
