@@ -85,6 +85,7 @@ uint64_t gather_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool 
 // tables taken in turn, so runs of one value do not serialize on one counter.
 void channel_modes(const uint8_t* tops, uint64_t taken, uint32_t channels, uint32_t* plain, uint8_t* mode) {
     uint8_t counts[4][256] = {};  // <= kResidualRows per value
+    uint32_t sums[4][256] = {};
     for (uint32_t c = 0; c < channels; ++c) {
         for (uint64_t k = 0; k < taken; ++k) ++counts[k & 3][tops[k * channels + c]];
         // The largest (count, 255 - value) key is the mode.
@@ -98,10 +99,22 @@ void channel_modes(const uint8_t* tops, uint64_t taken, uint32_t channels, uint3
         mode[c] = static_cast<uint8_t>(255u - (best & 0xff));
         for (uint64_t k = 0; k < taken; ++k) {
             const uint8_t t = tops[k * channels + c];
-            ++plain[t];
+            ++sums[k & 3][t];
             counts[0][t] = counts[1][t] = counts[2][t] = counts[3][t] = 0;
         }
     }
+    for (int t = 0; t < 256; ++t) plain[t] += sums[0][t] + sums[1][t] + sums[2][t] + sums[3][t];
+}
+
+// Counts of the top bytes less each channel's residual (four tables, as above).
+void residual_counts(const uint8_t* tops, uint64_t taken, uint32_t channels, const uint8_t* residual,
+                     uint32_t* shifted) {
+    uint32_t sums[4][256] = {};
+    for (uint64_t k = 0; k < taken; ++k) {
+        const uint8_t* row = tops + k * channels;
+        for (uint32_t c = 0; c < channels; ++c) ++sums[c & 3][static_cast<uint8_t>(row[c] - residual[c])];
+    }
+    for (int t = 0; t < 256; ++t) shifted[t] += sums[0][t] + sums[1][t] + sums[2][t] + sums[3][t];
 }
 
 }  // namespace
@@ -176,8 +189,7 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     std::vector<uint8_t> residual(channels, 0);
     channel_modes(tops.data(), taken, channels, plain.data(), residual.data());
     std::array<uint32_t, 256> shifted{};
-    for (uint64_t k = 0; k < taken; ++k)
-        for (uint32_t c = 0; c < channels; ++c) ++shifted[static_cast<uint8_t>(tops[k * channels + c] - residual[c])];
+    residual_counts(tops.data(), taken, channels, residual.data(), shifted.data());
     const double top_plain = entropy_bits(plain.data());
     const double top_res = entropy_bits(shifted.data());
     // Keep it when the saving over the whole tensor beats the table's size.
