@@ -237,9 +237,8 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     thread_local StreamingChecksum64 sum;
     sum.reset(seed);
     const size_t piece = std::max<size_t>(1, kVerifyPieceBytes / esize / h.channels) * h.channels;
-    const bool stream_out = stream_output;
     thread_local std::vector<uint8_t> piece_buf;
-    if (stream_out && piece_buf.size() < piece * esize) piece_buf.resize(piece * esize);
+    if (stream_output && piece_buf.size() < piece * esize) piece_buf.resize(piece * esize);
     for (size_t done = 0; done < n; done += piece) {
         const size_t count = std::min(piece, n - done);
         const uint8_t* at[4];
@@ -247,7 +246,7 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         shuffle::PlaneTransform tp = t;
         tp.phase = static_cast<uint32_t>((t.phase + done) % t.period);
         uint8_t* out = dst + (first + done) * esize;
-        if (stream_out) {
+        if (stream_output) {
             // Merge and hash in cache, then write with streaming stores: the
             // output is not read for ownership, a third of the memory traffic.
             shuffle::merge(at, count, esize, tp, piece_buf.data());

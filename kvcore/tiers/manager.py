@@ -723,25 +723,7 @@ class TierManager:
         sr = self.ssd.stream(ck.digest, scratch=self._scratch, executor=self._stream_io)
         if sr is None:
             return None
-        try:
-            if not sr.wait(64 << 10):
-                return sr.finish()
-            header = BlobHeader.parse(sr.view)
-            if header.key != ck.digest:
-                return sr.finish()
-            for i, (off, n) in enumerate(header.frames):
-                if not sr.wait(off + n):
-                    return sr.finish()
-                decode_into(sr.view, header, out, self.codec, start=ck.start, frames=range(i, i + 1))
-        except Exception:
-            blob = sr.finish()
-            if blob is None:
-                return None
-            raise  # a valid blob that does not fit out: the caller's error
-        blob = sr.finish()
-        if blob is not None:
-            self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
-        return blob
+        return self._decode_as_it_lands(sr, ck, out, "ssd", t0)
 
     def _stream_from_remote(self, ck: ChunkKey, out: torch.Tensor):
         """Receives ck's blob from the remote tier and decodes each layer as soon as its
@@ -752,26 +734,32 @@ class TierManager:
             return None
         blob = None
         try:
-            try:
-                if rr.wait(64 << 10):
-                    header = BlobHeader.parse(rr.view)
-                    if header.key == ck.digest:
-                        for i, (off, n) in enumerate(header.frames):
-                            if not rr.wait(off + n):
-                                break
-                            decode_into(rr.view, header, out, self.codec, start=ck.start, frames=range(i, i + 1))
-            except Exception:
-                blob = rr.finish()
-                if blob is None:
-                    return None
-                raise  # a valid blob that does not fit out: the caller's error
-            blob = rr.finish()
-            if blob is not None:
-                self._measure("remote", blob.nbytes, time.perf_counter() - t0)
+            blob = self._decode_as_it_lands(rr, ck, out, "remote", t0)
             return blob
         finally:
             if blob is None and rr.view is not None and not rr.lent:
                 self._scratch.put(rr.view.obj)
+
+    def _decode_as_it_lands(self, stream, ck: ChunkKey, out: torch.Tensor, tier: str, t0: float):
+        """Decodes the frames of a blob that is still arriving in stream.view (an SSD or
+        remote read), each as soon as it has landed; stream.finish() then verifies the
+        whole blob (and its key). Returns the verified blob, or None (a miss)."""
+        try:
+            if stream.wait(64 << 10):
+                header = BlobHeader.parse(stream.view)
+                if header.key == ck.digest:
+                    for i, (off, n) in enumerate(header.frames):
+                        if not stream.wait(off + n):
+                            break
+                        decode_into(stream.view, header, out, self.codec, start=ck.start, frames=range(i, i + 1))
+        except Exception:
+            if stream.finish() is None:
+                return None
+            raise  # a valid blob that does not fit out: the caller's error
+        blob = stream.finish()
+        if blob is not None:
+            self._measure(tier, blob.nbytes, time.perf_counter() - t0)
+        return blob
 
     def _decode(self, item, out: torch.Tensor, frames: Optional[range]) -> None:
         ck, tier, data, _ = item

@@ -188,13 +188,9 @@ class SSDTier:
         return False
 
     # ---- write ----
-    def write(self, key: bytes, blob, *, ns_tag: str, start: int = 0, ntokens: int = 0,
-              expires_ms: int = 0, verify_blob: bool = True) -> bool:
-        """Stores blob under key durably. Returns False (and counts why) when it was skipped."""
-        view = memoryview(blob).cast("B")
-        size = view.nbytes
-        if verify_blob:
-            BlobHeader.parse(view)  # refuse to persist garbage
+    def _reserve(self, key: bytes, size: int) -> bool:
+        """Drops key's old file and holds size bytes of capacity for its new one;
+        False (counted as rejected) when they cannot be made free."""
         with self._lock:
             old = self.index.pop(key, None)
             if old is not None:
@@ -204,7 +200,18 @@ class SSDTier:
             if not self._make_room(size):
                 self.metrics.inc(self.name, "rejected")
                 return False
-            self.used_bytes += size  # reserved while the file is written
+            self.used_bytes += size
+            return True
+
+    def write(self, key: bytes, blob, *, ns_tag: str, start: int = 0, ntokens: int = 0,
+              expires_ms: int = 0, verify_blob: bool = True) -> bool:
+        """Stores blob under key durably. Returns False (and counts why) when it was skipped."""
+        view = memoryview(blob).cast("B")
+        size = view.nbytes
+        if verify_blob:
+            BlobHeader.parse(view)  # refuse to persist garbage
+        if not self._reserve(key, size):  # held while the file is written
+            return False
         t0 = time.perf_counter()
         nsdir = self.root / ns_tag
         final = nsdir / f"{key.hex()}.{start}.{ntokens}.{expires_ms}.kvc"
@@ -247,16 +254,8 @@ class SSDTier:
         rounded up to 4 KiB). reserve: bytes to hold for it now (the blob's expected
         size; commit() settles the difference). None when it cannot fit (counted).
         """
-        with self._lock:
-            old = self.index.pop(key, None)
-            if old is not None:
-                self.policy.remove(key)
-                self.used_bytes -= old.size
-                _unlink(old.path)
-            if not self._make_room(reserve):
-                self.metrics.inc(self.name, "rejected")
-                return None
-            self.used_bytes += reserve
+        if not self._reserve(key, reserve):
+            return None
         try:
             return StreamWrite(self, key, buffer, ns_tag=ns_tag, reserve=reserve, start=start, ntokens=ntokens,
                                expires_ms=expires_ms)
