@@ -125,6 +125,46 @@ def test_real_planes_size_near_entropy(planes):
         assert total <= total_h * 1.025, (name, total / total_h)
 
 
+def _encode_with(mask: str, raw: bytes) -> bytes:
+    kvcore.set_disabled_isa(mask)
+    try:
+        return _native.huffman_encode(raw)
+    finally:
+        kvcore.set_disabled_isa("")
+
+
+@pytest.mark.parametrize("width", [2, 17, 31, 32, 33])
+@pytest.mark.parametrize("n", [256, 257, 1001, 4099, 65536 + 3])
+def test_windowed_pairs_match_the_single_symbol_coder(width, n):
+    """Symbols within a window of 32 values are coded two per lookup (BMI2 build); the
+    stream must be the same bytes the one-symbol-at-a-time coder writes, for odd lengths
+    (segments starting at odd offsets) and windows at, below and above 32 values."""
+    if "avx2" not in kvcore.features()["simd_detected"]:
+        pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
+    rng = np.random.default_rng(width * 100003 + n)
+    lo = 100 + width % 7  # the window need not start at a multiple of 32
+    sym = (lo + np.minimum(rng.geometric(0.25, n) - 1, width - 1)).astype(np.uint8)
+    sym[:2] = (lo, lo + width - 1)  # both ends present: the window is exactly `width`
+    raw = sym.tobytes()
+    paired, single = _encode_with("", raw), _encode_with("avx2", raw)
+    assert paired == single
+    assert _native.huffman_decode(paired, n) == raw
+
+
+def test_windowed_pairs_on_channel_groups(planes):
+    """Real exponent symbols of one channel group (the dense codec's input to the pair coder)."""
+    if "avx2" not in kvcore.features()["simd_detected"]:
+        pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
+    for name, plane in planes.items():
+        if not name.endswith(":exponent"):
+            continue
+        mode = int(np.bincount(plane).argmax())
+        group = plane[(plane >= mode - 20) & (plane < mode + 11)][: 1 << 18]
+        raw = group.tobytes()
+        assert _encode_with("", raw) == _encode_with("avx2", raw), name
+        assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
+
+
 # ---------------------------------------------------------------- synthetic inputs
 
 

@@ -1,5 +1,6 @@
 #include "entropy/histogram.h"
 
+#include <algorithm>
 #include <cstring>
 #include <immintrin.h>
 
@@ -15,7 +16,7 @@ namespace kvcore::entropy {
 namespace {
 
 constexpr size_t kSampleMin = 32768;   // smaller planes are counted exactly
-constexpr size_t kSamplePeriod = 64;  // bytes; the first kSampleTaken of each are counted
+constexpr size_t kSamplePeriod = 128;  // bytes; the first kSampleTaken of each are counted
 constexpr size_t kSampleTaken = 16;
 constexpr unsigned kMaxUnseen = 8;  // values in range the sample missed, at most, before counting exactly
 
@@ -127,13 +128,19 @@ __attribute__((target("avx2"))) uint32_t present_avx2(const uint8_t* src, size_t
         want[j] = _mm256_set1_epi8(static_cast<char>(cand[j]));
         hit[j] = _mm256_setzero_si256();
     }
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-        for (unsigned j = 0; j < k; ++j) hit[j] = _mm256_or_si256(hit[j], _mm256_cmpeq_epi8(v, want[j]));
-    }
+    const uint32_t all = (1u << k) - 1;
     uint32_t mask = 0;
-    for (unsigned j = 0; j < k; ++j) mask |= uint32_t(!_mm256_testz_si256(hit[j], hit[j])) << j;
+    size_t i = 0;
+    // Stop once every candidate has turned up (most do, early): checked every 2 KiB.
+    while (i + 32 <= n && mask != all) {
+        const size_t end = std::min(n & ~size_t(31), i + 2048);
+        for (; i < end; i += 32) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+            for (unsigned j = 0; j < k; ++j) hit[j] = _mm256_or_si256(hit[j], _mm256_cmpeq_epi8(v, want[j]));
+        }
+        for (unsigned j = 0; j < k; ++j) mask |= uint32_t(!_mm256_testz_si256(hit[j], hit[j])) << j;
+    }
+    if (mask == all) return mask;
     for (; i < n; ++i)
         for (unsigned j = 0; j < k; ++j) mask |= uint32_t(src[i] == cand[j]) << j;
     return mask;

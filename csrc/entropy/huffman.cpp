@@ -263,6 +263,82 @@ KV_ALWAYS_INLINE bool encode_pair_impl(SegmentJob& a, SegmentJob& b, const EncTa
 
 bool encode_pair_scalar(SegmentJob& a, SegmentJob& b, const EncTable& t) { return encode_pair_impl<0>(a, b, t); }
 
+// ---- two symbols per lookup, for alphabets that span fewer than 32 values
+//
+// Exponent planes of KV data do (a channel group spans about 20 exponents), so
+// one table lookup can code two symbols: half the loads and bit-buffer updates
+// of the loop above. The symbols are first turned into pair indices
+// (a & 31) | (b & 31) << 5, which name each pair uniquely when every present
+// symbol lies in one window of 32 values. The bits written are the same.
+constexpr unsigned kPairBits = 5;
+constexpr unsigned kPairWindow = 1u << kPairBits;
+
+struct PairTable {
+    // code[(a & 31) | (b & 31) << 5] = code a then code b, left-aligned, with the
+    // summed length (<= 22) in the low byte.
+    uint64_t code[kPairWindow * kPairWindow];
+};
+
+void build_pairs(const EncTable& t, unsigned lo, unsigned hi, PairTable* pairs) {
+    std::memset(pairs, 0, sizeof(*pairs));
+    for (unsigned a = lo; a <= hi; ++a) {
+        const uint64_t ca = t.code[a];
+        if (ca == 0) continue;
+        const unsigned la = unsigned(ca & 0xff);
+        uint64_t* row = pairs->code + (a & (kPairWindow - 1));
+        for (unsigned b = lo; b <= hi; ++b) {
+            const uint64_t cb = t.code[b];
+            row[(b & (kPairWindow - 1)) << kPairBits] = (ca & ~uint64_t(0xff)) + ((cb & ~uint64_t(0xff)) >> la) + la + (cb & 0xff);
+        }
+    }
+}
+
+// idx[j] = pair index of src[2j], src[2j + 1].
+__attribute__((target("avx2"))) void pair_indices_avx2(const uint8_t* src, size_t pairs, uint16_t* idx) {
+    const __m256i mask = _mm256_set1_epi8(kPairWindow - 1);
+    const __m256i weights = _mm256_set1_epi16(int16_t(1 | kPairWindow << 8));  // a * 1 + b * 32
+    size_t j = 0;
+    for (; j + 16 <= pairs; j += 16) {
+        const __m256i v = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * j)), mask);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + j), _mm256_maddubs_epi16(v, weights));
+    }
+    for (; j < pairs; ++j)
+        idx[j] = uint16_t((src[2 * j] & (kPairWindow - 1)) | (src[2 * j + 1] & (kPairWindow - 1)) << kPairBits);
+}
+
+// Four pairs (eight symbols); stores like put8_fast.
+KV_ALWAYS_INLINE void put4_pairs(BitWriter& w, const uint64_t* code, const uint16_t* p) {
+    put_fast(w, code[p[0]]);
+    put_fast(w, code[p[1]]);
+    flush_fast(w);  // <= 7 + 2 * 22 = 51 pending bits
+    put_fast(w, code[p[2]]);
+    put_fast(w, code[p[3]]);
+    flush_fast(w);
+}
+
+// encode_pair_impl over pair indices: a_idx / b_idx hold the indices of the
+// segments' leading symbol pairs; the symbols after them go one by one.
+__attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_windowed(SegmentJob& a, SegmentJob& b, const EncTable& t,
+                                                                  const PairTable& pt, const uint16_t* a_idx,
+                                                                  const uint16_t* b_idx) {
+    BitWriter wa{a.out}, wb{b.out};
+    size_t i = 0;
+    if (a.out_end - a.out >= 16 && b.out_end - b.out >= 16) {
+        const uint8_t* a_end = a.out_end - 16;
+        const uint8_t* b_end = b.out_end - 16;
+        const size_t both = std::min(a.len, b.len);
+        BitWriter x = wa, y = wb;
+        while (i + 8 <= both && x.o <= a_end && y.o <= b_end) {
+            put4_pairs(x, pt.code, a_idx + i / 2);
+            put4_pairs(y, pt.code, b_idx + i / 2);
+            i += 8;
+        }
+        wa = x;
+        wb = y;
+    }
+    return finish_segment(a, i, wa, t.code) && finish_segment(b, i, wb, t.code);
+}
+
 __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_bmi2(SegmentJob& a, SegmentJob& b, const EncTable& t) {
     return encode_pair_impl<1>(a, b, t);
 }
@@ -534,12 +610,13 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     }
     uint64_t counts[256];
     uint64_t total = 0;
-    unsigned m = 0, last = 0;
+    unsigned m = 0, first = 256, last = 0;
     for (unsigned s = 0; s < 256; ++s) {
         counts[s] = hist[s];
         total += hist[s];
         if (hist[s]) {
             ++m;
+            first = std::min(first, s);
             last = s;
         }
     }
@@ -611,8 +688,27 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (k) spare += segment_bound(len);
         seg += len;
     }
+    // Symbols that all lie in one window of 32 values are coded two per lookup.
+    const bool windowed = bmi2 && last - first < kPairWindow && n >= 256;
+    thread_local std::vector<uint16_t> pair_idx;
+    PairTable pairs;
+    if (windowed) {
+        build_pairs(enc, first, last, &pairs);
+        if (pair_idx.size() < n / 2 + kStreams) pair_idx.resize(n / 2 + kStreams);
+    }
     for (unsigned k = 0; k < kStreams; k += 2) {
-        const bool ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
+        bool ok;
+        if (windowed) {
+            // Each segment pairs from its own start (a segment may start at an odd offset).
+            const size_t pairs_a = std::min(jobs[k].len, jobs[k + 1].len) / 2;
+            uint16_t* a_idx = pair_idx.data();
+            uint16_t* b_idx = a_idx + pairs_a;
+            pair_indices_avx2(jobs[k].src, pairs_a, a_idx);
+            pair_indices_avx2(jobs[k + 1].src, pairs_a, b_idx);
+            ok = encode_pair_windowed(jobs[k], jobs[k + 1], enc, pairs, a_idx, b_idx);
+        } else {
+            ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
+        }
         if (!ok) return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
     }
     uint64_t coded_bits = 0;
