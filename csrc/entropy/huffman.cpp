@@ -483,31 +483,42 @@ KV_ALWAYS_INLINE void decode_tail(const uint8_t* src, size_t src_size, const Tab
     s.bitpos &= 7;
 }
 
+// Per refill round a stream advances <= 7 input bytes and <= kMaxSyms * kRound output bytes,
+// and writes 8 bytes at its last output position.
+constexpr size_t kOutPerRound = kMaxSyms * kRound;
+constexpr size_t kOutSlack = kMaxSyms * (kRound - 1) + 8;
+constexpr size_t kInPerRound = (7 + kRound * kTableBits) / 8;
+
+// Refill rounds stream s can run with no bounds check (0: too close to an end).
+KV_ALWAYS_INLINE size_t safe_rounds(size_t src_size, const StreamState& s) {
+    const size_t pos = s.pos + (s.bitpos >> 3);
+    if (pos > src_size || src_size - pos < 8) return 0;
+    const size_t room = size_t(s.end - s.out);
+    if (room < kOutSlack) return 0;
+    return std::min((src_size - pos - 8) / kInPerRound + 1, (room - kOutSlack) / kOutPerRound + 1);
+}
+
+// One table lookup: b = bits consumed since the refill in its low byte
+// (<= 7 + kRound * kTableBits < 64); the entries' counts pile up above it and
+// are dropped at each refill.
+KV_ALWAYS_INLINE void huf_step(const uint64_t* tab, uint64_t w, uint64_t& b, uint8_t*& o) {
+    const uint64_t e = tab[(w << (b & 63)) >> (64 - kTableBits)];
+    store_le64(o, e);
+    o += e >> 56;
+    b += e >> 48;  // bits into the low byte, count above it
+}
+
 template <int kVariant>
 KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
     const uint64_t* tab = t.multi;
-    // Per refill round a stream advances <= 7 input bytes and <= kMaxSyms * kRound output bytes,
-    // and writes 8 bytes at its last output position.
-    constexpr size_t kOutPerRound = kMaxSyms * kRound;
-    constexpr size_t kOutSlack = kMaxSyms * (kRound - 1) + 8;
-    constexpr size_t kInPerRound = (7 + kRound * kTableBits) / 8;
     for (;;) {
         size_t rounds = SIZE_MAX;
-        for (unsigned k = 0; k < kStreams; ++k) {
-            const size_t pos = st[k].pos + (st[k].bitpos >> 3);
-            if (pos > src_size || src_size - pos < 8) return;
-            const size_t in_rounds = (src_size - pos - 8) / kInPerRound + 1;
-            const size_t room = size_t(st[k].end - st[k].out);
-            if (room < kOutSlack) return;
-            const size_t out_rounds = (room - kOutSlack) / kOutPerRound + 1;
-            rounds = std::min(rounds, std::min(in_rounds, out_rounds));
-        }
+        for (unsigned k = 0; k < kStreams; ++k) rounds = std::min(rounds, safe_rounds(src_size, st[k]));
+        if (rounds == 0) break;
         const uint8_t* i0 = src + st[0].pos;
         const uint8_t* i1 = src + st[1].pos;
         const uint8_t* i2 = src + st[2].pos;
         const uint8_t* i3 = src + st[3].pos;
-        // b = bits consumed since the refill in its low byte (<= 7 + kRound * kTableBits < 64);
-        // the entries' counts pile up above it and are dropped at each refill.
         uint64_t b0 = st[0].bitpos, b1 = st[1].bitpos, b2 = st[2].bitpos, b3 = st[3].bitpos;
         uint8_t *o0 = st[0].out, *o1 = st[1].out, *o2 = st[2].out, *o3 = st[3].out;
         do {
@@ -520,20 +531,12 @@ KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, c
             i3 += (b3 & 0xff) >> 3;
             b3 &= 7;
             const uint64_t w0 = load_be64(i0), w1 = load_be64(i1), w2 = load_be64(i2), w3 = load_be64(i3);
-#define KV_HUF_STEP(w, b, o)                                                 \
-    do {                                                                     \
-        const uint64_t e = tab[(w << (b & 63)) >> (64 - kTableBits)];        \
-        store_le64(o, e);                                                    \
-        o += e >> 56;                                                        \
-        b += e >> 48; /* bits into the low byte, count above it */           \
-    } while (0)
             for (unsigned r = 0; r < kRound; ++r) {
-                KV_HUF_STEP(w0, b0, o0);
-                KV_HUF_STEP(w1, b1, o1);
-                KV_HUF_STEP(w2, b2, o2);
-                KV_HUF_STEP(w3, b3, o3);
+                huf_step(tab, w0, b0, o0);
+                huf_step(tab, w1, b1, o1);
+                huf_step(tab, w2, b2, o2);
+                huf_step(tab, w3, b3, o3);
             }
-#undef KV_HUF_STEP
         } while (--rounds);
         st[0].pos = size_t(i0 - src);
         st[1].pos = size_t(i1 - src);
@@ -547,6 +550,25 @@ KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, c
         st[1].out = o1;
         st[2].out = o2;
         st[3].out = o3;
+    }
+    // The streams end a few hundred symbols apart: finish each alone at full
+    // speed, so only the last few dozen symbols of each take decode_tail's checks.
+    for (unsigned k = 0; k < kStreams; ++k) {
+        StreamState& s = st[k];
+        for (size_t rounds = safe_rounds(src_size, s); rounds; rounds = safe_rounds(src_size, s)) {
+            const uint8_t* in = src + s.pos;
+            uint64_t b = s.bitpos;
+            uint8_t* o = s.out;
+            do {
+                in += (b & 0xff) >> 3;
+                b &= 7;
+                const uint64_t w = load_be64(in);
+                for (unsigned r = 0; r < kRound; ++r) huf_step(tab, w, b, o);
+            } while (--rounds);
+            s.pos = size_t(in - src);
+            s.bitpos = unsigned(b & 0xff);
+            s.out = o;
+        }
     }
 }
 
