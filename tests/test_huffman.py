@@ -133,18 +133,21 @@ def _encode_with(mask: str, raw: bytes) -> bytes:
         kvcore.set_disabled_isa("")
 
 
+@pytest.mark.parametrize("lo", [100, 103, 245])
 @pytest.mark.parametrize("width", [2, 17, 31, 32, 33])
 @pytest.mark.parametrize("n", [256, 257, 1001, 4099, 65536 + 3])
-def test_windowed_pairs_match_the_single_symbol_coder(width, n):
-    """Symbols within a window of 32 values are coded two per lookup (BMI2 build); the
-    stream must be the same bytes the one-symbol-at-a-time coder writes, for odd lengths
-    (segments starting at odd offsets) and windows at, below and above 32 values."""
+def test_windowed_pairs_match_the_single_symbol_coder(lo, width, n):
+    """Symbols within a window of 32 values (mod 256) are coded two per lookup (BMI2
+    build); the stream must be the same bytes the one-symbol-at-a-time coder writes, for
+    odd lengths (segments starting at odd offsets), windows at, below and above 32 values,
+    windows not starting at a multiple of 32, and windows that wrap through 0 (residual
+    planes)."""
     if "avx2" not in kvcore.features()["simd_detected"]:
         pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
-    rng = np.random.default_rng(width * 100003 + n)
-    lo = 100 + width % 7  # the window need not start at a multiple of 32
-    sym = (lo + np.minimum(rng.geometric(0.25, n) - 1, width - 1)).astype(np.uint8)
-    sym[:2] = (lo, lo + width - 1)  # both ends present: the window is exactly `width`
+    rng = np.random.default_rng(width * 100003 + n + lo)
+    offsets = np.minimum(rng.geometric(0.25, n) - 1, width - 1)
+    sym = ((lo + offsets) % 256).astype(np.uint8)
+    sym[:2] = (lo, (lo + width - 1) % 256)  # both ends present: the window is exactly `width`
     raw = sym.tobytes()
     paired, single = _encode_with("", raw), _encode_with("avx2", raw)
     assert paired == single

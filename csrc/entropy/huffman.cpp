@@ -263,7 +263,7 @@ KV_ALWAYS_INLINE bool encode_pair_impl(SegmentJob& a, SegmentJob& b, const EncTa
 
 bool encode_pair_scalar(SegmentJob& a, SegmentJob& b, const EncTable& t) { return encode_pair_impl<0>(a, b, t); }
 
-// ---- two symbols per lookup, for alphabets that span fewer than 32 values
+// ---- two symbols per lookup, for alphabets that span at most 32 values
 //
 // Exponent planes of KV data do (a channel group spans about 20 exponents), so
 // one table lookup can code two symbols: half the loads and bit-buffer updates
@@ -279,16 +279,33 @@ struct PairTable {
     uint64_t code[kPairWindow * kPairWindow];
 };
 
-void build_pairs(const EncTable& t, unsigned lo, unsigned hi, PairTable* pairs) {
+// Whether the present symbols lie in one window of kPairWindow consecutive
+// values, counted mod 256: planes of per-channel residuals wrap through 0, and
+// 32 divides 256, so such a window still maps to distinct indices.
+bool in_pair_window(const uint64_t* counts) {
+    int first = -1, prev = -1;
+    int max_gap = 0;
+    for (int s = 0; s < 256; ++s) {
+        if (!counts[s]) continue;
+        if (prev < 0) first = s;
+        else max_gap = std::max(max_gap, s - prev);
+        prev = s;
+    }
+    max_gap = std::max(max_gap, first + 256 - prev);  // the gap that wraps around
+    return 256 - max_gap < int(kPairWindow);  // window width: 256 - max_gap + 1
+}
+
+// syms: the m present symbols.
+void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, PairTable* pairs) {
     std::memset(pairs, 0, sizeof(*pairs));
-    for (unsigned a = lo; a <= hi; ++a) {
-        const uint64_t ca = t.code[a];
-        if (ca == 0) continue;
+    for (unsigned i = 0; i < m; ++i) {
+        const uint64_t ca = t.code[syms[i]];
         const unsigned la = unsigned(ca & 0xff);
-        uint64_t* row = pairs->code + (a & (kPairWindow - 1));
-        for (unsigned b = lo; b <= hi; ++b) {
-            const uint64_t cb = t.code[b];
-            row[(b & (kPairWindow - 1)) << kPairBits] = (ca & ~uint64_t(0xff)) + ((cb & ~uint64_t(0xff)) >> la) + la + (cb & 0xff);
+        uint64_t* row = pairs->code + (syms[i] & (kPairWindow - 1));
+        for (unsigned j = 0; j < m; ++j) {
+            const uint64_t cb = t.code[syms[j]];
+            row[(syms[j] & (kPairWindow - 1)) << kPairBits] =
+                (ca & ~uint64_t(0xff)) + ((cb & ~uint64_t(0xff)) >> la) + la + (cb & 0xff);
         }
     }
 }
@@ -632,13 +649,12 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     }
     uint64_t counts[256];
     uint64_t total = 0;
-    unsigned m = 0, first = 256, last = 0;
+    unsigned m = 0, last = 0;
     for (unsigned s = 0; s < 256; ++s) {
         counts[s] = hist[s];
         total += hist[s];
         if (hist[s]) {
             ++m;
-            first = std::min(first, s);
             last = s;
         }
     }
@@ -710,12 +726,12 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (k) spare += segment_bound(len);
         seg += len;
     }
-    // Symbols that all lie in one window of 32 values are coded two per lookup.
-    const bool windowed = bmi2 && last - first < kPairWindow && n >= 256;
+    // Symbols that all lie in one window of 32 values (mod 256) are coded two per lookup.
+    const bool windowed = bmi2 && n >= 256 && in_pair_window(counts);
     thread_local std::vector<uint16_t> pair_idx;
     PairTable pairs;
     if (windowed) {
-        build_pairs(enc, first, last, &pairs);
+        build_pairs(enc, order, m, &pairs);
         if (pair_idx.size() < n / 2 + kStreams) pair_idx.resize(n / 2 + kStreams);
     }
     for (unsigned k = 0; k < kStreams; k += 2) {
