@@ -81,27 +81,23 @@ uint64_t gather_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool 
 
 // Each channel's mode (the most common top byte, the smallest on ties) and the
 // counts over all channels. One channel at a time with small count tables that
-// stay in L1 (a table per channel would not, for thousands of channels); four
-// tables taken in turn, so runs of one value do not serialize on one counter.
+// stay in L1 (a table per channel would not, for thousands of channels). The
+// mode is tracked as the counts grow: a value's last occurrence sees its full
+// count, so the largest (count, 255 - value) key seen is the mode's. Two count
+// tables (even and odd rows) halve the chain of increments a common value makes.
 void channel_modes(const uint8_t* tops, uint64_t taken, uint32_t channels, uint32_t* plain, uint8_t* mode) {
-    uint8_t counts[4][256] = {};  // <= kResidualRows per value
     uint32_t sums[4][256] = {};
     for (uint32_t c = 0; c < channels; ++c) {
-        for (uint64_t k = 0; k < taken; ++k) ++counts[k & 3][tops[k * channels + c]];
-        // The largest (count, 255 - value) key is the mode.
+        uint8_t counts[2][256] = {};  // <= kResidualRows per value
         uint32_t best = 0;
         for (uint64_t k = 0; k < taken; ++k) {
             const uint8_t t = tops[k * channels + c];
-            const uint32_t n = uint32_t(counts[0][t]) + counts[1][t] + counts[2][t] + counts[3][t];
+            const uint32_t n = uint32_t(++counts[k & 1][t]) + counts[~k & 1][t];
             const uint32_t key = n << 8 | (255u - t);
             best = key > best ? key : best;
+            ++sums[k & 3][t];
         }
         mode[c] = static_cast<uint8_t>(255u - (best & 0xff));
-        for (uint64_t k = 0; k < taken; ++k) {
-            const uint8_t t = tops[k * channels + c];
-            ++sums[k & 3][t];
-            counts[0][t] = counts[1][t] = counts[2][t] = counts[3][t] = 0;
-        }
     }
     for (int t = 0; t < 256; ++t) plain[t] += sums[0][t] + sums[1][t] + sums[2][t] + sums[3][t];
 }
