@@ -236,23 +236,20 @@ KV_ALWAYS_INLINE bool finish_segment(SegmentJob& job, size_t i, BitWriter& w, co
 }
 
 // Two segments coded in one loop: their dependency chains (acc, fb) interleave,
-// which roughly doubles the symbols per cycle of one chain alone.
-template <int kVariant>
-KV_ALWAYS_INLINE bool encode_pair_impl(SegmentJob& a, SegmentJob& b, const EncTable& t) {
-    const uint64_t* code = t.code;
+// which roughly doubles the symbols per cycle of one chain alone. put8(w, j, i)
+// codes symbols i..i+7 of segment j (0: a, 1: b); the rest go one by one.
+template <typename Put8>
+KV_ALWAYS_INLINE bool encode_two(SegmentJob& a, SegmentJob& b, const uint64_t* code, Put8 put8) {
     BitWriter wa{a.out}, wb{b.out};
     size_t i = 0;
     if (a.out_end - a.out >= 16 && b.out_end - b.out >= 16) {
         const uint8_t* a_end = a.out_end - 16;
         const uint8_t* b_end = b.out_end - 16;
         const size_t both = std::min(a.len, b.len);
-        // Locals: the byte stores may alias the jobs, which would force reloads.
-        const uint8_t* const a_src = a.src;
-        const uint8_t* const b_src = b.src;
         BitWriter x = wa, y = wb;
         while (i + 8 <= both && x.o <= a_end && y.o <= b_end) {
-            put8_fast(x, code, a_src + i);
-            put8_fast(y, code, b_src + i);
+            put8(x, 0, i);
+            put8(y, 1, i);
             i += 8;
         }
         wa = x;
@@ -261,7 +258,20 @@ KV_ALWAYS_INLINE bool encode_pair_impl(SegmentJob& a, SegmentJob& b, const EncTa
     return finish_segment(a, i, wa, code) && finish_segment(b, i, wb, code);
 }
 
+template <int kVariant>
+KV_ALWAYS_INLINE bool encode_pair_impl(SegmentJob& a, SegmentJob& b, const EncTable& t) {
+    // Locals: the byte stores may alias the jobs, which would force reloads.
+    const uint8_t* const a_src = a.src;
+    const uint8_t* const b_src = b.src;
+    const uint64_t* code = t.code;
+    return encode_two(a, b, code, [=](BitWriter& w, int j, size_t i) { put8_fast(w, code, (j ? b_src : a_src) + i); });
+}
+
 bool encode_pair_scalar(SegmentJob& a, SegmentJob& b, const EncTable& t) { return encode_pair_impl<0>(a, b, t); }
+
+__attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_bmi2(SegmentJob& a, SegmentJob& b, const EncTable& t) {
+    return encode_pair_impl<1>(a, b, t);
+}
 
 // ---- two symbols per lookup, for alphabets that span at most 32 values
 //
@@ -338,26 +348,9 @@ KV_ALWAYS_INLINE void put4_pairs(BitWriter& w, const uint64_t* code, const uint1
 __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_windowed(SegmentJob& a, SegmentJob& b, const EncTable& t,
                                                                   const PairTable& pt, const uint16_t* a_idx,
                                                                   const uint16_t* b_idx) {
-    BitWriter wa{a.out}, wb{b.out};
-    size_t i = 0;
-    if (a.out_end - a.out >= 16 && b.out_end - b.out >= 16) {
-        const uint8_t* a_end = a.out_end - 16;
-        const uint8_t* b_end = b.out_end - 16;
-        const size_t both = std::min(a.len, b.len);
-        BitWriter x = wa, y = wb;
-        while (i + 8 <= both && x.o <= a_end && y.o <= b_end) {
-            put4_pairs(x, pt.code, a_idx + i / 2);
-            put4_pairs(y, pt.code, b_idx + i / 2);
-            i += 8;
-        }
-        wa = x;
-        wb = y;
-    }
-    return finish_segment(a, i, wa, t.code) && finish_segment(b, i, wb, t.code);
-}
-
-__attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_bmi2(SegmentJob& a, SegmentJob& b, const EncTable& t) {
-    return encode_pair_impl<1>(a, b, t);
+    const uint64_t* code = pt.code;
+    return encode_two(a, b, t.code,
+                      [=](BitWriter& w, int j, size_t i) { put4_pairs(w, code, (j ? b_idx : a_idx) + i / 2); });
 }
 
 // ---------------------------------------------------------------- decoder
