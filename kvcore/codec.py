@@ -65,7 +65,8 @@ def compress(
     uint8 or int8, of any shape; non-contiguous input is accepted.
     mode: "dense" (best ratio) or "fast" (fastest decompression).
     threads: native threads to use (default: all cores).
-    block_bytes: size of the independently coded blocks (default 256 KiB).
+    block_bytes: size of the independently coded blocks (default 1 MiB in dense mode,
+    256 KiB in fast mode).
     backend: None (default) codes planes with kvcore's own coders. "software",
     "qat" or "auto" code them as raw DEFLATE instead (plane method 4, readable by
     any inflater; docs/QAT.md): with ISA-L, with QAT hardware (UnsupportedError
