@@ -85,6 +85,33 @@ def test_frames_are_identical_across_variants_and_threads(mode):
     assert len(frames) == 1
 
 
+@pytest.mark.parametrize("channels", [24, 31, 32, 33, 48, 100, 384])
+@pytest.mark.parametrize("rows", [1000, 1023, 1025, 1040, 1057])
+def test_channel_grouped_planes_on_every_tile_edge(rows, channels):
+    """Dense mode transposes each block's exponent plane into channel-major order and back
+    (32x16 AVX2 tiles, 16x16 and 16x8 SSE2 tiles, single bytes): frames must be identical
+    across variants and decode bit-exact with every variant, whatever the rows and channels
+    left over at each tile size."""
+    src = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1, 384)
+    t = src[:rows, :channels].contiguous().reshape(rows, 1, channels)
+    frames = set()
+    for v in VARIANTS:
+        kvcore.set_disabled_isa(_MASK_FOR[v])
+        try:
+            frames.add(kvcore.compress(t, threads=1))
+        finally:
+            kvcore.set_disabled_isa("")
+    assert len(frames) == 1
+    (frame,) = frames
+    assert "grouped" in kvcore.frame_info(frame)["methods"]
+    for reader in VARIANTS:
+        kvcore.set_disabled_isa(_MASK_FOR[reader])
+        try:
+            assert_bit_exact(kvcore.decompress(frame), t)
+        finally:
+            kvcore.set_disabled_isa("")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.uint8])
 @pytest.mark.parametrize(
     "shape", [(), (0,), (1,), (2,), (3,), (7,), (1, 1), (0, 4, 8), (5, 3, 7), (33, 2, 17), (2, 1, 3, 4, 5)]
