@@ -111,7 +111,7 @@ def test_codec(benchmark: Any, kv_results: list, kv_full: bool, inp: KVInput, na
         benchmark.pedantic(b.decompress, args=(payload,), rounds=rounds_for(t_first), iterations=1)
         _payloads.pop((inp, name), None)  # this pair is done: free its buffers
         _bound.pop((inp, name), None)
-    record(kv_results, benchmark, Row(inp.model, inp.dtype, name, direction, b.original_bytes, size))
+    record(kv_results, benchmark, Row(inp.data, inp.dtype, name, direction, b.original_bytes, size))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
