@@ -343,7 +343,7 @@ KV_ALWAYS_INLINE void put4_pairs(BitWriter& w, const uint64_t* code, const uint1
     flush_fast(w);
 }
 
-// encode_pair_impl over pair indices: a_idx / b_idx hold the indices of the
+// encode_two over pair indices: a_idx / b_idx hold the indices of the
 // segments' leading symbol pairs; the symbols after them go one by one.
 __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_windowed(SegmentJob& a, SegmentJob& b, const EncTable& t,
                                                                   const PairTable& pt, const uint16_t* a_idx,
