@@ -200,6 +200,21 @@ def _interleaved_stores(tm, chunk, lmc, *, sync: bool = False) -> float:
     return best
 
 
+def _interleaved_retrieves(benchmark, tm, chunk, lmc, before=None) -> float:
+    """Best seconds of kvcore to retrieve chunk 0 (before() ahead of each, untimed);
+    LMCache (when given) retrieves one of its chunks right after each round."""
+    out = torch.zeros_like(chunk)
+    rounds = iter(range(1 << 20))
+
+    def one_round() -> float:
+        t = _kvcore_retrieve(tm, chunk, 0, 1, before=before, out=out)
+        if lmc is not None:
+            lmc.run("retrieve", next(rounds) % ROUNDS)
+        return t
+
+    return _timed(benchmark, one_round)
+
+
 def _record_lmcache(tier: str, lmc, retrieve_key: str) -> None:
     if lmc is None:
         return
@@ -217,16 +232,7 @@ def test_kvcore_ssd(chunk, benchmark, tmp_path):
     try:
         st = _interleaved_stores(tm, chunk, lmc, sync=True)  # kvcore durable: fsync, rename, dir fsync
         record("kvcore", "ssd", "store_fsync_GBps", gbps(CHUNK_BYTES, st))
-        out = torch.zeros_like(chunk)
-        rounds = iter(range(1 << 20))
-
-        def one_round() -> float:
-            t = _kvcore_retrieve(tm, chunk, 0, 1, before=tm.ssd.drop_page_cache, out=out)
-            if lmc is not None:
-                lmc.run("retrieve", next(rounds) % ROUNDS)  # its page cache dropped too
-            return t
-
-        rt = _timed(benchmark, one_round)
+        rt = _interleaved_retrieves(benchmark, tm, chunk, lmc, before=tm.ssd.drop_page_cache)  # LMCache's too
     finally:
         if lmc is not None:
             lmc.close()
@@ -266,16 +272,7 @@ def test_kvcore_remote(chunk, benchmark, redis_url):
     lmc = _lmcache_child("remote", redis_url)
     try:
         st = _interleaved_stores(tm, chunk, lmc)
-        out = torch.zeros_like(chunk)
-        rounds = iter(range(1 << 20))
-
-        def one_round() -> float:
-            t = _kvcore_retrieve(tm, chunk, 0, 1, out=out)
-            if lmc is not None:
-                lmc.run("retrieve", next(rounds) % ROUNDS)
-            return t
-
-        rt = _timed(benchmark, one_round)
+        rt = _interleaved_retrieves(benchmark, tm, chunk, lmc)
     finally:
         if lmc is not None:
             lmc.close()

@@ -1,7 +1,6 @@
 """SSD tier: atomic files, checksums, index rebuild, capacity, full disk, O_DIRECT."""
 
 import os
-import subprocess
 import threading
 
 import pytest
@@ -11,7 +10,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.ssd import SSDTier
-from tiers_support import load_kv
+from tiers_support import load_kv, small_tmpfs  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -146,17 +145,6 @@ def test_clear_namespace(tmp_path, chunks):
     t.write(keys[1].digest, blobs[1], ns_tag="b")
     assert t.clear("a") == 1
     assert not t.contains(keys[0].digest) and t.contains(keys[1].digest)
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_full_disk_stops_cleanly(small_tmpfs, chunks):

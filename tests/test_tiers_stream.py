@@ -3,7 +3,6 @@ O_DIRECT segments hashed as they land (StreamRead), remote values decoded as the
 arrive (RemoteRead), and the native pieces they use (Checksum64, compress_into)."""
 
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from kvcore.tiers.codecs import RawCodec, make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import RemoteConfig, RemoteTier
 from kvcore.tiers.ssd import ScratchPool, SSDTier
-from tiers_support import load_kv, redis_server  # noqa: F401
+from tiers_support import load_kv, redis_server, small_tmpfs  # noqa: F401
 
 CODEC = make_codec("auto")
 NS = Namespace("minilm-l6", "bfloat16", salt="stream-tests")
@@ -115,17 +114,6 @@ def test_stream_write_abort_and_capacity(tmp_path, kv, keys, small_pieces):
     assert tiny.used_bytes == 0 and len(tiny) == 0
     assert tiny.metrics.snapshot()["tiers"]["ssd"]["rejected"] == 1
     assert not list((tmp_path / "tiny" / "kvcore-v1" / "tmp").iterdir())
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_stream_write_full_disk(small_tmpfs, kv, keys, small_pieces):

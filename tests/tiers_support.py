@@ -1,4 +1,4 @@
-"""Helpers for the tier tests: real KV tensors and a real redis-server."""
+"""Helpers for the tier tests: real KV tensors, a real redis-server and a small filesystem."""
 
 from __future__ import annotations
 
@@ -166,3 +166,15 @@ def redis_cluster(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 4 MiB tmpfs (a disk that fills up), or a skip where mounting is not allowed."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
