@@ -530,3 +530,27 @@ def test_corrupt_ssd_chunk_mid_prefix(tmp_path, kv, read_ahead):
         assert same(out[:, :, :512], kv[:, :, :512])
         assert not path.exists() and tm.status()["tiers"]["ssd"]["corrupt"] == 1
         assert tm.lookup(toks).tokens == 512
+
+
+def test_two_managers_share_one_ssd_directory(tmp_path, kv):
+    """Engines on one machine (e.g. data-parallel replicas) share a prefix cache on one SSD
+    directory: what one stores the other restores, within one capacity."""
+    toks, other = tokens_for(1024, 7), tokens_for(1024, 8)
+    cap = 12 << 20  # the first prompt's four chunks fit, not both prompts' eight
+    a = TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=cap, namespace=NS)
+    b = TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=cap, namespace=NS)
+    with a, b:
+        a.store(toks[:512], kv[:, :, :512])
+        assert a.flush(30)
+        assert b.lookup(toks).tiers == ["ssd", "ssd"]
+        assert b.store(toks, kv) == 2  # a's two chunks are not written again
+        assert b.flush(30)
+        for tm in (a, b):
+            out = torch.zeros_like(kv)
+            assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+        b.store(other, kv)
+        assert b.flush(30)
+        files = sum(p.stat().st_size for p in tmp_path.rglob("*.kvc"))
+        assert files <= cap and files == a.ssd.used_bytes == b.ssd.used_bytes
+        assert b.status()["tiers"]["ssd"]["evictions"] >= 1
+        assert a.lookup(other).tokens == 1024  # the newest prompt stays whole

@@ -10,7 +10,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.ssd import SSDTier
-from tiers_support import load_kv, small_tmpfs  # noqa: F401
+from tiers_support import leftover_temporaries, load_kv, small_tmpfs  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -41,7 +41,7 @@ def test_round_trip_bit_exact(tmp_path, chunks, direct):
         got = t.read(k.digest, direct=direct)
         assert bytes(got) == b
         _check(got, kv, k)
-    assert not list((tmp_path / "kvcore-v1" / "tmp").iterdir())
+    assert not leftover_temporaries(tmp_path)
 
 
 def test_restart_recovers_index(tmp_path, chunks):
@@ -155,7 +155,7 @@ def test_full_disk_stops_cleanly(small_tmpfs, chunks):
     assert results[0] and not all(results)
     snap = t.metrics.snapshot()["tiers"]["ssd"]
     assert snap["errors"] >= 1 and "ENOSPC" in t.last_error
-    assert not list((small_tmpfs / "kvcore-v1" / "tmp").iterdir())  # no partial file left
+    assert not leftover_temporaries(small_tmpfs)  # no partial file left
     for k, b, ok in zip(keys, blobs, results):
         assert (bytes(t.read(k.digest)) == b) if ok else t.read(k.digest) is None
     assert t.used_bytes == sum(len(b) for b, ok in zip(blobs, results) if ok)

@@ -20,7 +20,7 @@ from kvcore.tiers.codecs import RawCodec, make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import RemoteConfig, RemoteTier
 from kvcore.tiers.ssd import ScratchPool, SSDTier
-from tiers_support import load_kv, redis_server, small_tmpfs  # noqa: F401
+from tiers_support import leftover_temporaries, load_kv, redis_server, small_tmpfs  # noqa: F401
 
 CODEC = make_codec("auto")
 NS = Namespace("minilm-l6", "bfloat16", salt="stream-tests")
@@ -76,7 +76,7 @@ def test_stream_write_equals_blob_and_reads_back(tmp_path, kv, keys, small_piece
         assert bytes(memoryview(buf)[:n]) == blob
         assert t.entry(k.digest).path.read_bytes() == blob  # exact size: the padding was cut off
     assert t.used_bytes == sum(e.size for e in t.index.values())
-    assert not list((tmp_path / "kvcore-v1" / "tmp").iterdir())
+    assert not leftover_temporaries(tmp_path)
     t2 = SSDTier(tmp_path, 1 << 30, direct_io="auto" if direct else False)  # a restart finds them
     t2.drop_page_cache()
     for k in keys:
@@ -94,7 +94,7 @@ def test_stream_write_abort_and_capacity(tmp_path, kv, keys, small_pieces):
     sw, buf, n = _stream_write(t, keys[0], part, pool)
     sw.abort()
     assert t.used_bytes == 0 and len(t) == 0
-    assert not list((tmp_path / "kvcore-v1" / "tmp").iterdir())
+    assert not leftover_temporaries(tmp_path)
     # a reservation below the real size: commit makes room (evicting the oldest) or refuses
     for k in keys:
         buf = pool.get(blob_bound(part, CODEC, FRAME) + 4096)
@@ -113,7 +113,7 @@ def test_stream_write_abort_and_capacity(tmp_path, kv, keys, small_pieces):
     assert not sw.commit(n)  # does not fit at all
     assert tiny.used_bytes == 0 and len(tiny) == 0
     assert tiny.metrics.snapshot()["tiers"]["ssd"]["rejected"] == 1
-    assert not list((tmp_path / "tiny" / "kvcore-v1" / "tmp").iterdir())
+    assert not leftover_temporaries(tmp_path / "tiny")
 
 
 def test_stream_write_full_disk(small_tmpfs, kv, keys, small_pieces):
@@ -125,7 +125,7 @@ def test_stream_write_full_disk(small_tmpfs, kv, keys, small_pieces):
         results.append(sw.commit(n))
     assert results[0] and not all(results)
     assert "ENOSPC" in t.last_error
-    assert not list((small_tmpfs / "kvcore-v1" / "tmp").iterdir())  # no partial file left
+    assert not leftover_temporaries(small_tmpfs)  # no partial file left
     assert t.used_bytes == sum(e.size for e in t.index.values())
     assert SSDTier(small_tmpfs, 1 << 30).used_bytes == t.used_bytes
 
@@ -169,7 +169,7 @@ def test_manager_full_disk_falls_back_to_remote(small_tmpfs, redis_server, kv, s
         assert tm.flush(30)
         hit = tm.lookup(toks)
         assert hit.tokens == 1024 and "remote" in hit.tiers and "ssd" in hit.tiers
-        assert not list((small_tmpfs / "kvcore-v1" / "tmp").iterdir())
+        assert not leftover_temporaries(small_tmpfs)
         out = torch.zeros_like(kv)
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
 

@@ -178,3 +178,8 @@ def small_tmpfs(tmp_path):
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def leftover_temporaries(directory) -> list:
+    """Every temporary file under an SSD tier directory, of any owner (each has a folder)."""
+    return [p for p in (Path(directory) / "kvcore-v1" / "tmp").rglob("*") if p.is_file()]

@@ -495,7 +495,8 @@ class TierManager:
         return placed
 
     def _ssd_evicted(self, key: bytes, e) -> None:
-        """SSD victim: demote to remote when one is configured (runs with the SSD lock held)."""
+        """SSD victim: demote to remote when one is configured (called outside the SSD tier's locks,
+        before the file is removed)."""
         if self.remote is None or not self.config.demote_on_pressure or not self.remote.available:
             return
         if e.expired():

@@ -10,9 +10,13 @@
 - A byte capacity: the oldest (policy order) files are removed to make room; a write
   that cannot fit, or that fails (ENOSPC, EIO), is skipped cleanly and counted.
 - The index is rebuilt from the directory at start, so a restart keeps the cache.
+- Several processes may open one directory (engine replicas on one machine): they see
+  each other's chunks, keep the directory as a whole within the capacity and never
+  remove each other's writes in flight (``ssd_journal``).
 
-File layout: ``<dir>/kvcore-v1/<namespace tag>/<key hex>.<start>.<ntokens>.<expires>.kvc``
-(expires: unix time in ms, 0 = never).
+File layout under ``<dir>/kvcore-v1/``: ``<namespace tag>/<key hex>.<start>.<ntokens>.<expires>.kvc``
+(expires: unix time in ms, 0 = never); ``tmp/<owner>/`` (each process's temporaries),
+``owners/<owner>``, ``lock`` and ``journal`` (``kvcore/tiers/ssd_journal.py``).
 
 >>> import tempfile
 >>> from kvcore.tiers.ssd import SSDTier
@@ -34,17 +38,20 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 from ..errors import CorruptFrameError, InvalidArgumentError
 from .blob import BlobHeader, StreamingChecksum, body_size
 from .metrics import Metrics
 from .policy import LRUPolicy, Policy
+from .ssd_journal import ADD, DEL, OWNERS_DIR, REL, RES, TMP_DIR, TOUCH, DirJournal, Record
 
 LAYOUT_DIR = "kvcore-v1"
 _NAME = re.compile(r"^([0-9a-f]{32})\.(\d+)\.(\d+)\.(\d+)\.kvc$")
+_NS_TAG = re.compile(r"^[0-9A-Za-z_-]{1,16}$")
 _ALIGN = 4096
 _HUGE = 2 << 20
 DIRECT_MIN_BYTES = 1 << 20  # below this, buffered reads
@@ -60,6 +67,7 @@ IN_FLIGHT = 4  # segments of one file read at once
 WRITE_SEGMENT_BYTES = 2 << 20
 WRITE_THREADS = 4
 FLUSH_EVERY_BYTES = 8 << 20
+ROOM_ATTEMPTS = 4  # rounds of eviction before a write is refused (other processes take room too)
 
 
 @dataclass
@@ -76,7 +84,11 @@ class SSDEntry:
 
 
 class SSDTier:
-    """Chunk blobs as files under ``directory`` within ``capacity_bytes``. Thread-safe."""
+    """Chunk blobs as files under ``directory`` within ``capacity_bytes``. Thread-safe, and
+    shared: tiers of several processes on one directory see each other's chunks and keep
+    the directory as a whole within the capacity (``kvcore/tiers/ssd_journal.py``).
+    ``used_bytes`` counts the whole directory: files plus every owner's writes in flight.
+    """
 
     name = "ssd"
 
@@ -97,57 +109,198 @@ class SSDTier:
         self.policy = policy or LRUPolicy()
         self.metrics = metrics or Metrics()
         self.evictable = evictable
-        self.on_evict = on_evict  # called (lock held) before an evicted file is removed
+        # called with a victim before its file is removed (a copy may be taken from
+        # entry.path), after the tier's locks are released
+        self.on_evict = on_evict
         self.index: dict[bytes, SSDEntry] = {}
         self.last_error: Optional[str] = None
-        self.used_bytes = 0  # bytes of indexed files plus writes in flight
-        self._lock = threading.Lock()
+        self._indexed_bytes = 0  # sizes of the files in the index
+        self._own_reserved: dict[bytes, int] = {}  # reservation id -> bytes (this tier's writes)
+        self._foreign_reserved: dict[tuple[bytes, bytes], int] = {}  # (owner, id) -> bytes
+        self._reserved_bytes = 0  # both
+        self._next_rid = 0
+        self._pending: list[Record] = []  # journal records of the change in progress
+        self._lock = threading.RLock()
         self._direct_ok = hasattr(os, "O_DIRECT") and direct_io is not False
         self._readers: Optional[cf.ThreadPoolExecutor] = None
         self._writers: Optional[cf.ThreadPoolExecutor] = None
-        self._tmp = self.root / "tmp"
-        self._tmp.mkdir(parents=True, exist_ok=True)
+        self._journal = DirJournal(self.root)
+        self._tmp = self._journal.tmp_dir
         self.rebuild_index()
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the whole directory: every file plus every owner's writes in flight."""
+        self.refresh()
+        return self._used()
+
+    def _used(self) -> int:
+        return self._indexed_bytes + self._reserved_bytes
+
+    # ---- the shared directory ----
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Holds the tier's lock and the directory's, with every other process's change
+        applied; the journal records of this change are appended on the way out."""
+        with self._lock, self._journal.exclusive():
+            self._apply_journal()
+            try:
+                yield
+            finally:
+                records, self._pending = self._pending, []
+                self._journal.append(*records)
+                if self._journal.needs_compaction():
+                    self._journal.replace(self._snapshot())
+
+    def refresh(self) -> None:
+        """Applies what other processes changed since the last look (one fstat when nothing did)."""
+        if self._journal.has_new():
+            with self._lock:
+                self._apply_journal()
+
+    def _apply_journal(self) -> None:
+        reloaded, records = self._journal.read_new()
+        if reloaded:
+            self._reload(records)
+            return
+        me = self._journal.owner
+        for r in records:
+            if r.owner != me:
+                self._apply(r)
+
+    def _apply(self, r: Record) -> None:
+        if r.op == ADD:
+            self._index_put(r.key, self._entry_of(r))
+        elif r.op == DEL:
+            self._index_pop(r.key)
+        elif r.op == RES:
+            self._foreign_reserved[(r.owner, r.key)] = r.size
+            self._reserved_bytes += r.size
+        elif r.op == REL:
+            self._reserved_bytes -= self._foreign_reserved.pop((r.owner, r.key), 0)
+        elif r.op == TOUCH:
+            self.policy.touch(r.key)
+
+    def _reload(self, records: list[Record]) -> None:
+        """The journal was replaced by a snapshot: it lists every file and reservation."""
+        me = self._journal.owner
+        files: dict[bytes, Record] = {}
+        for r in records:
+            if r.op == ADD:
+                files[r.key] = r
+            elif r.op == DEL:
+                files.pop(r.key, None)
+        for key in [k for k in self.index if k not in files]:
+            self._index_pop(key)
+        for key, r in files.items():
+            e = self.index.get(key)
+            if e is None or e.size != r.size or e.path.name != _file_name(key, r.start, r.ntokens, r.expires_ms):
+                self._index_put(key, self._entry_of(r))
+        self._reserved_bytes -= sum(self._foreign_reserved.values())
+        self._foreign_reserved.clear()
+        for r in records:
+            if r.owner != me and r.op in (RES, REL):
+                self._apply(r)
+
+    def _snapshot(self) -> list[Record]:
+        me = self._journal.owner
+        out = [Record(ADD, me, k, e.ns_tag, e.size, e.expires_ms, e.start, e.ntokens) for k, e in self.index.items()]
+        out += [Record(RES, me, rid, size=n) for rid, n in self._own_reserved.items()]
+        out += [Record(RES, o, rid, size=n) for (o, rid), n in self._foreign_reserved.items()]
+        return out
+
+    def _record(self, op: int, key: bytes, e: Optional[SSDEntry] = None, size: int = 0) -> None:
+        if e is None:
+            self._pending.append(Record(op, self._journal.owner, key, size=size))
+        else:
+            self._pending.append(Record(op, self._journal.owner, key, e.ns_tag, e.size, e.expires_ms, e.start,
+                                        e.ntokens))
+
+    def _entry_of(self, r: Record) -> SSDEntry:
+        return SSDEntry(self.root / r.ns_tag / _file_name(r.key, r.start, r.ntokens, r.expires_ms), r.size,
+                        r.ns_tag, r.start, r.ntokens, r.expires_ms)
+
+    def _index_put(self, key: bytes, e: SSDEntry) -> None:
+        self._index_pop(key)
+        self.index[key] = e
+        self._indexed_bytes += e.size
+        self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens)
+
+    def _index_pop(self, key: bytes) -> Optional[SSDEntry]:
+        e = self.index.pop(key, None)
+        if e is not None:
+            self._indexed_bytes -= e.size
+            self.policy.remove(key)
+        return e
+
+    def _hold(self, size: int) -> bytes:
+        """A reservation of size bytes for a write of this tier (recorded)."""
+        self._next_rid += 1
+        rid = self._next_rid.to_bytes(16, "little")
+        self._own_reserved[rid] = size
+        self._reserved_bytes += size
+        self._record(RES, rid, size=size)
+        return rid
+
+    def _drop_hold(self, rid: bytes) -> None:
+        if rid in self._own_reserved:
+            self._reserved_bytes -= self._own_reserved.pop(rid)
+            self._record(REL, rid)
+
+    def _release(self, rid: bytes) -> None:
+        with self._changing():
+            self._drop_hold(rid)
 
     # ---- index ----
     def rebuild_index(self) -> None:
-        """Scans the directory: indexes every well-named file, removes leftovers."""
-        for leftover in self._tmp.iterdir():
-            _unlink(leftover)
-        found = []
-        now_ms = int(time.time() * 1000)
-        for nsdir in self.root.iterdir():
-            if nsdir == self._tmp or not nsdir.is_dir():
-                continue
-            for f in nsdir.iterdir():
-                m = _NAME.match(f.name)
-                try:
-                    st = f.stat()
-                except OSError:
+        """Scans the directory: indexes every well-named file, removes leftovers (the
+        temporaries of owners that are gone) and writes the journal's snapshot."""
+        with self._changing():
+            for owner in self._journal.dead_owners():
+                self._journal.remove_owner(owner)
+            tmp_root = self.root / TMP_DIR
+            for leftover in tmp_root.iterdir():
+                if not leftover.is_dir():  # written by a kvcore before shared directories
+                    _unlink(leftover)
+            found = []
+            now_ms = int(time.time() * 1000)
+            for nsdir in self.root.iterdir():
+                if nsdir.name in (TMP_DIR, OWNERS_DIR) or not nsdir.is_dir():
                     continue
-                if m is None or st.st_size == 0:
-                    _unlink(f)
-                    continue
-                e = SSDEntry(f, st.st_size, nsdir.name, int(m.group(2)), int(m.group(3)), int(m.group(4)))
-                if e.expired(now_ms):
-                    _unlink(f)
-                    continue
-                found.append((st.st_mtime, bytes.fromhex(m.group(1)), e))
-        found.sort(key=lambda x: x[0])
-        with self._lock:
-            self.index.clear()
+                for f in nsdir.iterdir():
+                    m = _NAME.match(f.name)
+                    try:
+                        st = f.stat()
+                    except OSError:
+                        continue
+                    if m is None or st.st_size == 0:
+                        _unlink(f)
+                        continue
+                    e = SSDEntry(f, st.st_size, nsdir.name, int(m.group(2)), int(m.group(3)), int(m.group(4)))
+                    if e.expired(now_ms):
+                        _unlink(f)
+                        continue
+                    found.append((st.st_mtime, bytes.fromhex(m.group(1)), e))
+            found.sort(key=lambda x: x[0])
+            for key in list(self.index):
+                self._index_pop(key)
             self.policy.clear()
-            self.used_bytes = 0
             for _, key, e in found:
-                self.index[key] = e
-                self.used_bytes += e.size
-                self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens)
-            self._make_room(0)
+                self._index_put(key, e)
+            # reservations of owners still alive stay (their files are still being written)
+            for o, rid in [k for k in self._foreign_reserved if not self._journal.owner_alive(k[0])]:
+                self._reserved_bytes -= self._foreign_reserved.pop((o, rid))
+            _, victims = self._make_room(0)  # a smaller capacity than last time
+            self._pending.clear()
+            self._journal.replace(self._snapshot())
+        self._finish_evictions(victims)
 
     def __len__(self) -> int:
+        self.refresh()
         return len(self.index)
 
     def contains(self, key: bytes) -> bool:
+        self.refresh()  # another process may have stored or removed it
         e = self.index.get(key)
         if e is None:
             return False
@@ -157,67 +310,133 @@ class SSDTier:
         return True
 
     def entry(self, key: bytes) -> Optional[SSDEntry]:
+        self.refresh()
         return self.index.get(key)
 
     def keys(self, ns_tag: Optional[str] = None) -> list[bytes]:
         with self._lock:
+            self._apply_journal()
             return [k for k, e in self.index.items() if ns_tag is None or e.ns_tag == ns_tag]
 
     # ---- capacity ----
-    def _make_room(self, nbytes: int) -> bool:
-        """Evicts until nbytes more fit (lock held). False when impossible."""
+    def _make_room(self, nbytes: int) -> tuple[bool, list]:
+        """(fits, victims) (inside _changing): evicts until nbytes more fit. Without
+        on_evict a victim's file is removed at once. With it, the file is moved into this
+        owner's temporaries and stays reserved until _finish_evictions (after the locks
+        are released) has offered it to on_evict and removed it: fits is then False and
+        the caller looks for room again (_with_room)."""
+        victims: list = []
         if nbytes > self.capacity_bytes:
-            return False
-        if self.used_bytes + nbytes <= self.capacity_bytes:
-            return True
+            return False, victims
+        if self._used() + nbytes <= self.capacity_bytes:
+            return True, victims
+        if self._drop_dead_reservations() and self._used() + nbytes <= self.capacity_bytes:
+            return True, victims
+        leaving = 0  # bytes of victims still on disk
         for key in self.policy.victims(evictable=self.evictable):
-            e = self.index.pop(key, None)
-            self.policy.remove(key)
+            e = self._index_pop(key)
             if e is None:
                 continue
+            self._record(DEL, key)
+            self.metrics.inc(self.name, "evictions")
+            if self.on_evict is None:
+                _unlink(e.path)
+            else:
+                moved = self._tmp / f"{key.hex()}.{self._next_rid + 1}.evicted"
+                try:
+                    os.rename(e.path, moved)
+                except OSError:  # already gone
+                    pass
+                else:
+                    victims.append((key, replace(e, path=moved), self._hold(e.size)))
+                    leaving += e.size
+            if self._used() - leaving + nbytes <= self.capacity_bytes:
+                break
+        return not victims and self._used() + nbytes <= self.capacity_bytes, victims
+
+    def _with_room(self, nbytes: int, then: Callable[[], None], first: Optional[Callable[[], None]] = None) -> bool:
+        """Runs then() inside _changing once nbytes more fit (first() before, once);
+        False (counted as rejected) when they cannot be made free."""
+        for attempt in range(ROOM_ATTEMPTS):
+            with self._changing():
+                if first is not None and attempt == 0:
+                    first()
+                fits, victims = self._make_room(nbytes)
+                if fits:
+                    then()
+            self._finish_evictions(victims)
+            if fits:
+                return True
+            if not victims:
+                break
+        self.metrics.inc(self.name, "rejected")
+        return False
+
+    def _drop_dead_reservations(self) -> bool:
+        """Releases (and records) the reservations of owners whose process is gone."""
+        dead = {o for o, _ in self._foreign_reserved if not self._journal.owner_alive(o)}
+        for o, rid in [k for k in self._foreign_reserved if k[0] in dead]:
+            self._reserved_bytes -= self._foreign_reserved.pop((o, rid))
+            self._pending.append(Record(REL, o, rid))
+        for o in dead:
+            self._journal.remove_owner(o)
+        return bool(dead)
+
+    def _finish_evictions(self, victims: list) -> None:
+        if not victims:
+            return
+        for key, e, _ in victims:
             if self.on_evict is not None:
                 try:
                     self.on_evict(key, e)
                 except Exception:
                     self.metrics.inc(self.name, "errors")
             _unlink(e.path)
-            self.used_bytes -= e.size
-            self.metrics.inc(self.name, "evictions")
-            if self.used_bytes + nbytes <= self.capacity_bytes:
-                return True
-        return False
+        with self._changing():
+            for _, _, rid in victims:
+                self._drop_hold(rid)
 
     # ---- write ----
-    def _reserve(self, key: bytes, size: int) -> bool:
-        """Drops key's old file and holds size bytes of capacity for its new one;
-        False (counted as rejected) when they cannot be made free."""
-        with self._lock:
-            old = self.index.pop(key, None)
+    def _reserve(self, key: bytes, size: int) -> Optional[bytes]:
+        """Drops key's old file and holds size bytes of capacity for its new one: the
+        reservation id, or None (counted as rejected) when they cannot be made free."""
+        held: list[bytes] = []
+
+        def drop_old() -> None:
+            old = self._index_pop(key)
             if old is not None:
-                self.policy.remove(key)
-                self.used_bytes -= old.size
+                self._record(DEL, key)
                 _unlink(old.path)
-            if not self._make_room(size):
-                self.metrics.inc(self.name, "rejected")
-                return False
-            self.used_bytes += size
-            return True
+
+        return held[0] if self._with_room(size, lambda: held.append(self._hold(size)), drop_old) else None
+
+    def _commit(self, key: bytes, tmp: Path, entry: SSDEntry, rid: bytes, extra: int = 0) -> bool:
+        """Moves a written temporary file into place and indexes it, with extra bytes more
+        than were reserved made free first; False (counted) when they cannot be."""
+        def publish() -> None:
+            entry.path.parent.mkdir(exist_ok=True)
+            os.rename(tmp, entry.path)  # under the directory lock: others see it with its record
+            self._drop_hold(rid)
+            self._index_put(key, entry)
+            self._record(ADD, key, entry)
+        return self._with_room(max(0, extra), publish)
 
     def write(self, key: bytes, blob, *, ns_tag: str, start: int = 0, ntokens: int = 0,
               expires_ms: int = 0, verify_blob: bool = True) -> bool:
         """Stores blob under key durably. Returns False (and counts why) when it was skipped."""
+        _check_ns_tag(ns_tag)
         view = memoryview(blob).cast("B")
         size = view.nbytes
         if verify_blob:
             BlobHeader.parse(view)  # refuse to persist garbage
-        if not self._reserve(key, size):  # held while the file is written
+        rid = self._reserve(key, size)  # held while the file is written
+        if rid is None:
             return False
         t0 = time.perf_counter()
-        nsdir = self.root / ns_tag
-        final = nsdir / f"{key.hex()}.{start}.{ntokens}.{expires_ms}.kvc"
-        tmp = self._tmp / f"{key.hex()}.{os.getpid()}.{threading.get_ident()}.tmp"
+        entry = SSDEntry(self.root / ns_tag / _file_name(key, start, ntokens, expires_ms), size, ns_tag, start,
+                         ntokens, expires_ms)
+        tmp = self._tmp / f"{key.hex()}.{threading.get_ident()}.tmp"
         try:
-            nsdir.mkdir(exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 pos = 0
@@ -229,19 +448,14 @@ class SSDTier:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
-            os.rename(tmp, final)
+            self._commit(key, tmp, entry, rid)  # no extra bytes: always fits
             if self.fsync:
-                _fsync_dir(nsdir)
+                _fsync_dir(entry.path.parent)
         except OSError as exc:
             _unlink(tmp)
-            with self._lock:
-                self.used_bytes -= size
+            self._release(rid)
             self._failed(exc)
             return False
-        entry = SSDEntry(final, size, ns_tag, start, ntokens, expires_ms)
-        with self._lock:
-            self.index[key] = entry
-            self.policy.add(key, size=size, start=start, ntokens=ntokens)
         self.metrics.inc(self.name, "stores")
         self.metrics.inc(self.name, "bytes_in", size)
         self.metrics.observe("ssd_write", time.perf_counter() - t0)
@@ -254,14 +468,15 @@ class SSDTier:
         rounded up to 4 KiB). reserve: bytes to hold for it now (the blob's expected
         size; commit() settles the difference). None when it cannot fit (counted).
         """
-        if not self._reserve(key, reserve):
+        _check_ns_tag(ns_tag)
+        rid = self._reserve(key, reserve)
+        if rid is None:
             return None
         try:
-            return StreamWrite(self, key, buffer, ns_tag=ns_tag, reserve=reserve, start=start, ntokens=ntokens,
+            return StreamWrite(self, key, buffer, rid, ns_tag=ns_tag, reserve=reserve, start=start, ntokens=ntokens,
                                expires_ms=expires_ms)
         except OSError as exc:
-            with self._lock:
-                self.used_bytes -= reserve
+            self._release(rid)
             self._failed(exc)
             return None
 
@@ -282,13 +497,19 @@ class SSDTier:
     # ---- read ----
     def _live_entry(self, key: bytes):
         """key's index entry, or None (a miss, counted; an expired entry is removed)."""
-        e = self.index.get(key)
+        e = self.entry(key)
         if e is None or e.expired():
             if e is not None:
                 self.remove(key)
             self.metrics.inc(self.name, "misses")
             return None
         return e
+
+    def _touched(self, key: bytes) -> None:
+        """A read hit: most recent in this tier's order and, through the journal, in the others'."""
+        self.policy.touch(key)
+        with self._lock:
+            self._journal.append(Record(TOUCH, self._journal.owner, key))
 
     def read(self, key: bytes, *, direct: Optional[bool] = None,
              scratch: Optional["ScratchPool"] = None) -> Optional[memoryview]:
@@ -322,25 +543,29 @@ class SSDTier:
             return self._readers
 
     def close(self) -> None:
-        """Stops the tier's own reader and writer threads (I/O in flight finishes)."""
+        """Stops the tier's own reader and writer threads (I/O in flight finishes) and, when
+        none of its writes is in flight, leaves the shared directory."""
         with self._lock:
             pools = (self._readers, self._writers)
             self._readers = self._writers = None
+            idle = not self._own_reserved
         for p in pools:
             if p is not None:
                 p.shutdown(wait=False)
+        if idle:
+            self._journal.close()
 
     # ---- removal ----
     def _forget(self, key: bytes, e: SSDEntry) -> None:
-        with self._lock:
+        """Removes e's file, when it is still key's entry (not replaced by a newer write)."""
+        with self._changing():
             if self.index.get(key) is e:
-                del self.index[key]
-                self.policy.remove(key)
-                self.used_bytes -= e.size
-        _unlink(e.path)
+                self._index_pop(key)
+                self._record(DEL, key)
+                _unlink(e.path)
 
     def remove(self, key: bytes) -> bool:
-        e = self.index.get(key)
+        e = self.entry(key)
         if e is None:
             return False
         self._forget(key, e)
@@ -363,6 +588,16 @@ class SSDTier:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+def _file_name(key: bytes, start: int, ntokens: int, expires_ms: int) -> str:
+    return f"{key.hex()}.{start}.{ntokens}.{expires_ms}.kvc"
+
+
+def _check_ns_tag(ns_tag: str) -> None:
+    """A namespace tag names a directory: 1-16 of [0-9A-Za-z_-], not one of the tier's own."""
+    if not isinstance(ns_tag, str) or not _NS_TAG.match(ns_tag) or ns_tag in (TMP_DIR, OWNERS_DIR):
+        raise InvalidArgumentError(f"invalid namespace tag {ns_tag!r}")
 
 
 def _load_sync_file_range():
@@ -395,9 +630,9 @@ class StreamWrite:
     store is done only once it is durable. abort() removes the temporary file.
     """
 
-    def __init__(self, tier: SSDTier, key: bytes, buffer, *, ns_tag: str, reserve: int, start: int,
+    def __init__(self, tier: SSDTier, key: bytes, buffer, rid: bytes, *, ns_tag: str, reserve: int, start: int,
                  ntokens: int, expires_ms: int):
-        self.tier, self.key = tier, key
+        self.tier, self.key, self.rid = tier, key, rid
         self.buf = memoryview(buffer).cast("B")
         self.ns_tag, self.start, self.ntokens, self.expires_ms = ns_tag, start, ntokens, expires_ms
         self.reserved = reserve
@@ -410,7 +645,7 @@ class StreamWrite:
         self._flush_lock = threading.Lock()
         self._flushing = False
         self._unflushed = 0
-        self.tmp = tier._tmp / f"{key.hex()}.{os.getpid()}.{threading.get_ident()}.{id(self)}.tmp"
+        self.tmp = tier._tmp / f"{key.hex()}.{threading.get_ident()}.{id(self)}.tmp"
         self._executor = tier._write_executor()
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         self.direct = False
@@ -473,7 +708,6 @@ class StreamWrite:
         """Writes the rest of the total-byte blob, makes the file durable and indexes it.
         False when it failed or did not fit (counted; nothing is left behind)."""
         t = self.tier
-        delta = 0
         try:
             error = None
             for f in self._futures:
@@ -503,33 +737,18 @@ class StreamWrite:
                 os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(self._fd)
             self._fd = -1
-            with t._lock:
-                delta = total - self.reserved
-                fits = delta <= 0 or t._make_room(delta)
-                if fits:
-                    t.used_bytes += delta
-                else:
-                    delta = 0
-            if not fits:
-                t.metrics.inc(t.name, "rejected")
+            entry = SSDEntry(t.root / self.ns_tag / _file_name(self.key, self.start, self.ntokens, self.expires_ms),
+                             total, self.ns_tag, self.start, self.ntokens, self.expires_ms)
+            if not t._commit(self.key, self.tmp, entry, self.rid, extra=total - self.reserved):
                 self.abort()
                 return False
-            nsdir = t.root / self.ns_tag
-            nsdir.mkdir(exist_ok=True)
-            final = nsdir / f"{self.key.hex()}.{self.start}.{self.ntokens}.{self.expires_ms}.kvc"
-            os.rename(self.tmp, final)
+            self._done = True
             if t.fsync:
-                _fsync_dir(nsdir)
+                _fsync_dir(entry.path.parent)
         except Exception as exc:
-            with t._lock:
-                t.used_bytes -= delta
             self.abort()
             t._failed(exc)
             return False
-        self._done = True
-        with t._lock:
-            t.index[self.key] = SSDEntry(final, total, self.ns_tag, self.start, self.ntokens, self.expires_ms)
-            t.policy.add(self.key, size=total, start=self.start, ntokens=self.ntokens)
         t.metrics.inc(t.name, "stores")
         t.metrics.inc(t.name, "bytes_in", total)
         t.metrics.observe("ssd_write", time.perf_counter() - self._t0)
@@ -558,8 +777,7 @@ class StreamWrite:
                 pass
             self._fd = -1
         _unlink(self.tmp)
-        with self.tier._lock:
-            self.tier.used_bytes -= self.reserved
+        self.tier._release(self.rid)
 
 
 class StreamRead:
@@ -745,7 +963,7 @@ class StreamRead:
             t.metrics.inc(t.name, "misses")
             t._forget(self.key, self.entry)
             return None
-        t.policy.touch(self.key)
+        t._touched(self.key)
         t.metrics.inc(t.name, "hits")
         t.metrics.inc(t.name, "bytes_out", self.size)
         t.metrics.observe("ssd_read", time.perf_counter() - self._t0)

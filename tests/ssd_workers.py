@@ -1,0 +1,51 @@
+"""Child-process bodies for tests/test_tiers_ssd_shared.py (run with multiprocessing spawn)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from kvcore.tiers.blob import encode_chunk
+from kvcore.tiers.codecs import make_codec
+from kvcore.tiers.ssd import SSDTier
+
+RAW = make_codec("raw")
+
+
+def key_of(owner: int, i: int) -> bytes:
+    return bytes([owner]) + i.to_bytes(4, "little") + bytes(11)
+
+
+def chunk_blob(owner: int, i: int) -> bytes:
+    """A real chunk blob (raw codec: every one the same size) that says whose it is."""
+    kv = torch.full((2, 2, 64, 4, 64), float(owner * 1000 + i), dtype=torch.bfloat16)
+    return bytes(encode_chunk(kv, RAW, key=key_of(owner, i), index=0))
+
+
+SIZE = len(chunk_blob(0, 0))
+
+
+def store_many(directory: str, capacity: int, owner: int, count: int, start, results) -> None:
+    """Writes count chunks of SIZE bytes (reading back an earlier one between writes) and
+    reports the largest used_bytes it saw and what went wrong."""
+    try:
+        t = SSDTier(directory, capacity, fsync=False)
+        start.wait(30)
+        peak, stored = 0, 0
+        for i in range(count):
+            stored += t.write(key_of(owner, i), chunk_blob(owner, i), ns_tag="ns")
+            peak = max(peak, t.used_bytes)
+            if i >= 2:
+                t.contains(key_of(1 - owner, i - 2))
+        results.put((owner, peak, stored, None))
+    except BaseException as exc:  # reported to the parent
+        results.put((owner, 0, 0, repr(exc)))
+
+
+def die_while_writing(directory: str, capacity: int, reserve: int, ready) -> None:
+    """Starts a streamed write (a temporary file and a reservation), then dies without cleaning up."""
+    t = SSDTier(directory, capacity, fsync=False)
+    assert t.begin_write(key_of(9, 0), bytearray(reserve + 8192), ns_tag="ns", reserve=reserve) is not None
+    ready.set()
+    os._exit(0)

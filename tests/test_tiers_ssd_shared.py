@@ -1,0 +1,199 @@
+"""Several SSD tiers (processes) on one directory: one capacity, each other's chunks,
+no lost temporaries, dead owners cleaned up (kvcore/tiers/ssd_journal.py).
+
+Two tiers in one process behave as two processes here (each is its own owner with its
+own lock descriptions); the last tests use real child processes."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import multiprocessing as mp
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from kvcore.errors import InvalidArgumentError
+from kvcore.tiers import ssd_journal
+from kvcore.tiers.ssd import ScratchPool, SSDTier
+from ssd_workers import SIZE, chunk_blob, die_while_writing, key_of, store_many
+from tiers_support import leftover_temporaries
+
+blob = chunk_blob
+
+
+def put(t: SSDTier, owner: int, i: int) -> bool:
+    return t.write(key_of(owner, i), blob(owner, i), ns_tag="ns")
+
+
+def disk_bytes(directory: Path) -> int:
+    """Chunk files plus temporaries, counted under the directory lock (a consistent view)."""
+    root = Path(directory) / "kvcore-v1"
+    with open(root / "lock", "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            files = [p for d in root.iterdir() if d.is_dir() and d.name != "owners" for p in d.rglob("*")]
+            return sum(p.stat().st_size for p in files if p.is_file())
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def test_each_sees_the_others_chunks(tmp_path):
+    a, b = SSDTier(tmp_path, 1 << 30), SSDTier(tmp_path, 1 << 30)
+    assert put(a, 0, 0)
+    assert b.contains(key_of(0, 0)) and bytes(b.read(key_of(0, 0))) == blob(0, 0)
+    assert b.used_bytes == a.used_bytes == SIZE
+    assert b.remove(key_of(0, 0))
+    assert not a.contains(key_of(0, 0)) and a.read(key_of(0, 0)) is None
+    assert a.used_bytes == b.used_bytes == 0
+    put(b, 1, 1)
+    assert a.keys("ns") == [key_of(1, 1)] and len(a) == 1
+    assert a.clear("ns") == 1 and len(b) == 0
+
+
+def test_one_capacity_for_the_directory(tmp_path):
+    cap = 5 * SIZE
+    a, b = SSDTier(tmp_path, cap), SSDTier(tmp_path, cap)
+    for i in range(12):
+        assert put(a if i % 2 else b, i % 2, i)
+        assert a.used_bytes <= cap and b.used_bytes <= cap and disk_bytes(tmp_path) <= cap
+    assert a.used_bytes == b.used_bytes == disk_bytes(tmp_path) == cap
+    assert set(a.index) == set(b.index) == {key_of(i % 2, i) for i in range(7, 12)}  # the newest five
+
+
+def test_a_read_by_another_counts_for_eviction(tmp_path):
+    a, b = SSDTier(tmp_path, 3 * SIZE), SSDTier(tmp_path, 3 * SIZE)
+    for i in range(3):
+        put(a, 0, i)
+    assert b.read(key_of(0, 0)) is not None  # b's use of chunk 0 reaches a's order
+    put(a, 0, 3)
+    assert set(a.index) == {key_of(0, 0), key_of(0, 2), key_of(0, 3)}
+
+
+def test_a_new_tier_keeps_a_live_writers_temporary(tmp_path):
+    a = SSDTier(tmp_path, 4 * SIZE)
+    data = blob(0, 0)
+    buf = ScratchPool().get(SIZE + 8192)  # page-aligned, for O_DIRECT
+    sw = a.begin_write(key_of(0, 0), buf, ns_tag="ns", reserve=SIZE)
+    b = SSDTier(tmp_path, 4 * SIZE)  # start-up scan while a writes
+    assert b.used_bytes == SIZE  # a's reservation counts
+    buf[:SIZE] = data
+    sw.add(0, SIZE)
+    assert sw.commit(SIZE)
+    assert bytes(b.read(key_of(0, 0))) == data
+    assert b.used_bytes == a.used_bytes == SIZE and not leftover_temporaries(tmp_path)
+
+
+def test_journal_replaced_when_long(tmp_path, monkeypatch):
+    monkeypatch.setattr(ssd_journal, "COMPACT_BYTES", 40 * ssd_journal.RECORD_BYTES)
+    a, b = SSDTier(tmp_path, 6 * SIZE), SSDTier(tmp_path, 6 * SIZE)
+    for i in range(40):
+        put(a if i % 3 else b, i % 3 % 2, i)
+        if i % 5 == 0:
+            a.read(a.keys()[0])
+    journal = tmp_path / "kvcore-v1" / "journal"
+    assert journal.stat().st_size <= 60 * ssd_journal.RECORD_BYTES
+    files = {bytes.fromhex(p.name.split(".")[0]) for p in (tmp_path / "kvcore-v1" / "ns").iterdir()}
+    assert set(a.keys()) == set(b.keys()) == files and len(files) == 6
+    assert a.used_bytes == b.used_bytes == disk_bytes(tmp_path)
+    assert set(SSDTier(tmp_path, 6 * SIZE).index) == files
+
+
+def test_closed_tier_leaves_no_owner(tmp_path):
+    a = SSDTier(tmp_path, 1 << 20)
+    put(a, 0, 0)
+    a.close()
+    root = tmp_path / "kvcore-v1"
+    assert not list((root / "owners").iterdir()) and not list((root / "tmp").iterdir())
+    assert SSDTier(tmp_path, 1 << 20).contains(key_of(0, 0))
+
+
+def test_namespace_tag_must_name_a_plain_directory(tmp_path):
+    t = SSDTier(tmp_path, 1 << 20)
+    for bad in ("../x", "", "a/b", "tmp", "owners", "x" * 17):
+        with pytest.raises(InvalidArgumentError):
+            t.write(key_of(0, 0), b"x", ns_tag=bad, verify_blob=False)
+    assert not list((tmp_path / "kvcore-v1").glob("*/*.kvc"))
+
+
+def test_processes_share_one_capacity(tmp_path):
+    """Two processes store at once; the directory never holds more than the capacity."""
+    cap = 6 * SIZE
+    ctx = mp.get_context("spawn")
+    start, results = ctx.Event(), ctx.Queue()
+    SSDTier(tmp_path, cap)  # creates the layout before the children race
+    procs = [ctx.Process(target=store_many, args=(str(tmp_path), cap, owner, 40, start, results))
+             for owner in (0, 1)]
+    for p in procs:
+        p.start()
+    start.set()
+    peak_disk = 0
+    while any(p.is_alive() for p in procs):
+        peak_disk = max(peak_disk, disk_bytes(tmp_path))
+    for p in procs:
+        p.join(60)
+    reports = sorted(results.get(timeout=10) for _ in procs)
+    assert [r[3] for r in reports] == [None, None]
+    assert all(peak <= cap for _, peak, _, _ in reports) and peak_disk <= cap
+    assert [stored for _, _, stored, _ in reports] == [40, 40]
+    t = SSDTier(tmp_path, cap)
+    assert t.used_bytes == disk_bytes(tmp_path) <= cap and len(t) == 6
+    assert not leftover_temporaries(tmp_path)
+
+
+def test_dead_writer_is_cleaned_up(tmp_path):
+    """A process that dies mid-write: its temporary goes and its reservation is released."""
+    cap = 4 * SIZE
+    live = SSDTier(tmp_path, cap)
+    put(live, 0, 0)
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    p = ctx.Process(target=die_while_writing, args=(str(tmp_path), cap, 2 * SIZE, ready))
+    p.start()
+    assert ready.wait(60)
+    p.join(60)
+    assert live.used_bytes == 3 * SIZE and leftover_temporaries(tmp_path)
+    assert put(live, 0, 1) and put(live, 0, 2)  # needs the dead writer's room: it is released
+    assert live.used_bytes == 3 * SIZE and len(live) == 3
+    assert not leftover_temporaries(tmp_path) and len(list((tmp_path / "kvcore-v1" / "owners").iterdir())) == 1
+
+
+def test_threads_of_two_tiers(tmp_path):
+    """Threads of two tiers storing and reading at once keep one consistent budget."""
+    cap = 5 * SIZE
+    tiers = [SSDTier(tmp_path, cap, fsync=False), SSDTier(tmp_path, cap, fsync=False)]
+    errors: list = []
+
+    def work(n: int) -> None:
+        t = tiers[n % 2]
+        try:
+            for i in range(30):
+                put(t, n, i)
+                assert t.used_bytes <= cap
+                got = t.read(key_of(n ^ 1, i))
+                assert got is None or bytes(got) == blob(n ^ 1, i)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert tiers[0].used_bytes == tiers[1].used_bytes == disk_bytes(tmp_path) <= cap
+    assert set(tiers[0].keys()) == set(tiers[1].keys())
+
+
+def test_filesystem_without_flock_works_for_one_process(tmp_path, monkeypatch):
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(ssd_journal.fcntl, "flock", no_flock)
+    t = SSDTier(tmp_path, 2 * SIZE)
+    assert not t._journal.shared
+    for i in range(3):
+        assert put(t, 0, i)
+    assert bytes(t.read(key_of(0, 2))) == blob(0, 2) and t.used_bytes == 2 * SIZE
