@@ -165,7 +165,9 @@ def blob_total_size(prefix) -> int:
     return end + _TRAILER.size
 
 
-def check_kv(kv: torch.Tensor) -> None:
+def check_kv(kv: torch.Tensor, *, host: bool = True) -> None:
+    """Checks a [layers, 2, tokens, kv_heads, head_dim] KV tensor: on the CPU (host=True),
+    or on any device that holds data (a GPU's KV cache; host=False)."""
     if not isinstance(kv, torch.Tensor):
         raise InvalidArgumentError(f"kv must be a torch.Tensor, not {type(kv).__name__}")
     if kv.dim() != 5 or kv.shape[1] != 2:
@@ -173,8 +175,19 @@ def check_kv(kv: torch.Tensor) -> None:
             f"kv must be shaped [layers, 2, tokens, kv_heads, head_dim], got {tuple(kv.shape)}")
     if kv.dtype not in DTYPE_CODES:
         raise InvalidArgumentError(f"dtype {kv.dtype} is not supported by the tier manager")
-    if kv.device.type != "cpu":
+    if kv.device.type == "meta":
+        raise InvalidArgumentError("kv is a meta tensor: it holds no data")
+    if host and kv.device.type != "cpu":
         raise InvalidArgumentError("kv must be a CPU tensor")
+
+
+def host_copy(part: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of part that the codec can read. From a CUDA device it lands in pinned
+    memory (DMA), copied on the current stream (after the work that produced part),
+    and is complete when this returns."""
+    if part.device.type == "cpu":
+        return part.clone()
+    return torch.empty(part.shape, dtype=part.dtype, pin_memory=part.is_cuda).copy_(part)
 
 
 FRAME_BYTES = 4 << 20
@@ -269,23 +282,27 @@ def encode_chunk_into(kv: torch.Tensor, codec: Codec, out: memoryview, *, key: b
 _staging = threading.local()
 
 
-def _staging_tensor(shape, dtype) -> torch.Tensor:
-    """A reusable per-thread contiguous tensor (decoding into it costs no page faults)."""
+def _staging_tensor(shape, dtype, pinned: bool = False) -> torch.Tensor:
+    """A reusable per-thread contiguous CPU tensor (decoding into it costs no page
+    faults); pinned: page-locked, the source of copies to a CUDA device."""
     n = 1
     for d in shape:
         n *= d
     nbytes = n * torch.empty((), dtype=dtype).element_size()
-    buf = getattr(_staging, "buf", None)
+    name = "pinned" if pinned else "buf"
+    buf = getattr(_staging, name, None)
     if buf is None or buf.numel() < nbytes:
-        buf = _staging.buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8)
+        buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=pinned)
+        setattr(_staging, name, buf)
     return buf[:nbytes].view(dtype).view(shape)
 
 
 def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, start: int = 0,
                 frames: Optional[range] = None) -> None:
     """Decodes the blob's frames (all, or the given frame numbers) into
-    ``out[l0:l1, :, start:start+ntokens]``: directly when that slice is contiguous, else
-    through a reusable staging tensor."""
+    ``out[l0:l1, :, start:start+ntokens]``: directly when that slice is contiguous CPU
+    memory, else through a reusable staging tensor (pinned when out is on a CUDA device:
+    each frame is copied on the current stream and has arrived when this returns)."""
     if codec.code != header.codec:
         codec = codec_for_code(header.codec)
     if (out.dim() != 5 or out.shape[0] != header.layers or out.shape[1] != header.kv
@@ -303,11 +320,11 @@ def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, st
         off, length = header.frames[i]
         l0, l1 = header.frame_layers(i)
         dst = out[l0:l1, :, start:start + header.ntokens]
-        if dst.is_contiguous():
+        if dst.is_contiguous() and dst.device.type == "cpu":
             batch_frames.append(view[off:off + length])
             batch_outs.append(dst)
         else:
-            tmp = _staging_tensor(tuple(dst.shape), dst.dtype)
+            tmp = _staging_tensor(tuple(dst.shape), dst.dtype, pinned=dst.is_cuda)
             codec.decode_into(view[off:off + length], tmp)
             dst.copy_(tmp)
     if len(batch_frames) > 1 and hasattr(codec, "decode_many"):

@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from ..errors import InvalidArgumentError, PoolExhausted
-from .blob import BlobHeader, blob_bound, check_kv, decode_into, encode_chunk, encode_chunk_into
+from .blob import BlobHeader, blob_bound, check_kv, decode_into, encode_chunk, encode_chunk_into, host_copy
 from .codecs import Codec, make_codec
 from .ddr import DDRTier, make_allocator
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
@@ -220,11 +220,13 @@ class TierManager:
 
         Returns the number of chunks queued (chunks already stored are skipped). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
-        copy=False the caller promises not to modify kv until flush().
+        copy=False the caller promises not to modify kv until flush(). kv may live on a
+        GPU: each chunk is then copied to pinned host memory on the current stream
+        before this returns (compression runs in the background, on the host copy).
         """
         t0 = time.perf_counter()
         self._check_open()
-        check_kv(kv)
+        check_kv(kv, host=False)
         keys = self._keys_for(tokens)
         if kv.shape[2] < (keys[-1].end if keys else 0):
             raise InvalidArgumentError(f"kv holds {kv.shape[2]} tokens, fewer than the {len(tokens)} given")
@@ -245,7 +247,8 @@ class TierManager:
                 if not self._needs_store(ck):
                     continue
             part = kv[:, :, ck.start:ck.end]
-            part = part.clone() if copy else part  # outside the lock: 38 MB copies take a while
+            if copy or part.device.type != "cpu":  # outside the lock: 38 MB copies take a while
+                part = host_copy(part)
             with self._lock:
                 if not self._needs_store(ck):
                     continue
@@ -623,7 +626,9 @@ class TierManager:
                  prefill_s_per_token: Optional[float] = None) -> int:
         """Restores the longest stored prefix of tokens into out[:, :, :n]; returns n.
 
-        out: [layers, 2, >= n tokens, kv_heads, head_dim], decoded into directly.
+        out: [layers, 2, >= n tokens, kv_heads, head_dim], decoded into directly; on a
+        GPU, each frame is decoded into pinned host memory and copied on the current
+        stream (it has arrived when its layer's on_layer call comes or this returns).
         on_layer(l): when given, all chunks are fetched first, then decoded layer by
         layer, and on_layer(l) is called as soon as layer l is complete (an engine can
         start computing layer 0 while later layers load).
@@ -631,7 +636,7 @@ class TierManager:
         is estimated to be faster than recomputing them (see estimate()).
         """
         t0 = time.perf_counter()
-        check_kv(out)
+        check_kv(out, host=False)
         keys = [ck for ck in self._keys_for(tokens) if ck.end <= out.shape[2]]
         fetched: list = []  # (ck, tier, blob or tensor, ddr entry or None)
         restored = 0
