@@ -197,3 +197,23 @@ def test_filesystem_without_flock_works_for_one_process(tmp_path, monkeypatch):
     for i in range(3):
         assert put(t, 0, i)
     assert bytes(t.read(key_of(0, 2))) == blob(0, 2) and t.used_bytes == 2 * SIZE
+
+
+def test_damaged_or_hostile_journal_records(tmp_path):
+    """Records that fail their CRC are skipped; an ADD naming a path outside the directory
+    is ignored; whatever the journal says, nothing outside the directory is touched."""
+    a, b = SSDTier(tmp_path, 2 * SIZE), SSDTier(tmp_path, 2 * SIZE)
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / f"{key_of(7, 0).hex()}.0.0.0.kvc").write_bytes(b"keep me")
+    journal = tmp_path / "kvcore-v1" / "journal"
+    hostile = ssd_journal.Record(ssd_journal.ADD, bytes(8), key_of(7, 0), "../../precious", size=SIZE)
+    damaged = bytearray(ssd_journal.Record(ssd_journal.ADD, bytes(8), key_of(7, 1), "ns", size=SIZE).pack())
+    damaged[20] ^= 1
+    with open(journal, "ab") as f:
+        f.write(hostile.pack() + bytes(damaged) + ssd_journal.Record(ssd_journal.TOUCH, bytes(8), key_of(0, 0)).pack())
+    assert not b.contains(key_of(7, 0)) and not b.contains(key_of(7, 1))
+    for i in range(4):
+        assert put(b, 1, i)  # evictions never reach the hostile entry
+    assert (outside / f"{key_of(7, 0).hex()}.0.0.0.kvc").read_bytes() == b"keep me"
+    assert b._journal.corrupt_records == 2 and a.used_bytes == b.used_bytes == 2 * SIZE

@@ -170,6 +170,9 @@ class SSDTier:
 
     def _apply(self, r: Record) -> None:
         if r.op == ADD:
+            if not _valid_ns_tag(r.ns_tag):  # never a path outside the directory
+                self._journal.corrupt_records += 1
+                return
             self._index_put(r.key, self._entry_of(r))
         elif r.op == DEL:
             self._index_pop(r.key)
@@ -186,7 +189,7 @@ class SSDTier:
         me = self._journal.owner
         files: dict[bytes, Record] = {}
         for r in records:
-            if r.op == ADD:
+            if r.op == ADD and _valid_ns_tag(r.ns_tag):
                 files[r.key] = r
             elif r.op == DEL:
                 files.pop(r.key, None)
@@ -594,9 +597,13 @@ def _file_name(key: bytes, start: int, ntokens: int, expires_ms: int) -> str:
     return f"{key.hex()}.{start}.{ntokens}.{expires_ms}.kvc"
 
 
-def _check_ns_tag(ns_tag: str) -> None:
+def _valid_ns_tag(ns_tag: str) -> bool:
     """A namespace tag names a directory: 1-16 of [0-9A-Za-z_-], not one of the tier's own."""
-    if not isinstance(ns_tag, str) or not _NS_TAG.match(ns_tag) or ns_tag in (TMP_DIR, OWNERS_DIR):
+    return isinstance(ns_tag, str) and bool(_NS_TAG.match(ns_tag)) and ns_tag not in (TMP_DIR, OWNERS_DIR)
+
+
+def _check_ns_tag(ns_tag: str) -> None:
+    if not _valid_ns_tag(ns_tag):
         raise InvalidArgumentError(f"invalid namespace tag {ns_tag!r}")
 
 

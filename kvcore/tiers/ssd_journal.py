@@ -114,7 +114,7 @@ class DirJournal:
     def exclusive(self) -> Iterator[None]:
         """Holds the directory lock (against other processes; threads need their own lock)."""
         locked = False
-        if self.shared:
+        if self.shared and not self._lock_file.closed:
             try:
                 fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX)
                 locked = True
@@ -185,12 +185,14 @@ class DirJournal:
         return True
 
     def has_new(self) -> bool:
-        """Whether records were appended since the last read (one fstat)."""
-        return os.fstat(self._journal.fileno()).st_size - self._offset >= RECORD_BYTES
+        """Whether records were appended since the last read (one fstat); False once closed."""
+        return self._journal is not None and os.fstat(self._journal.fileno()).st_size - self._offset >= RECORD_BYTES
 
     def read_new(self) -> tuple[bool, list[Record]]:
         """(reloaded, records): the records appended since the last call. reloaded is True
         when the journal was replaced; records are then its whole content (a snapshot)."""
+        if self._journal is None:  # closed
+            return False, []
         fd = self._journal.fileno()
         end = os.fstat(fd).st_size
         if end - self._offset < RECORD_BYTES:
@@ -216,13 +218,13 @@ class DirJournal:
     def append(self, *records: Record) -> None:
         """Appends records in one write. State changes need the directory lock (and every
         record up to the end read first), so the journal's order is the decisions' order."""
-        if records:
+        if records and self._journal is not None:
             os.write(self._journal.fileno(), b"".join(r.pack() for r in records))
             if self._offset == os.fstat(self._journal.fileno()).st_size - RECORD_BYTES * len(records):
                 self._offset += RECORD_BYTES * len(records)  # ours, already applied
 
     def needs_compaction(self) -> bool:
-        return self._offset > COMPACT_BYTES
+        return self._journal is not None and self._offset > COMPACT_BYTES
 
     def replace(self, records: list[Record]) -> None:
         """Replaces the journal with a snapshot (directory lock held, journal read up to its end)."""
