@@ -753,6 +753,9 @@ PYBIND11_MODULE(_native, m) {
         },
         py::arg("src"), py::arg("dtype"), py::arg("shape"), py::arg("mode") = 0, py::arg("backend") = 0,
         py::arg("deflate") = false, py::arg("block_bytes") = 0, py::arg("threads") = py::none());
+    m.def("set_stream_output_threshold", &fr::set_stream_output_threshold, py::arg("bytes"),
+          "Outputs above this many bytes are decoded with streaming stores (0: the LLC size); returns the\n"
+          "previous value. For tests.");
     m.def(
         "decompress_into",
         [](const py::buffer& frame, const py::buffer& out, const py::object& threads) {

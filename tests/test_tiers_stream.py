@@ -253,6 +253,22 @@ def test_checksum64_pieces():
         c.update(np.zeros((4, 4), dtype=np.uint8)[:, ::2])  # not contiguous
 
 
+def test_checksum64_fresh_state_ignores_leftover_memory():
+    """A new seeded hasher must not trust what its memory held before: freed memory that
+    held the same seed once made XXH3 skip deriving its secret (wrong digests)."""
+    data = os.urandom(3000)
+    wrong = 0
+    for _ in range(10):
+        for seed in (1, 0x9E3779B97F4A7C15):
+            for size in range(560, 1200, 8):
+                junk = [seed.to_bytes(8, "little") * (size // 8) for _ in range(16)]
+                del junk  # freed heap memory reading "seed" at every word
+                c = _native.Checksum64(seed)
+                c.update(data)
+                wrong += c.intdigest() != xxhash.xxh3_64_intdigest(data, seed)
+    assert wrong == 0
+
+
 def test_compress_into(kv):
     t = kv[:2, :, :256].contiguous()
     src = t.reshape(-1).view(torch.uint8).numpy()

@@ -27,6 +27,7 @@ struct StreamingChecksum64::State {
             std::free(avx2);
             throw std::bad_alloc();
         }
+        detail::xxh3_init_avx2(avx2);
     }
     ~State() {
         XXH3_freeState(lib);

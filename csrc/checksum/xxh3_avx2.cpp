@@ -3,6 +3,8 @@
 // the library: only called when cpu::active_isa() has AVX2.
 #pragma GCC target("avx2")
 #include <immintrin.h>
+
+#include <cstring>
 #define XXH_INLINE_ALL
 #define XXH_VECTOR XXH_AVX2
 #include <xxhash.h>
@@ -14,6 +16,11 @@ namespace kvcore::detail {
 uint64_t xxh3_64_avx2(const void* data, size_t size, uint64_t seed) { return XXH3_64bits_withSeed(data, size, seed); }
 
 size_t xxh3_state_bytes() { return sizeof(XXH3_state_t); }
+
+void xxh3_init_avx2(void* state) {
+    std::memset(state, 0, sizeof(XXH3_state_t));
+    XXH3_INITSTATE(static_cast<XXH3_state_t*>(state));
+}
 
 void xxh3_reset_avx2(void* state, uint64_t seed) {
     XXH3_64bits_reset_withSeed(static_cast<XXH3_state_t*>(state), seed);

@@ -1,6 +1,7 @@
 #include "frame/codec.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -409,7 +410,11 @@ Status prepare(const FrameJob& job, PreparedFrame* f) {
     return Status::ok();
 }
 
+std::atomic<size_t> stream_output_threshold{0};
+
 }  // namespace
+
+size_t set_stream_output_threshold(size_t bytes) { return stream_output_threshold.exchange(bytes); }
 
 Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads) {
     std::vector<PreparedFrame> frames(n);
@@ -423,7 +428,8 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads) {
     }
     // Outputs larger than the last-level cache together would be evicted before
     // anyone reads them: write them with streaming stores.
-    const bool stream_output = total > copy::llc_bytes();
+    const size_t threshold = stream_output_threshold.load(std::memory_order_relaxed);
+    const bool stream_output = total > (threshold ? threshold : copy::llc_bytes());
     FirstError error;
     // Every block of every frame is one task, so small frames still keep all threads busy.
     default_pool().parallel_for(tasks.size(), threads, [&](size_t t) {

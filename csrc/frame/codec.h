@@ -99,4 +99,9 @@ struct FrameJob {
 // checked before any block is decoded.
 Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads);
 
+// Decoded outputs larger than this many bytes in all are written with streaming
+// stores (0, the default: the last-level cache size). Returns the previous value.
+// For tests, which run the streaming path on inputs of any size.
+size_t set_stream_output_threshold(size_t bytes);
+
 }  // namespace kvcore::frame
