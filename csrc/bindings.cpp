@@ -619,9 +619,15 @@ PYBIND11_MODULE(_native, m) {
     m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));
     m.def(
         "fastcode_encode",
-        [](const py::buffer& src, unsigned width, const py::object& cap) {
+        [](const py::buffer& src, unsigned width, const py::object& cap, const py::object& weights) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
+            std::vector<uint32_t> w;
+            if (!weights.is_none()) {
+                w = weights.cast<std::vector<uint32_t>>();
+                if (w.size() != 256) throw NativeError{Code::kInvalidArgument, "weights must hold 256 values"};
+                if (width != 0) throw NativeError{Code::kInvalidArgument, "weights choose the width: give width=0"};
+            }
             const size_t bound = kvcore::entropy::fastcode_bound(in.size);
             // Default capacity: the stream must be smaller than the input.
             size_t limit = in.size ? in.size - 1 : 0;
@@ -635,16 +641,19 @@ PYBIND11_MODULE(_native, m) {
             Status st;
             {
                 py::gil_scoped_release release;
-                st = kvcore::entropy::fastcode_encode_width(in.data, in.size, nullptr, width,
-                                                            reinterpret_cast<uint8_t*>(out.data()), out.size(),
-                                                            &written);
+                uint8_t* dst = reinterpret_cast<uint8_t*>(out.data());
+                st = w.empty() ? kvcore::entropy::fastcode_encode_width(in.data, in.size, nullptr, width, dst,
+                                                                        out.size(), &written)
+                               : kvcore::entropy::fastcode_encode_estimated(in.data, in.size, w.data(), dst,
+                                                                            out.size(), &written);
             }
             check(st);
             return py::bytes(out.data(), written);
         },
-        py::arg("src"), py::arg("width") = 0, py::arg("cap") = py::none(),
+        py::arg("src"), py::arg("width") = 0, py::arg("cap") = py::none(), py::arg("weights") = py::none(),
         "Encodes a byte plane; BufferTooSmallError unless the stream is smaller than the input\n"
-        "(or fits `cap`). width: 0 = smallest stream, 1..7 forces the code width.");
+        "(or fits `cap`). width: 0 = smallest stream, 1..7 forces the code width. weights: 256\n"
+        "estimated symbol counts that choose the width and table (escapes are counted while coding).");
     m.def(
         "fastcode_decode",
         [](const py::buffer& stream, long long n) {

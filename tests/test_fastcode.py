@@ -161,6 +161,34 @@ def test_real_planes_every_width(planes):
             assert in_variant(v, N.fastcode_decode, s, len(plane)) == plane.tobytes(), (w, v)
 
 
+def test_estimated_weights(variant, planes):
+    """Weights that are estimates (a sample's counts) choose the width and table; the escapes
+    are counted while coding, so the stream is exact whatever the weights say."""
+    plane = next(iter(planes.values()))[: 5 * PIECE + 77]
+    exact = np.bincount(plane, minlength=256)
+    sample = np.bincount(plane[::8], minlength=256) * 8
+    absent = int(np.flatnonzero(exact == 0)[0])
+    misleading = [
+        exact,  # exact counts: the same stream as without weights
+        sample,
+        exact[::-1].copy(),  # the rarest values first
+        np.eye(256, dtype=np.int64)[absent] * len(plane),  # all weight on a value that never occurs
+        np.ones(256, dtype=np.int64),
+    ]
+    bound = N.fastcode_bound(len(plane))
+    for weights in misleading:
+        s = N.fastcode_encode(plane, 0, bound, weights=weights.tolist())
+        for v in VARIANTS:
+            assert in_variant(v, N.fastcode_decode, s, len(plane)) == plane.tobytes()
+    assert N.fastcode_encode(plane, 0, bound, weights=exact.tolist()) == N.fastcode_encode(plane, 0, bound)
+    sampled = N.fastcode_encode(plane, weights=sample.tolist())
+    assert len(sampled) <= len(N.fastcode_encode(plane)) * 1.01  # a sample chooses about as well
+    with pytest.raises(kvcore.InvalidArgumentError):
+        N.fastcode_encode(plane, weights=[1] * 255)
+    with pytest.raises(kvcore.BufferTooSmallError):
+        N.fastcode_encode(plane, 0, 10, weights=sample.tolist())
+
+
 def test_auto_width_is_the_smallest(variant):
     for seed, n in [(1, 5000), (2, 1 << 16)]:
         x = skewed(n, seed)

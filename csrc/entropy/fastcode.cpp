@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -644,6 +645,88 @@ size_t fastcode_estimate(const uint32_t* hist, size_t n, unsigned* width) {
     return plan.size;
 }
 
+namespace {
+
+// Writes the stream of src[0, n) for the code width and symbol order of plan.
+// With plan.nexc known (exact counts), literals and codes go straight to their
+// place in dst; else (a plan from estimated weights) they are coded into
+// per-thread scratch first and placed once the escape count is known.
+Status encode_planned(const uint8_t* src, size_t n, const Plan& plan, bool nexc_known, uint8_t* dst, size_t cap,
+                      size_t* written) {
+    const unsigned w = plan.w;
+    const unsigned esc = (1u << w) - 1;
+    uint8_t code_of[256];
+    std::memset(code_of, static_cast<int>(esc), sizeof code_of);
+    for (unsigned r = 0; r < esc; ++r) code_of[plan.order[r]] = static_cast<uint8_t>(r);
+
+    thread_local std::vector<uint8_t> scratch;
+    uint8_t* lit;
+    uint8_t* codes_out;
+    uint64_t lit_cap = plan.nexc;
+    if (nexc_known) {
+        uint8_t* p = dst + header_size(w, plan.nexc) - esc;
+        lit = p + esc;
+        codes_out = lit + plan.nexc;
+    } else {
+        if (scratch.size() < n + code_bytes(w, n)) scratch.resize(n + code_bytes(w, n));
+        lit = scratch.data();
+        codes_out = lit + n;
+        lit_cap = n;
+    }
+    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
+    uint64_t k = 0;
+    const size_t groups = n / kGroup;
+    if (!pick_encoder(w, avx2)(src, groups, code_of, lit, lit_cap, &k, codes_out))
+        return invalid("fastcode: histogram does not match the data");
+    const size_t r = n % kGroup;
+    if (r) {
+        uint8_t codes[kGroup];
+        const uint8_t* s = src + groups * kGroup;
+        for (size_t i = 0; i < r; ++i) {
+            codes[i] = code_of[s[i]];
+            if (codes[i] == esc) {
+                if (k >= lit_cap) return invalid("fastcode: histogram does not match the data");
+                lit[k++] = s[i];
+            }
+        }
+        uint8_t* t = codes_out + groups * 32 * w;
+        const size_t bytes = (r * w + 7) / 8;
+        std::memset(t, 0, bytes);
+        uint64_t acc = 0;
+        unsigned bits = 0;
+        size_t o = 0;
+        for (size_t j = 0; j < r; ++j) {
+            acc |= uint64_t(codes[j]) << bits;
+            bits += w;
+            while (bits >= 8) {
+                t[o++] = static_cast<uint8_t>(acc);
+                acc >>= 8;
+                bits -= 8;
+            }
+        }
+        if (bits) t[o++] = static_cast<uint8_t>(acc);
+    }
+    if (nexc_known && k != plan.nexc) return invalid("fastcode: histogram does not match the data");
+    const size_t size = stream_size(w, n, k);
+    if (size > cap)
+        return make_status(Code::kBufferTooSmall, "fastcode: stream of " + std::to_string(size) +
+                                                      " bytes exceeds the capacity of " + std::to_string(cap));
+    uint8_t* p = dst;
+    *p++ = static_cast<uint8_t>(w);
+    write_varint(p, k);
+    p += varint_size(k);
+    std::memcpy(p, plan.order, esc);
+    p += esc;
+    if (!nexc_known) {
+        std::memcpy(p, lit, k);
+        std::memcpy(p + k, codes_out, code_bytes(w, n));
+    }
+    *written = size;
+    return Status::ok();
+}
+
+}  // namespace
+
 Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist, unsigned width, uint8_t* dst,
                              size_t cap, size_t* written) {
     if (width > kMaxWidth) return invalid("fastcode: code width must be 0 (auto) or 1..7");
@@ -665,58 +748,22 @@ Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist,
         return make_status(Code::kBufferTooSmall, "fastcode: stream of " + std::to_string(plan.size) +
                                                       " bytes exceeds the capacity of " + std::to_string(cap));
     if (!dst) return invalid("fastcode: null destination");
+    return encode_planned(src, n, plan, true, dst, cap, written);
+}
 
-    const unsigned w = plan.w;
-    const unsigned esc = (1u << w) - 1;
-    uint8_t code_of[256];
-    std::memset(code_of, static_cast<int>(esc), sizeof code_of);
-    for (unsigned r = 0; r < esc; ++r) code_of[plan.order[r]] = static_cast<uint8_t>(r);
-
-    uint8_t* p = dst;
-    *p++ = static_cast<uint8_t>(w);
-    write_varint(p, plan.nexc);
-    p += varint_size(plan.nexc);
-    std::memcpy(p, plan.order, esc);
-    p += esc;
-    uint8_t* lit = p;
-    uint8_t* codes_out = lit + plan.nexc;
-
-    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
-    uint64_t k = 0;
-    const size_t groups = n / kGroup;
-    if (!pick_encoder(w, avx2)(src, groups, code_of, lit, plan.nexc, &k, codes_out))
-        return invalid("fastcode: histogram does not match the data");
-    const size_t r = n % kGroup;
-    if (r) {
-        uint8_t codes[kGroup];
-        const uint8_t* s = src + groups * kGroup;
-        for (size_t i = 0; i < r; ++i) {
-            codes[i] = code_of[s[i]];
-            if (codes[i] == esc) {
-                if (k >= plan.nexc) return invalid("fastcode: histogram does not match the data");
-                lit[k++] = s[i];
-            }
-        }
-        uint8_t* t = codes_out + groups * 32 * w;
-        const size_t bytes = (r * w + 7) / 8;
-        std::memset(t, 0, bytes);
-        uint64_t acc = 0;
-        unsigned bits = 0;
-        size_t o = 0;
-        for (size_t j = 0; j < r; ++j) {
-            acc |= uint64_t(codes[j]) << bits;
-            bits += w;
-            while (bits >= 8) {
-                t[o++] = static_cast<uint8_t>(acc);
-                acc >>= 8;
-                bits -= 8;
-            }
-        }
-        if (bits) t[o++] = static_cast<uint8_t>(acc);
-    }
-    if (k != plan.nexc) return invalid("fastcode: histogram does not match the data");
-    *written = plan.size;
-    return Status::ok();
+Status fastcode_encode_estimated(const uint8_t* src, size_t n, const uint32_t* weights, uint8_t* dst, size_t cap,
+                                 size_t* written) {
+    if (n && !src) return invalid("fastcode: null source");
+    if (!written || !weights) return invalid("fastcode: null size output or weights");
+    if (n > SIZE_MAX / 4) return invalid("fastcode: symbol count out of range");
+    uint64_t h[256];
+    uint64_t total = 0;
+    for (unsigned s = 0; s < 256; ++s) total += h[s] = weights[s];
+    if (total == 0 && n) return invalid("fastcode: all weights are zero");
+    Plan plan;
+    plan_width(h, total, 0, &plan);  // the width and symbol order; the escapes are counted while coding
+    if (!dst) return invalid("fastcode: null destination");
+    return encode_planned(src, n, plan, false, dst, cap, written);
 }
 
 Status fastcode_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,

@@ -41,6 +41,13 @@ Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t
 Status fastcode_encode_width(const uint8_t* src, size_t n, const uint32_t* hist, unsigned width, uint8_t* dst,
                              size_t cap, size_t* written);
 
+// Like fastcode_encode, with the code width and table chosen from estimated
+// weights (e.g. histogram_estimate: counts from a sample, scaled to about n)
+// instead of exact counts; the escapes are counted while coding, so any data
+// is coded correctly whatever the weights. Same stream format.
+Status fastcode_encode_estimated(const uint8_t* src, size_t n, const uint32_t* weights, uint8_t* dst, size_t cap,
+                                 size_t* written);
+
 // Size of the stream fastcode_encode would write for data with this histogram
 // (n = sum of hist), without encoding; *width (optional) gets the chosen width.
 // SIZE_MAX when hist does not sum to n. For choosing a plane method cheaply.

@@ -7,6 +7,7 @@
 #include "deflate/deflate_plane.h"
 #include "entropy/channel_groups.h"
 #include "entropy/fastcode.h"
+#include "entropy/histogram.h"
 #include "entropy/huffman.h"
 #include "lz/zstd_plane.h"
 
@@ -34,7 +35,7 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
     if (grouped) {
         st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, hist, &exact, dst, cap, written);
     } else {
-        entropy::histogram(plane, n, hist);
+        exact = entropy::histogram_estimate(plane, n, hist);
     }
     *constant = exact && hist[plane[0]] == n;  // weights that are estimates never prove it
     if (*constant || st.code != Code::kBufferTooSmall) {
@@ -43,7 +44,8 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
     }
     if (policy.mode == Mode::kFast) {
         *method = Method::kFastcode;
-        return entropy::fastcode_encode(plane, n, hist, dst, cap, written);
+        return exact ? entropy::fastcode_encode(plane, n, hist, dst, cap, written)
+                     : entropy::fastcode_encode_estimated(plane, n, hist, dst, cap, written);
     }
     *method = Method::kHuffman;
     return entropy::huffman_encode(plane, n, hist, dst, cap, written, exact);
