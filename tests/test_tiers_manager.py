@@ -444,19 +444,40 @@ class _FakePool:
 def test_pinned_allocator_defers_free_while_exported():
     from kvcore.tiers.ddr import PinnedPoolAllocator
 
-    pool = _FakePool(100)
-    a = PinnedPoolAllocator(100, pool=pool)
-    b = a.alloc(60)
+    page = 4096  # blocks are whole pages (size classes)
+    pool = _FakePool(100 * page)
+    a = PinnedPoolAllocator(100 * page, pool=pool)
+    b = a.alloc(60 * page)
     held = b.view[:10]  # e.g. a network send still holding the memory
     b.free()
-    assert a.used_bytes == 60 and pool.live == 60
+    assert a.used_bytes == 60 * page and pool.live == 60 * page
     with pytest.raises(kvcore.PoolExhausted):
-        a.alloc(60)
+        a.alloc(60 * page)
     held.release()
-    c = a.alloc(60)  # the deferred block went back first
-    assert a.used_bytes == 60 and pool.live == 60
+    c = a.alloc(60 * page - 5)  # the deferred block went back first
+    assert a.used_bytes == 60 * page and pool.live == 60 * page and len(c.view) == 60 * page - 5
     c.free()
     assert a.used_bytes == 0 and pool.live == 0
+
+
+def test_pinned_blocks_of_nearly_equal_size_reuse_each_others_holes():
+    """Chunks a page apart share a size class: evicting the oldest always makes room for the
+    next (with exact sizes, a block one page larger than its hole needs a second eviction)."""
+    from kvcore.tiers.ddr import PinnedPoolAllocator, size_class
+
+    a = PinnedPoolAllocator(8 << 20, pool=kvcore.PinnedPool(8 << 20, huge_pages=False))
+    sizes = [2_000_000] * 4 + [2_004_096] * 8  # the next chunks one page larger
+    assert len({size_class(n) for n in sizes}) == 1
+    live, held = [], []
+    for n in sizes:
+        while True:
+            try:
+                live.append(a.alloc(n))
+                break
+            except kvcore.PoolExhausted:
+                live.pop(0).free()  # the oldest
+        held.append(len(live))
+    assert held == [1, 2, 3] + [4] * 9  # never a block short (exact sizes: 3 for a while)
 
 
 def test_manager_over_pool_allocator(tmp_path, kv):
