@@ -53,9 +53,11 @@ inline uint64_t row_key(const uint8_t* p) {
 }
 
 // Does the plane repeat whole rows (a token seen before, zero padding)? Counts
-// rows whose leading bytes equal an earlier row's, with an open-addressing set;
-// rows of entropy-coded noise practically never match, so a sixteenth of
-// repeated rows means an LZ stage may pay (the caller then measures it).
+// rows whose leading bytes equal an earlier row's, in a direct-mapped table of
+// row keys: a collision only forgets the older row, and there is no probing
+// (no unpredictable branches; this runs on every plane). Rows of entropy-coded
+// noise practically never match, so a sixteenth of repeated rows means an LZ
+// stage may pay (the caller then measures it).
 bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
     const size_t row = channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
     const size_t rows = n / row;
@@ -63,22 +65,20 @@ bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
     const size_t step = (rows + kRepeatRows - 1) / kRepeatRows;  // bounds the work on short rows
     const size_t looked = (rows + step - 1) / step;
     size_t slots = 64;
-    while (slots < 2 * looked) slots *= 2;
+    while (slots < 4 * looked) slots *= 2;
+    // Never cleared: each call salts the keys it stores, so what earlier calls
+    // left behind does not match (but for a 2^-64 chance). The slot comes from
+    // the unsalted key, so which rows collide, and the answer, never vary.
     thread_local std::vector<uint64_t> table;
-    table.assign(slots, 0);
+    thread_local uint64_t calls = 0;
+    if (table.size() < slots) table.assign(slots, 0);
+    const uint64_t salt = ++calls * 0x9E3779B97F4A7C15ull;
     size_t repeats = 0;
     for (size_t r = 0; r < rows; r += step) {
-        const uint64_t key = row_key(plane + r * row) | 1;  // 0 marks an empty slot
-        for (size_t i = (key >> 7) & (slots - 1);; i = (i + 1) & (slots - 1)) {
-            if (table[i] == 0) {
-                table[i] = key;
-                break;
-            }
-            if (table[i] == key) {
-                ++repeats;
-                break;
-            }
-        }
+        const uint64_t key = row_key(plane + r * row);
+        uint64_t& slot = table[(key >> 7) & (slots - 1)];
+        repeats += slot == (key ^ salt);
+        slot = key ^ salt;
     }
     return repeats * 16 >= looked;
 }
