@@ -52,6 +52,29 @@ int main(int argc, char** argv) {
                 }
             }
         }
+        {
+            // estimated weights (a sample, scaled; sometimes nonsense): the stream must
+            // still decode to x, or be refused as too large for an exact-size buffer
+            uint32_t weights[256] = {};
+            const int kind = int(rng() % 3);
+            for (size_t i = 0; i < n; i += 8) weights[x[i]] += 8;
+            if (kind == 1) for (auto& v : weights) v = uint32_t(rng() % 1000);
+            if (kind == 2) { std::memset(weights, 0, sizeof weights); weights[uint8_t(rng())] = 1; }
+            if (n == 0) weights[0] = 1;
+            const size_t cap = (rng() & 1) ? entropy::fastcode_bound(n) : n;
+            std::vector<uint8_t> s3(cap ? cap : 1);
+            size_t len3 = 0;
+            cpu::set_disabled_isa(rng() & 1 ? cpu::kIsaAvx2 : 0);
+            st = entropy::fastcode_encode_estimated(x.data(), n, weights, s3.data(), cap, &len3);
+            if (st.is_ok()) {
+                std::vector<uint8_t> in3(s3.begin(), s3.begin() + len3), out3(n);
+                st = entropy::fastcode_decode(in3.data(), len3, out3.data(), n);
+                if (!st.is_ok() || out3 != x) { printf("estimated weights gave a bad stream\n"); return 1; }
+            } else if (st.code != Code::kBufferTooSmall) {
+                printf("estimated weights: unexpected status %s\n", st.message.c_str());
+                return 1;
+            }
+        }
         // exact-size heap copies so ASan sees any overread
         std::vector<uint8_t> in(s.begin(), s.begin() + len), out(n);
         cpu::set_disabled_isa(rng() & 1 ? cpu::kIsaAvx2 : 0);
