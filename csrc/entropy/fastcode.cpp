@@ -664,8 +664,7 @@ Status encode_planned(const uint8_t* src, size_t n, const Plan& plan, bool nexc_
     uint8_t* codes_out;
     uint64_t lit_cap = plan.nexc;
     if (nexc_known) {
-        uint8_t* p = dst + header_size(w, plan.nexc) - esc;
-        lit = p + esc;
+        lit = dst + header_size(w, plan.nexc);
         codes_out = lit + plan.nexc;
     } else {
         if (scratch.size() < n + code_bytes(w, n)) scratch.resize(n + code_bytes(w, n));

@@ -219,9 +219,13 @@ class SSDTier:
             self._pending.append(Record(op, self._journal.owner, key, e.ns_tag, e.size, e.expires_ms, e.start,
                                         e.ntokens))
 
+    def _entry(self, key: bytes, ns_tag: str, size: int, start: int, ntokens: int, expires_ms: int) -> SSDEntry:
+        """The entry of key's file (its path follows from the other fields)."""
+        return SSDEntry(self.root / ns_tag / _file_name(key, start, ntokens, expires_ms), size, ns_tag, start,
+                        ntokens, expires_ms)
+
     def _entry_of(self, r: Record) -> SSDEntry:
-        return SSDEntry(self.root / r.ns_tag / _file_name(r.key, r.start, r.ntokens, r.expires_ms), r.size,
-                        r.ns_tag, r.start, r.ntokens, r.expires_ms)
+        return self._entry(r.key, r.ns_tag, r.size, r.start, r.ntokens, r.expires_ms)
 
     def _index_put(self, key: bytes, e: SSDEntry) -> None:
         self._index_pop(key)
@@ -291,8 +295,7 @@ class SSDTier:
             for _, key, e in found:
                 self._index_put(key, e)
             # reservations of owners still alive stay (their files are still being written)
-            for o, rid in [k for k in self._foreign_reserved if not self._journal.owner_alive(k[0])]:
-                self._reserved_bytes -= self._foreign_reserved.pop((o, rid))
+            self._drop_dead_reservations()
             _, victims = self._make_room(0)  # a smaller capacity than last time
             self._pending.clear()
             self._journal.replace(self._snapshot())
@@ -436,8 +439,7 @@ class SSDTier:
         if rid is None:
             return False
         t0 = time.perf_counter()
-        entry = SSDEntry(self.root / ns_tag / _file_name(key, start, ntokens, expires_ms), size, ns_tag, start,
-                         ntokens, expires_ms)
+        entry = self._entry(key, ns_tag, size, start, ntokens, expires_ms)
         tmp = self._tmp / f"{key.hex()}.{threading.get_ident()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -744,8 +746,7 @@ class StreamWrite:
                 os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(self._fd)
             self._fd = -1
-            entry = SSDEntry(t.root / self.ns_tag / _file_name(self.key, self.start, self.ntokens, self.expires_ms),
-                             total, self.ns_tag, self.start, self.ntokens, self.expires_ms)
+            entry = t._entry(self.key, self.ns_tag, total, self.start, self.ntokens, self.expires_ms)
             if not t._commit(self.key, self.tmp, entry, self.rid, extra=total - self.reserved):
                 self.abort()
                 return False
