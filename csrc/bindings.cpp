@@ -108,6 +108,15 @@ MutableView write_view(const py::buffer& b, py::buffer_info& keep) {
     return {static_cast<uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
 }
 
+// A tensor's bytes by address: the Python layer passes data_ptr() and nbytes of a
+// contiguous CPU tensor it holds for the whole call. Going through the buffer
+// protocol instead (tensor -> uint8 view -> numpy) costs more than decoding a
+// small frame.
+MutableView address_view(uint64_t addr, uint64_t nbytes) {
+    if (addr == 0 && nbytes != 0) throw NativeError{Code::kInvalidArgument, "null tensor address"};
+    return {reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(addr)), static_cast<size_t>(nbytes)};
+}
+
 unsigned thread_count(const py::object& threads) {
     if (threads.is_none()) return 0;  // all cores
     const long n = threads.cast<long>();
@@ -722,10 +731,9 @@ PYBIND11_MODULE(_native, m) {
         py::arg("dtype"), py::arg("shape"), py::arg("block_bytes") = 0);
     m.def(
         "compress",
-        [](const py::buffer& src, uint8_t dtype, std::vector<uint64_t> shape, uint8_t mode, uint8_t backend,
-           bool deflate, uint32_t block_bytes, const py::object& threads) {
-            py::buffer_info keep;
-            const ByteView in = read_view(src, keep);
+        [](uint64_t src_addr, uint64_t src_bytes, uint8_t dtype, std::vector<uint64_t> shape, uint8_t mode,
+           uint8_t backend, bool deflate, uint32_t block_bytes, const py::object& threads) {
+            const MutableView in = address_view(src_addr, src_bytes);
             if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
             if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
             if (mode > 1 || backend > 2) throw NativeError{Code::kInvalidArgument, "unknown mode or backend"};
@@ -760,17 +768,18 @@ PYBIND11_MODULE(_native, m) {
             if (trimmed == nullptr) throw py::error_already_set();
             return py::reinterpret_steal<py::bytes>(trimmed);
         },
-        py::arg("src"), py::arg("dtype"), py::arg("shape"), py::arg("mode") = 0, py::arg("backend") = 0,
+        py::arg("src_addr"), py::arg("src_bytes"), py::arg("dtype"), py::arg("shape"), py::arg("mode") = 0,
+        py::arg("backend") = 0,
         py::arg("deflate") = false, py::arg("block_bytes") = 0, py::arg("threads") = py::none());
     m.def("set_stream_output_threshold", &fr::set_stream_output_threshold, py::arg("bytes"),
           "Outputs above this many bytes are decoded with streaming stores (0: the LLC size); returns the\n"
           "previous value. For tests.");
     m.def(
         "decompress_into",
-        [](const py::buffer& frame, const py::buffer& out, const py::object& threads) {
-            py::buffer_info keep_in, keep_out;
+        [](const py::buffer& frame, uint64_t out_addr, uint64_t out_bytes, const py::object& threads) {
+            py::buffer_info keep_in;
             const ByteView in = read_view(frame, keep_in);
-            const MutableView dst = write_view(out, keep_out);
+            const MutableView dst = address_view(out_addr, out_bytes);
             const unsigned n_threads = thread_count(threads);
             Status st;
             {
@@ -779,19 +788,20 @@ PYBIND11_MODULE(_native, m) {
             }
             check(st);
         },
-        py::arg("frame"), py::arg("out"), py::arg("threads") = py::none());
+        py::arg("frame"), py::arg("out_addr"), py::arg("out_bytes"), py::arg("threads") = py::none());
     m.def(
         "decompress_batch",
-        [](const std::vector<py::buffer>& frames, const std::vector<py::buffer>& outs, const py::object& threads) {
+        [](const std::vector<py::buffer>& frames, const std::vector<std::pair<uint64_t, uint64_t>>& outs,
+           const py::object& threads) {
             if (frames.size() != outs.size())
                 throw NativeError{Code::kInvalidArgument, "frames and outs differ in length"};
             const size_t n = frames.size();
-            std::vector<py::buffer_info> keep(2 * n);
+            std::vector<py::buffer_info> keep(n);
             std::vector<ByteView> in(n);
             std::vector<MutableView> dst(n);
             for (size_t i = 0; i < n; ++i) {
-                in[i] = read_view(frames[i], keep[2 * i]);
-                dst[i] = write_view(outs[i], keep[2 * i + 1]);
+                in[i] = read_view(frames[i], keep[i]);
+                dst[i] = address_view(outs[i].first, outs[i].second);
             }
             // Outputs are written concurrently: none may overlap another output or any frame.
             std::vector<std::pair<uintptr_t, uintptr_t>> outs_sorted, ins_sorted;
@@ -821,7 +831,8 @@ PYBIND11_MODULE(_native, m) {
             check(st);
         },
         py::arg("frames"), py::arg("outs"), py::arg("threads") = py::none(),
-        "Decodes frames[i] into outs[i] for every i, the blocks of all frames spread over the threads.");
+        "Decodes frames[i] into outs[i] = (address, bytes) for every i, the blocks of all frames spread over the\n"
+        "threads.");
     m.def("frame_desc", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);
@@ -1357,10 +1368,10 @@ PYBIND11_MODULE(_native, m) {
 
         m.def(
             "compress_into",
-            [](const py::buffer& src, uint8_t dtype, std::vector<uint64_t> shape, const py::buffer& out, uint8_t mode,
-               const py::object& threads) {
-                py::buffer_info keep_in, keep_out;
-                const ByteView in = read_view(src, keep_in);
+            [](uint64_t src_addr, uint64_t src_bytes, uint8_t dtype, std::vector<uint64_t> shape, const py::buffer& out,
+               uint8_t mode, const py::object& threads) {
+                py::buffer_info keep_out;
+                const MutableView in = address_view(src_addr, src_bytes);
                 const MutableView dst = write_view(out, keep_out);
                 if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
                 if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
@@ -1380,8 +1391,8 @@ PYBIND11_MODULE(_native, m) {
                 check(st);
                 return written;
             },
-            py::arg("src"), py::arg("dtype"), py::arg("shape"), py::arg("out"), py::arg("mode") = 0,
-            py::arg("threads") = py::none(),
-            "Compresses src into the start of out (at least max_frame_size bytes); returns the frame's size.");
+            py::arg("src_addr"), py::arg("src_bytes"), py::arg("dtype"), py::arg("shape"), py::arg("out"),
+            py::arg("mode") = 0, py::arg("threads") = py::none(),
+            "Compresses the src_bytes at src_addr into the start of out (at least max_frame_size bytes); returns the frame's size.");
     }
 }

@@ -9,6 +9,7 @@ True
 'bfloat16'
 """
 
+import math
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -28,7 +29,7 @@ TensorLike = Union[torch.Tensor, np.ndarray]
 def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         t = x.detach()
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             t = t.cpu()
         return t
     if isinstance(x, np.ndarray):
@@ -39,9 +40,13 @@ def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
     raise InvalidArgumentError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
-def _byte_view(t: torch.Tensor) -> np.ndarray:
-    """The tensor's bytes as a flat uint8 numpy array, without a copy (t must be contiguous)."""
-    return t.reshape(-1).view(torch.uint8).numpy()
+def tensor_span(t: torch.Tensor) -> tuple[int, int]:
+    """(address, size in bytes) of a contiguous CPU tensor's data, for the native calls.
+
+    The caller keeps t alive across the call. Cheaper than a numpy byte view (about
+    0.5 us against 8 us), which matters when a KV chunk is many small frames.
+    """
+    return t.data_ptr(), t.nbytes
 
 
 def _threads(threads: Optional[int]) -> Optional[int]:
@@ -87,7 +92,7 @@ def compress(
     code = code_of(t.dtype)
     t = t.contiguous()
     return _native.compress(
-        _byte_view(t),
+        *tensor_span(t),
         code,
         list(t.shape),
         mode=_MODES[mode],
@@ -124,7 +129,7 @@ def decompress(
     True
     """
     out = output_for(frame, out)
-    _native.decompress_into(frame, _byte_view(out), threads=_threads(threads))
+    _native.decompress_into(frame, *tensor_span(out), threads=_threads(threads))
     return out
 
 
@@ -151,8 +156,9 @@ def decompress_many(
     """
     if len(frames) != len(outs):
         raise InvalidArgumentError(f"{len(frames)} frames but {len(outs)} outputs")
-    views = [_byte_view(output_for(f, o)) for f, o in zip(frames, outs)]
-    _native.decompress_batch(list(frames), views, threads=_threads(threads))
+    # The checked outs stay referenced by the list for the whole native call.
+    checked = [output_for(f, o) for f, o in zip(frames, outs)]
+    _native.decompress_batch(list(frames), [tensor_span(o) for o in checked], threads=_threads(threads))
 
 
 def output_for(frame: FrameLike, out: Optional[torch.Tensor]) -> torch.Tensor:
@@ -162,11 +168,11 @@ def output_for(frame: FrameLike, out: Optional[torch.Tensor]) -> torch.Tensor:
         return torch.empty(shape, dtype=dtype)
     if not isinstance(out, torch.Tensor):
         raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
-    if out.device.type != "cpu" or not out.is_contiguous():
+    if not out.is_cpu or not out.is_contiguous():
         raise InvalidArgumentError("out must be a contiguous CPU tensor")
     if out.dtype != dtype:
         raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
-    if out.numel() != int(np.prod(shape, dtype=np.int64)):
+    if out.numel() != math.prod(shape):
         raise InvalidArgumentError(f"out has {out.numel()} elements, the frame holds shape {shape}")
     return out
 

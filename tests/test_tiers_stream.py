@@ -271,20 +271,22 @@ def test_checksum64_fresh_state_ignores_leftover_memory():
 
 def test_compress_into(kv):
     t = kv[:2, :, :256].contiguous()
-    src = t.reshape(-1).view(torch.uint8).numpy()
+    src = kvcore.codec.tensor_span(t)
     code = kvcore.dtypes.code_of(t.dtype)
     bound = kvcore.max_frame_size(t.dtype, tuple(t.shape))
     out = bytearray(bound + 10)
-    n = _native.compress_into(src, code, list(t.shape), memoryview(out)[10:], mode=1)
+    n = _native.compress_into(*src, code, list(t.shape), memoryview(out)[10:], mode=1)
     assert bytes(out[10:10 + n]) == kvcore.compress(t, mode="fast")
     with pytest.raises(BufferTooSmallError):
-        _native.compress_into(src, code, list(t.shape), bytearray(bound - 1), mode=1)
+        _native.compress_into(*src, code, list(t.shape), bytearray(bound - 1), mode=1)
     with pytest.raises(InvalidArgumentError):
-        _native.compress_into(src, code, [3, 5], bytearray(bound), mode=1)  # shape does not match
+        _native.compress_into(*src, code, [3, 5], bytearray(bound), mode=1)  # shape does not match
     with pytest.raises(InvalidArgumentError):
-        _native.compress_into(src, code, list(t.shape), bytes(bound), mode=1)  # read-only output
+        _native.compress_into(*src, code, list(t.shape), bytes(bound), mode=1)  # read-only output
     with pytest.raises(InvalidArgumentError):
-        _native.compress_into(src, 99, list(t.shape), bytearray(bound), mode=1)
+        _native.compress_into(*src, 99, list(t.shape), bytearray(bound), mode=1)
+    with pytest.raises(InvalidArgumentError):
+        _native.compress_into(0, 16, code, [8], bytearray(bound), mode=1)  # no data at a null address
     assert RawCodec().encode_into(t, memoryview(bytearray(t.numel() * 2))) == t.numel() * 2
 
 

@@ -58,10 +58,9 @@ def compress_async(
     t = codec._as_cpu_tensor(x).contiguous()
     code = codec.code_of(t.dtype)
     shape = [int(d) for d in t.shape]
-    nbytes = t.numel() * t.element_size()
     out = _native.FrameOut(_native.max_frame_size(code, shape, block_bytes or 0))
     native = _native.mover_compress_async(
-        t.data_ptr() if nbytes else 0, nbytes, code, shape, codec._MODES[mode], block_bytes or 0, _threads(threads), out
+        *codec.tensor_span(t), code, shape, codec._MODES[mode], block_bytes or 0, _threads(threads), out
     )
     return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
 
@@ -78,8 +77,5 @@ def decompress_async(frame: Any, *, out: Any = None, threads: Optional[int] = No
 
     out = codec.output_for(frame, out)
     src = region(frame, writable=False, what="frame")
-    nbytes = out.numel() * out.element_size()
-    native = _native.mover_decompress_async(
-        src.addr, src.nbytes, out.data_ptr() if nbytes else 0, nbytes, _threads(threads)
-    )
+    native = _native.mover_decompress_async(src.addr, src.nbytes, *codec.tensor_span(out), _threads(threads))
     return Future(native=[native], keep=[src.keep, out], value=out)

@@ -98,10 +98,11 @@ class KvcoreCodec:
     def encode_into(self, t: torch.Tensor, out: memoryview) -> int:
         """Compresses t into the start of out (no allocation); returns the frame size."""
         from .. import _native
+        from ..codec import tensor_span
         from ..dtypes import code_of
 
         t = t.contiguous()
-        return _native.compress_into(t.reshape(-1).view(torch.uint8).numpy(), code_of(t.dtype), list(t.shape), out,
+        return _native.compress_into(*tensor_span(t), code_of(t.dtype), list(t.shape), out,
                                      mode=1 if self.mode == "fast" else 0, threads=self.threads)
 
     def decode_into(self, frame, out: torch.Tensor) -> None:
