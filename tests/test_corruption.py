@@ -17,13 +17,18 @@ pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is 
 
 def sample_frames():
     t = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[:, :600]  # [tensors, 600, 4, 8]
-    v0 = kvdata.tensors("stories260k_text_kv_bf16.safetensors")["layer0.v"][:2000]
+    tensors = kvdata.tensors("stories260k_text_kv_bf16.safetensors")
+    v0, v1 = tensors["layer0.v"][:2000], tensors["layer1.v"][:4000]
+    picks = torch.randint(0, 1500, (6000,), generator=torch.Generator().manual_seed(3))
+    repeated = tensors["layer2.k"][:1500][picks].contiguous()  # real rows, each about 4 times
     return {
         "dense": kvcore.compress(t, block_bytes=16384),
         "fast": kvcore.compress(t, mode="fast", block_bytes=16384),
         "fp16": kvcore.compress(t.float().half(), block_bytes=16384),
         "fp32": kvcore.compress(t[:2].float(), block_bytes=16384),
-        "zstd": kvcore.compress(v0, block_bytes=8192),
+        "rows": kvcore.compress(v0, block_bytes=8192),
+        "rows-coded": kvcore.compress(repeated, block_bytes=65536),  # distinct rows entropy coded
+        "zstd": kvcore.compress(v1, block_bytes=16384),  # zstd and rows planes
         "tiny": kvcore.compress(torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)),
     }
 
@@ -37,6 +42,22 @@ def header_length(frame: bytes) -> int:
     residual = period if frame[7] & 2 else 0
     n_blocks = struct.unpack_from("<I", frame, 12)[0]
     return 24 + 8 * ndim + 4 + residual + 4 * n_blocks + 4
+
+
+def planes(frame: bytes) -> list[tuple[int, int, int]]:
+    """(method, payload offset, payload size) of every plane, in frame order."""
+    n_blocks = struct.unpack_from("<I", frame, 12)[0]
+    h = header_length(frame)
+    sizes = struct.unpack_from(f"<{n_blocks}I", frame, h - 4 - 4 * n_blocks)
+    out, pos = [], h
+    for size in sizes:
+        at, end = pos + 8, pos + size
+        while at < end:
+            method, payload = frame[at], struct.unpack_from("<I", frame, at + 1)[0]
+            out.append((method, at + 5, payload))
+            at += 5 + payload
+        pos = end
+    return out
 
 
 def reseal(frame: bytearray) -> bytes:
@@ -105,6 +126,62 @@ def test_edited_header_fields_with_resealed_checksum(offset, fmt, value):
         tampered = bytes(frame)
     with pytest.raises(kvcore.CorruptFrameError):
         kvcore.decompress(tampered)
+
+
+ROWS = 7  # the rows plane method (docs/FORMAT.md)
+
+
+def row_table(frame: bytes, at: int) -> tuple[int, int, int, int]:
+    """(row_bytes, rows, copies, table size) of the rows payload at `at` (a first block's plane)."""
+    row_bytes, copies = struct.unpack_from("<II", frame, at)
+    rows = struct.unpack_from("<I", frame, 8)[0] // row_bytes  # block_elems: one plane byte each
+    width = max(rows - copies - 1, 0).bit_length()
+    return row_bytes, rows, copies, 8 + (rows + 7) // 8 + (copies * width + 7) // 8
+
+
+def test_rows_frames_code_their_distinct_rows_both_ways():
+    inner = set()
+    for kind in ("rows", "rows-coded", "zstd"):
+        frame = FRAMES[kind]
+        for method, at, _ in planes(frame)[:2]:  # the first block's planes
+            if method == ROWS:
+                inner.add(frame[at + row_table(frame, at)[3]])
+    assert {0, 6} <= inner  # raw low bytes; grouped Huffman exponents
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("row_bytes", 0),
+        ("row_bytes", 7),  # does not divide the block
+        ("row_bytes", 0xFFFFFFFF),
+        ("copies", 0),  # the bitmap marks more
+        ("copies", 0xFFFFFFFF),
+        ("bitmap", 0xFF),
+        ("index", 0xFF),
+        ("inner", ROWS),  # nested
+        ("inner", 99),
+    ],
+)
+def test_edited_row_tables_are_detected(field, value):
+    for kind in ("rows", "rows-coded"):
+        frame = bytearray(FRAMES[kind])
+        method, at, size = next(p for p in planes(bytes(frame))[:2] if p[0] == ROWS)
+        _, rows, copies, table = row_table(bytes(frame), at)
+        bitmap = at + 8
+        if field == "row_bytes":
+            struct.pack_into("<I", frame, at, value)
+        elif field == "copies":
+            struct.pack_into("<I", frame, at + 4, value)
+        elif field == "bitmap":
+            frame[bitmap] ^= value
+        elif field == "index":
+            frame[bitmap + (rows + 7) // 8 + 1] ^= value
+        else:
+            assert table < size
+            frame[at + table] = value
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(bytes(frame))
 
 
 def test_swapped_blocks_are_detected():

@@ -23,13 +23,18 @@ pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is 
 
 def seed_frames(tmp_path: Path) -> list[str]:
     t = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[:, :64]
-    v0 = kvdata.tensors("stories260k_text_kv_bf16.safetensors")["layer0.v"][:1024]
+    tensors = kvdata.tensors("stories260k_text_kv_bf16.safetensors")
+    v0, v1 = tensors["layer0.v"][:1024], tensors["layer1.v"][:1000]
+    picks = torch.randint(0, 400, (2000,), generator=torch.Generator().manual_seed(3))
+    repeated = tensors["layer2.k"][:400][picks].contiguous()
     frames = {
         "dense": kvcore.compress(t, block_bytes=4096),  # grouped Huffman planes
         "fast": kvcore.compress(t, mode="fast", block_bytes=4096),
         "fp32": kvcore.compress(t[:2].float(), block_bytes=4096),
         "fp8": kvcore.compress(t.float().to(torch.float8_e4m3fn), block_bytes=4096),
-        "zstd": kvcore.compress(v0, block_bytes=16384),
+        "rows": kvcore.compress(v0, block_bytes=16384),
+        "rows-coded": kvcore.compress(repeated, block_bytes=32768),
+        "zstd": kvcore.compress(v1, block_bytes=8192),
         "deflate": kvcore.compress(t, backend="software", block_bytes=8192),
     }
     paths = []

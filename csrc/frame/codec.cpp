@@ -52,16 +52,24 @@ inline uint64_t row_key(const uint8_t* p) {
     return uint64_t(m) ^ uint64_t(m >> 64);
 }
 
-// Does the plane repeat whole rows (a token seen before, zero padding)? Counts
-// rows whose leading bytes equal an earlier row's, in a direct-mapped table of
-// row keys: a collision only forgets the older row, and there is no probing
-// (no unpredictable branches; this runs on every plane). Rows of entropy-coded
-// noise practically never match, so a sixteenth of repeated rows means an LZ
-// stage may pay (the caller then measures it).
-bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
-    const size_t row = channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
+// How much the plane repeats rows (a token seen before, zero padding): the share
+// of rows whose leading bytes equal an earlier row's, over a sample of rows, in
+// a direct-mapped table of row keys: a collision only forgets the older row,
+// and there is no probing (no unpredictable branches; this runs on every
+// plane). Rows of entropy-coded noise practically never match, so a sixteenth
+// of repeated rows means the rows method or an LZ stage may pay (the encoder
+// then measures them).
+struct RowRepeats {
+    size_t row_bytes = 0;  // the row length compared: channels, or a multiple of at least kMinRowBytes
+    float share = 0;
+};
+
+RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
+    RowRepeats out;
+    out.row_bytes = channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
+    const size_t row = out.row_bytes;
     const size_t rows = n / row;
-    if (rows < 16) return false;
+    if (rows < 16) return out;
     const size_t step = (rows + kRepeatRows - 1) / kRepeatRows;  // bounds the work on short rows
     const size_t looked = (rows + step - 1) / step;
     size_t slots = 64;
@@ -80,7 +88,8 @@ bool has_repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
         repeats += slot == (key ^ salt);
         slot = key ^ salt;
     }
-    return repeats * 16 >= looked;
+    out.share = float(repeats) / float(looked);
+    return out;
 }
 
 shuffle::PlaneTransform transform_of(const Header& h, uint64_t first_elem) {
@@ -189,7 +198,10 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.deflate = o.deflate;
         policy.backend = o.backend;
         policy.try_entropy = layout.plane_entropy[p] < kIncompressibleBits;
-        policy.try_lz = has_repeated_rows(planes[p], n, h.channels);
+        const RowRepeats repeats = repeated_rows(planes[p], n, h.channels);
+        policy.try_lz = repeats.share * 16 >= 1;
+        policy.row_bytes = static_cast<uint32_t>(repeats.row_bytes);
+        policy.prefix_repeats = repeats.share;
         // Channel context modelling for the exponent-carrying plane.
         policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
         Method method = Method::kRaw;

@@ -18,15 +18,18 @@ enum class Method : uint8_t {
     kDeflate = 4,   // raw DEFLATE pieces (QAT-compatible), deflate/
     kConstant = 5,  // one byte, repeated n times
     kGrouped = 6,   // channel-grouped Huffman, entropy/channel_groups.h
+    kRows = 7,      // distinct rows (coded by another method) + which rows repeat, lz/row_repeats.h
 };
-constexpr unsigned kMethodCount = 7;
+constexpr unsigned kMethodCount = 8;
 const char* method_name(uint8_t method);
 
 // How the encoder chooses a plane's method.
 struct PlanePolicy {
     Mode mode = Mode::kDense;
     bool try_entropy = true;  // false: the plane looks incompressible (mantissa bytes)
-    bool try_lz = false;      // the plane has long repeats: also try zstd
+    bool try_lz = false;      // the plane repeats rows: also try the rows method, and zstd where they repeat in part
+    uint32_t row_bytes = 0;   // length of the rows the repeat detector compared (a multiple of channels)
+    float prefix_repeats = 0; // share of the rows it sampled whose leading bytes repeat an earlier row's
     bool deflate = false;     // use the DEFLATE method instead of Huffman/fastcode
     Backend backend = Backend::kAuto;
     uint32_t channels = 1;    // > 1: the plane is whole rows of this many channels (context modelling)

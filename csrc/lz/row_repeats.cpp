@@ -1,0 +1,179 @@
+#include "lz/row_repeats.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace kvcore::lz {
+namespace {
+
+constexpr size_t kTableHead = 8;  // row_bytes(4) copies(4)
+
+void put32(uint8_t* p, uint32_t v) {
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t get32(const uint8_t* p) { return p[0] | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24); }
+
+unsigned index_width(size_t distinct) {
+    unsigned w = 0;
+    while (distinct > 1 && (size_t(1) << w) < distinct) ++w;
+    return w;
+}
+
+size_t bitmap_bytes(size_t rows) { return (rows + 7) / 8; }
+size_t index_bytes(size_t copies, unsigned width) { return (copies * width + 7) / 8; }
+
+// Multiply-xorshift over the row's 8-byte words; equal rows are confirmed with memcmp.
+uint64_t row_hash(const uint8_t* p, size_t len) {
+    uint64_t h = len * 0x9E3779B97F4A7C15ull;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        std::memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 29;
+    }
+    if (i < len) {
+        uint64_t w = 0;
+        std::memcpy(&w, p + i, len - i);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 29;
+    }
+    return h ^ (h >> 32);
+}
+
+bool same_row(const uint8_t* a, const uint8_t* b, size_t len) {
+    size_t i = 0;
+    uint64_t diff = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t x, y;
+        std::memcpy(&x, a + i, 8);
+        std::memcpy(&y, b + i, 8);
+        diff |= x ^ y;
+    }
+    return diff == 0 && std::memcmp(a + i, b + i, len - i) == 0;
+}
+
+// w bits at bit position pos of p[0, bytes), LSB first (w <= 32).
+uint32_t read_index(const uint8_t* p, size_t bytes, size_t pos, unsigned w) {
+    const size_t b = pos >> 3;
+    uint64_t v = 0;
+    if (b + 8 <= bytes) {
+        std::memcpy(&v, p + b, 8);
+    } else {
+        for (size_t i = 0; i < 8 && b + i < bytes; ++i) v |= uint64_t(p[b + i]) << (8 * i);
+    }
+    return static_cast<uint32_t>((v >> (pos & 7)) & ((uint64_t(1) << w) - 1));
+}
+
+Status bad(const std::string& what) { return corrupt("rows plane: " + what); }
+
+}  // namespace
+
+size_t row_table_size(size_t rows, size_t copies) {
+    return kTableHead + bitmap_bytes(rows) + index_bytes(copies, index_width(rows - copies));
+}
+
+size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* distinct, uint8_t* table,
+                  size_t* table_size) {
+    const size_t rows = n / row_bytes;
+    size_t slots = 16;
+    while (slots < 2 * rows) slots *= 2;
+    // Open addressing: slot -> (distinct row + 1, 32 bits of its hash); 0 is empty.
+    thread_local std::vector<uint32_t> slot_row_buf, slot_tag_buf, which_buf;
+    slot_row_buf.assign(slots, 0);
+    if (slot_tag_buf.size() < slots) slot_tag_buf.resize(slots);
+    if (which_buf.size() < rows) which_buf.resize(rows);
+    uint32_t* slot_row = slot_row_buf.data();  // plain pointers: no TLS lookups in the loops
+    uint32_t* slot_tag = slot_tag_buf.data();
+    uint32_t* which = which_buf.data();
+    uint8_t* bitmap = table + kTableHead;
+    std::memset(bitmap, 0, bitmap_bytes(rows));
+    size_t n_distinct = 0, copies = 0;
+    for (size_t r = 0; r < rows; ++r) {
+        const uint8_t* row = plane + r * row_bytes;
+        const uint64_t h = row_hash(row, row_bytes);
+        const uint32_t tag = static_cast<uint32_t>(h >> 32);
+        for (size_t s = h & (slots - 1);; s = (s + 1) & (slots - 1)) {
+            const uint32_t e = slot_row[s];
+            if (e == 0) {
+                slot_row[s] = static_cast<uint32_t>(n_distinct + 1);
+                slot_tag[s] = tag;
+                std::memcpy(distinct + n_distinct * row_bytes, row, row_bytes);
+                which[r] = static_cast<uint32_t>(n_distinct++);
+                break;
+            }
+            if (slot_tag[s] == tag && same_row(distinct + size_t(e - 1) * row_bytes, row, row_bytes)) {
+                bitmap[r >> 3] |= static_cast<uint8_t>(1u << (r & 7));
+                which[r] = e - 1;
+                ++copies;
+                break;
+            }
+        }
+    }
+    const unsigned w = index_width(n_distinct);
+    uint8_t* idx = bitmap + bitmap_bytes(rows);
+    size_t o = 0;
+    if (w != 0) {
+        uint64_t acc = 0;
+        unsigned bits = 0;
+        for (size_t r = 0; r < rows; ++r) {
+            if (!((bitmap[r >> 3] >> (r & 7)) & 1)) continue;
+            acc |= uint64_t(which[r]) << bits;
+            bits += w;
+            for (; bits >= 8; bits -= 8, acc >>= 8) idx[o++] = static_cast<uint8_t>(acc);
+        }
+        if (bits) idx[o++] = static_cast<uint8_t>(acc);
+    }
+    put32(table, static_cast<uint32_t>(row_bytes));
+    put32(table + 4, static_cast<uint32_t>(copies));
+    *table_size = kTableHead + bitmap_bytes(rows) + o;
+    return copies;
+}
+
+Status parse_row_table(const uint8_t* payload, size_t size, size_t n, RowTable* t) {
+    if (size < kTableHead) return bad("payload too short for its row table");
+    t->row_bytes = get32(payload);
+    t->copies = get32(payload + 4);
+    if (t->row_bytes == 0 || n % t->row_bytes) return bad("row length does not divide the block");
+    t->rows = n / t->row_bytes;
+    if (t->copies > t->rows) return bad("more repeated rows than rows");
+    t->distinct = t->rows - t->copies;
+    if (t->rows != 0 && t->distinct == 0) return bad("no distinct row to repeat");
+    t->width = index_width(t->distinct);
+    const size_t bm = bitmap_bytes(t->rows), ib = index_bytes(t->copies, t->width);
+    if (size - kTableHead < bm || size - kTableHead - bm < ib) return bad("row table runs past its payload");
+    t->bitmap = payload + kTableHead;
+    t->indices = t->bitmap + bm;
+    t->size = kTableHead + bm + ib;
+    size_t set = 0;
+    for (size_t i = 0; i < bm; ++i) set += static_cast<size_t>(__builtin_popcount(t->bitmap[i]));
+    if (set != t->copies) return bad("bitmap does not mark as many rows as it declares");
+    if (t->rows % 8 && (t->bitmap[bm - 1] >> (t->rows % 8))) return bad("nonzero bitmap padding");
+    const size_t used = t->copies * t->width;
+    if (used % 8 && (t->indices[ib - 1] >> (used % 8))) return bad("nonzero index padding");
+    return Status::ok();
+}
+
+Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
+    const size_t rb = t.row_bytes, ib = index_bytes(t.copies, t.width);
+    size_t next = 0, run = 0, pos = 0;  // next distinct row; new rows pending; index bit position
+    for (size_t r = 0; r < t.rows; ++r) {
+        if (!((t.bitmap[r >> 3] >> (r & 7)) & 1)) {
+            ++run;
+            continue;
+        }
+        // A run of new rows is the next distinct rows, in order: one copy.
+        std::memcpy(out + (r - run) * rb, distinct + next * rb, run * rb);
+        next += run;
+        run = 0;
+        const uint32_t i = t.width ? read_index(t.indices, ib, pos, t.width) : 0;
+        pos += t.width;
+        if (i >= t.distinct) return bad("a row repeats a row that does not exist");
+        std::memcpy(out + r * rb, distinct + size_t(i) * rb, rb);
+    }
+    std::memcpy(out + (t.rows - run) * rb, distinct + next * rb, run * rb);
+    return Status::ok();
+}
+
+}  // namespace kvcore::lz
