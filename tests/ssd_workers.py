@@ -49,3 +49,12 @@ def die_while_writing(directory: str, capacity: int, reserve: int, ready) -> Non
     assert t.begin_write(key_of(9, 0), bytearray(reserve + 8192), ns_tag="ns", reserve=reserve) is not None
     ready.set()
     os._exit(0)
+
+
+def open_and_die(directory: str, capacity: int, ready, die) -> None:
+    """Opens a tier (declaring its capacity), then, when told, dies without leaving."""
+    tier = SSDTier(directory, capacity, fsync=False)
+    ready.set()
+    die.wait(60)
+    assert tier is not None  # the tier (and its owner lock) lives until here
+    os._exit(0)

@@ -18,7 +18,7 @@ import pytest
 from kvcore.errors import InvalidArgumentError
 from kvcore.tiers import ssd_journal
 from kvcore.tiers.ssd import ScratchPool, SSDTier
-from ssd_workers import SIZE, chunk_blob, die_while_writing, key_of, store_many
+from ssd_workers import SIZE, chunk_blob, die_while_writing, key_of, open_and_die, store_many
 from tiers_support import leftover_temporaries
 
 blob = chunk_blob
@@ -61,6 +61,26 @@ def test_one_capacity_for_the_directory(tmp_path):
         assert a.used_bytes <= cap and b.used_bytes <= cap and disk_bytes(tmp_path) <= cap
     assert a.used_bytes == b.used_bytes == disk_bytes(tmp_path) == cap
     assert set(a.index) == set(b.index) == {key_of(i % 2, i) for i in range(7, 12)}  # the newest five
+
+
+def test_the_smallest_live_capacity_holds(tmp_path):
+    """Owners given different capacities: the directory keeps to the smallest while its
+    owner is open, and grows back when it leaves."""
+    a = SSDTier(tmp_path, 8 * SIZE)
+    for i in range(8):
+        assert put(a, 0, i)
+    b = SSDTier(tmp_path, 3 * SIZE)  # its start-up evicts down to its capacity
+    assert disk_bytes(tmp_path) == 3 * SIZE
+    assert a.capacity_bytes == b.capacity_bytes == 3 * SIZE and a.own_capacity_bytes == 8 * SIZE
+    for i in range(8, 14):
+        assert put(a, 0, i) and disk_bytes(tmp_path) <= 3 * SIZE
+    b.close()
+    assert a.capacity_bytes == 8 * SIZE
+    for i in range(14, 20):
+        assert put(a, 0, i)
+    assert a.used_bytes == disk_bytes(tmp_path) == 8 * SIZE
+    c = SSDTier(tmp_path, 10 * SIZE)  # a larger capacity changes nothing
+    assert c.capacity_bytes == a.capacity_bytes == 8 * SIZE
 
 
 def test_a_read_by_another_counts_for_eviction(tmp_path):
@@ -158,6 +178,23 @@ def test_dead_writer_is_cleaned_up(tmp_path):
     assert put(live, 0, 1) and put(live, 0, 2)  # needs the dead writer's room: it is released
     assert live.used_bytes == 3 * SIZE and len(live) == 3
     assert not leftover_temporaries(tmp_path) and len(list((tmp_path / "kvcore-v1" / "owners").iterdir())) == 1
+
+
+def test_dead_owners_capacity_stops_counting(tmp_path):
+    """A process that opened the directory with a small capacity and died: its capacity
+    counts no more once the live owner needs the room."""
+    live = SSDTier(tmp_path, 6 * SIZE)
+    ctx = mp.get_context("spawn")
+    ready, die = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=open_and_die, args=(str(tmp_path), 2 * SIZE, ready, die))
+    p.start()
+    assert ready.wait(60)
+    assert live.capacity_bytes == 2 * SIZE  # seen while its owner lives
+    die.set()
+    p.join(60)
+    for i in range(6):
+        assert put(live, 0, i)
+    assert live.used_bytes == disk_bytes(tmp_path) == 6 * SIZE and live.capacity_bytes == 6 * SIZE
 
 
 def test_threads_of_two_tiers(tmp_path):

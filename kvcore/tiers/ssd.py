@@ -47,7 +47,7 @@ from ..errors import CorruptFrameError, InvalidArgumentError
 from .blob import BlobHeader, StreamingChecksum, body_size
 from .metrics import Metrics
 from .policy import LRUPolicy, Policy
-from .ssd_journal import ADD, DEL, OWNERS_DIR, REL, RES, TMP_DIR, TOUCH, DirJournal, Record
+from .ssd_journal import ADD, CAP, DEL, LEFT, OWNERS_DIR, REL, RES, TMP_DIR, TOUCH, DirJournal, Record
 
 LAYOUT_DIR = "kvcore-v1"
 _NAME = re.compile(r"^([0-9a-f]{32})\.(\d+)\.(\d+)\.(\d+)\.kvc$")
@@ -102,7 +102,7 @@ class SSDTier:
         if direct_io not in (True, False, "auto"):
             raise InvalidArgumentError("direct_io must be True, False or 'auto'")
         self.root = Path(directory) / LAYOUT_DIR
-        self.capacity_bytes = int(capacity_bytes)
+        self.own_capacity_bytes = int(capacity_bytes)  # what this tier was given
         self.direct_io = direct_io
         self.fsync = fsync
         self.drop_cache = drop_cache
@@ -117,6 +117,7 @@ class SSDTier:
         self._indexed_bytes = 0  # sizes of the files in the index
         self._own_reserved: dict[bytes, int] = {}  # reservation id -> bytes (this tier's writes)
         self._foreign_reserved: dict[tuple[bytes, bytes], int] = {}  # (owner, id) -> bytes
+        self._foreign_caps: dict[bytes, int] = {}  # other owners' capacities
         self._reserved_bytes = 0  # both
         self._next_rid = 0
         self._pending: list[Record] = []  # journal records of the change in progress
@@ -136,6 +137,16 @@ class SSDTier:
 
     def _used(self) -> int:
         return self._indexed_bytes + self._reserved_bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        """The directory's capacity: the smallest of its live owners' (this tier's own
+        is own_capacity_bytes), so no process sees the directory exceed what it was given."""
+        self.refresh()
+        return self._capacity()
+
+    def _capacity(self) -> int:
+        return min([self.own_capacity_bytes, *self._foreign_caps.values()])
 
     # ---- the shared directory ----
     @contextmanager
@@ -183,6 +194,11 @@ class SSDTier:
             self._reserved_bytes -= self._foreign_reserved.pop((r.owner, r.key), 0)
         elif r.op == TOUCH:
             self.policy.touch(r.key)
+        elif r.op == CAP:
+            if self._journal.owner_alive(r.owner):  # a stale record never shrinks the directory
+                self._foreign_caps[r.owner] = r.size
+        elif r.op == LEFT:
+            self._foreign_caps.pop(r.owner, None)
 
     def _reload(self, records: list[Record]) -> None:
         """The journal was replaced by a snapshot: it lists every file and reservation."""
@@ -201,8 +217,9 @@ class SSDTier:
                 self._index_put(key, self._entry_of(r))
         self._reserved_bytes -= sum(self._foreign_reserved.values())
         self._foreign_reserved.clear()
+        self._foreign_caps.clear()
         for r in records:
-            if r.owner != me and r.op in (RES, REL):
+            if r.owner != me and r.op in (RES, REL, CAP, LEFT):
                 self._apply(r)
 
     def _snapshot(self) -> list[Record]:
@@ -210,6 +227,8 @@ class SSDTier:
         out = [Record(ADD, me, k, e.ns_tag, e.size, e.expires_ms, e.start, e.ntokens) for k, e in self.index.items()]
         out += [Record(RES, me, rid, size=n) for rid, n in self._own_reserved.items()]
         out += [Record(RES, o, rid, size=n) for (o, rid), n in self._foreign_reserved.items()]
+        out += [Record(CAP, me, bytes(16), size=self.own_capacity_bytes)]
+        out += [Record(CAP, o, bytes(16), size=n) for o, n in self._foreign_caps.items()]
         return out
 
     def _record(self, op: int, key: bytes, e: Optional[SSDEntry] = None, size: int = 0) -> None:
@@ -332,11 +351,11 @@ class SSDTier:
         are released) has offered it to on_evict and removed it: fits is then False and
         the caller looks for room again (_with_room)."""
         victims: list = []
-        if nbytes > self.capacity_bytes:
+        if nbytes > self._capacity():
             return False, victims
-        if self._used() + nbytes <= self.capacity_bytes:
+        if self._used() + nbytes <= self._capacity():
             return True, victims
-        if self._drop_dead_reservations() and self._used() + nbytes <= self.capacity_bytes:
+        if self._drop_dead_reservations() and self._used() + nbytes <= self._capacity():
             return True, victims
         leaving = 0  # bytes of victims still on disk
         for key in self.policy.victims(evictable=self.evictable):
@@ -356,9 +375,9 @@ class SSDTier:
                 else:
                     victims.append((key, replace(e, path=moved), self._hold(e.size)))
                     leaving += e.size
-            if self._used() - leaving + nbytes <= self.capacity_bytes:
+            if self._used() - leaving + nbytes <= self._capacity():
                 break
-        return not victims and self._used() + nbytes <= self.capacity_bytes, victims
+        return not victims and self._used() + nbytes <= self._capacity(), victims
 
     def _with_room(self, nbytes: int, then: Callable[[], None], first: Optional[Callable[[], None]] = None) -> bool:
         """Runs then() inside _changing once nbytes more fit (first() before, once);
@@ -379,12 +398,15 @@ class SSDTier:
         return False
 
     def _drop_dead_reservations(self) -> bool:
-        """Releases (and records) the reservations of owners whose process is gone."""
-        dead = {o for o, _ in self._foreign_reserved if not self._journal.owner_alive(o)}
+        """Releases (and records) the reservations and capacities of owners whose process is gone."""
+        owners = {o for o, _ in self._foreign_reserved} | set(self._foreign_caps)
+        dead = {o for o in owners if not self._journal.owner_alive(o)}
         for o, rid in [k for k in self._foreign_reserved if k[0] in dead]:
             self._reserved_bytes -= self._foreign_reserved.pop((o, rid))
             self._pending.append(Record(REL, o, rid))
         for o in dead:
+            if self._foreign_caps.pop(o, None) is not None:
+                self._pending.append(Record(LEFT, o, bytes(16)))
             self._journal.remove_owner(o)
         return bool(dead)
 
@@ -558,6 +580,8 @@ class SSDTier:
             if p is not None:
                 p.shutdown(wait=False)
         if idle:
+            with self._changing():  # the others stop counting this tier's capacity
+                self._pending.append(Record(LEFT, self._journal.owner, bytes(16)))
             self._journal.close()
 
     # ---- removal ----

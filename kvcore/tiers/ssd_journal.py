@@ -9,11 +9,13 @@ recorded in ``journal``, an append-only file of fixed-size records:
 - ``DEL``: a chunk file was removed;
 - ``RES`` / ``REL``: an owner holds / releases capacity for a file it is writing;
 - ``TOUCH``: a chunk was read (so other owners' eviction order sees the use);
-- ``MOVED``: the last record of a journal that was replaced (see below).
+- ``MOVED``: the last record of a journal that was replaced (see below);
+- ``CAP`` / ``LEFT``: an owner's capacity (its ``capacity_bytes``) / the owner left.
 
 Capacity decisions (reserve, evict, commit) are taken under an exclusive ``flock`` on
 ``lock`` after applying every record appended since the last look, so all processes
-share one byte budget and see each other's chunks. Records are appended with
+share one byte budget and see each other's chunks. That budget is the smallest capacity
+of the owners present: the directory never grows past what any live process was told. Records are appended with
 ``O_APPEND`` (one ``write`` per batch) and carry a CRC, so a record still being written
 is not read early. A tier starting on the directory scans it (the ground truth), drops
 the reservations and temporaries of owners that are gone, and replaces the journal with
@@ -46,8 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-ADD, DEL, RES, REL, TOUCH, MOVED = 1, 2, 3, 4, 5, 6
-OPS = (ADD, DEL, RES, REL, TOUCH, MOVED)
+ADD, DEL, RES, REL, TOUCH, MOVED, CAP, LEFT = 1, 2, 3, 4, 5, 6, 7, 8
+OPS = (ADD, DEL, RES, REL, TOUCH, MOVED, CAP, LEFT)
 MAGIC = b"KVCJRNL\x01"
 # crc32 of the rest, op, owner, key, namespace tag (ASCII, NUL-padded), size,
 # expiry (unix ms), start, ntokens
@@ -63,7 +65,7 @@ _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 class Record:
     op: int
     owner: bytes  # 8 bytes
-    key: bytes  # 16 bytes: a chunk key (ADD, DEL, TOUCH) or a reservation id (RES, REL)
+    key: bytes  # 16 bytes: a chunk key (ADD, DEL, TOUCH), a reservation id (RES, REL), else zeros
     ns_tag: str = ""
     size: int = 0
     expires_ms: int = 0
