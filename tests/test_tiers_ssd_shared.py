@@ -247,10 +247,13 @@ def test_damaged_or_hostile_journal_records(tmp_path):
     hostile = ssd_journal.Record(ssd_journal.ADD, bytes(8), key_of(7, 0), "../../precious", size=SIZE)
     damaged = bytearray(ssd_journal.Record(ssd_journal.ADD, bytes(8), key_of(7, 1), "ns", size=SIZE).pack())
     damaged[20] ^= 1
+    no_room = ssd_journal.Record(ssd_journal.CAP, bytes(8), bytes(16), size=0)  # from no live owner
     with open(journal, "ab") as f:
-        f.write(hostile.pack() + bytes(damaged) + ssd_journal.Record(ssd_journal.TOUCH, bytes(8), key_of(0, 0)).pack())
+        f.write(hostile.pack() + bytes(damaged) + ssd_journal.Record(ssd_journal.TOUCH, bytes(8), key_of(0, 0)).pack()
+                + no_room.pack())
     assert not b.contains(key_of(7, 0)) and not b.contains(key_of(7, 1))
     for i in range(4):
         assert put(b, 1, i)  # evictions never reach the hostile entry
     assert (outside / f"{key_of(7, 0).hex()}.0.0.0.kvc").read_bytes() == b"keep me"
     assert b._journal.corrupt_records == 2 and a.used_bytes == b.used_bytes == 2 * SIZE
+    assert a.capacity_bytes == b.capacity_bytes == 2 * SIZE
