@@ -42,6 +42,34 @@ uint64_t row_hash(const uint8_t* p, size_t len) {
     return h ^ (h >> 32);
 }
 
+unsigned popcount8(uint64_t x) {  // SWAR: no popcnt instruction in the baseline ISA
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return static_cast<unsigned>((x * 0x0101010101010101ull) >> 56);
+}
+
+size_t count_set_bits(const uint8_t* p, size_t bytes) {
+    size_t n = 0, i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        std::memcpy(&w, p + i, 8);
+        n += popcount8(w);
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, bytes - i);
+    return n + popcount8(w);
+}
+
+// One row: rows are short (tens of bytes), where a call to memcpy costs more than the copy.
+inline void copy_row(uint8_t* dst, const uint8_t* src, size_t len) {
+    if (len % 16 == 0) {
+        for (size_t i = 0; i < len; i += 16) std::memcpy(dst + i, src + i, 16);
+    } else {
+        std::memcpy(dst, src, len);
+    }
+}
+
 bool same_row(const uint8_t* a, const uint8_t* b, size_t len) {
     size_t i = 0;
     uint64_t diff = 0;
@@ -99,7 +127,7 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
             if (e == 0) {
                 slot_row[s] = static_cast<uint32_t>(n_distinct + 1);
                 slot_tag[s] = tag;
-                std::memcpy(distinct + n_distinct * row_bytes, row, row_bytes);
+                copy_row(distinct + n_distinct * row_bytes, row, row_bytes);
                 which[r] = static_cast<uint32_t>(n_distinct++);
                 break;
             }
@@ -146,9 +174,7 @@ Status parse_row_table(const uint8_t* payload, size_t size, size_t n, RowTable* 
     t->bitmap = payload + kTableHead;
     t->indices = t->bitmap + bm;
     t->size = kTableHead + bm + ib;
-    size_t set = 0;
-    for (size_t i = 0; i < bm; ++i) set += static_cast<size_t>(__builtin_popcount(t->bitmap[i]));
-    if (set != t->copies) return bad("bitmap does not mark as many rows as it declares");
+    if (count_set_bits(t->bitmap, bm) != t->copies) return bad("bitmap does not mark as many rows as it declares");
     if (t->rows % 8 && (t->bitmap[bm - 1] >> (t->rows % 8))) return bad("nonzero bitmap padding");
     const size_t used = t->copies * t->width;
     if (used % 8 && (t->indices[ib - 1] >> (used % 8))) return bad("nonzero index padding");
@@ -170,7 +196,7 @@ Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
         const uint32_t i = t.width ? read_index(t.indices, ib, pos, t.width) : 0;
         pos += t.width;
         if (i >= t.distinct) return bad("a row repeats a row that does not exist");
-        std::memcpy(out + r * rb, distinct + size_t(i) * rb, rb);
+        copy_row(out + r * rb, distinct + size_t(i) * rb, rb);
     }
     std::memcpy(out + (t.rows - run) * rb, distinct + next * rb, run * rb);
     return Status::ok();
