@@ -441,6 +441,41 @@ class _FakePool:
         return buf
 
 
+def test_pins_and_priorities_survive_a_restart(tmp_path, kv):
+    """A pin made before a restart still holds: the chunk comes back into DDR and DDR
+    pressure does not evict it; priorities and unpins are kept too."""
+    a, b, c, d = (tokens_for(256, s) for s in (20, 21, 22, 23))
+    one = kv[:, :, :256]
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        for t in (a, b, c, d):
+            tm.store(t, one)
+        tm.flush()
+        assert all(tm.persist(t) == 1 for t in (a, b, c, d))  # on SSD for the next process
+        cap = int(chunk_blob_bytes(tm) * 2.5)
+        assert tm.pin(a) == 1 and tm.set_priority(b, 7) == 1
+        assert tm.pin(d) == 1 and tm.unpin(d) == 1
+    with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.status()["pinned_chunks"] == 1
+        assert tm.flush(30)
+        assert tm.lookup(a).tiers == ["ddr"]  # prefetched at start
+        for t in (c, d, b, c, d):  # DDR holds two chunks: a stays, c and d take turns
+            out = torch.zeros_like(one)
+            assert tm.retrieve(t, out) == 256 and same(out, one)
+            tm.flush()
+        assert tm.lookup(a).tiers == ["ddr"]
+        assert tm._meta[tm.keys(b)[0].digest].priority == 7
+        assert not tm._meta.get(tm.keys(d)[0].digest, None) or not tm._meta[tm.keys(d)[0].digest].pinned
+        tm.evict(a)  # deleting a chunk drops its pin
+    with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.status()["pinned_chunks"] == 0
+    (tmp_path / "kvcore-hot" / f"{NS.tag}.json").write_text("{not json")
+    with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.status()["pinned_chunks"] == 0 and tm.lookup(b).tokens == 256  # a damaged file is ignored
+        tm.pin(b)
+    with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.status()["pinned_chunks"] == 1
+
+
 def test_pinned_allocator_defers_free_while_exported():
     from kvcore.tiers.ddr import PinnedPoolAllocator
 

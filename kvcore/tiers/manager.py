@@ -29,6 +29,7 @@ from ..errors import InvalidArgumentError, PoolExhausted
 from .blob import BlobHeader, blob_bound, check_kv, decode_into, encode_chunk, encode_chunk_into, host_copy
 from .codecs import Codec, make_codec
 from .ddr import DDRTier, make_allocator
+from .hot_cold import HotCold, HotColdFile
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
 from .metrics import Metrics
 from .policy import make_policy
@@ -119,6 +120,8 @@ class _Meta:
     pinned: bool = False
     priority: int = 0
     expires: float = 0.0  # time.time(); 0 = never
+    start: int = -1  # the chunk's place in its sequence, once pin / set_priority named it
+    ntokens: int = 0
 
     def expired(self, now: float) -> bool:
         return bool(self.expires) and now >= self.expires
@@ -164,6 +167,12 @@ class TierManager:
             self.ssd = SSDTier(config.ssd_dir, config.ssd_bytes, direct_io=config.direct_io,
                                fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
                                evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
+        # pins and priorities outlive the process beside the SSD tier (hot_cold.py)
+        self._hot = HotColdFile(config.ssd_dir, self._ns_tag) if self.ssd is not None else None
+        self._hot_lock = threading.Lock()
+        saved = self._hot.load() if self._hot is not None else {}
+        for k, hc in saved.items():
+            self._meta[k] = _Meta(pinned=hc.pinned, priority=hc.priority, start=hc.start, ntokens=hc.ntokens)
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
         self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
@@ -181,6 +190,10 @@ class TierManager:
         self._closed = False
         self._worker = threading.Thread(target=self._work, name="kvcore-tiers", daemon=True)
         self._worker.start()
+        pinned = [ChunkKey(k, hc.start // self.chunk_tokens, hc.start, hc.ntokens)
+                  for k, hc in saved.items() if hc.pinned]
+        if pinned:
+            self._put(("prefetch", pinned), block=False)  # pinned chunks belong in DDR
 
     # ------------------------------------------------------------------ keys
     def keys(self, tokens: Sequence[int]) -> list[ChunkKey]:
@@ -849,13 +862,31 @@ class TierManager:
         keys = self._keys_for(tokens)
         with self._lock:
             for ck in keys:
-                fn(self._meta.setdefault(ck.digest, _Meta()))
+                m = self._meta.setdefault(ck.digest, _Meta())
+                fn(m)
+                m.start, m.ntokens = ck.start, ck.ntokens
+        self._save_hot()
         return len(keys)
+
+    def _save_hot(self) -> None:
+        """Writes the pins and priorities to the SSD directory (when there is one)."""
+        if self._hot is None:
+            return
+        with self._hot_lock:  # one writer at a time: the file ends as the latest state
+            with self._lock:
+                entries = {k: HotCold(m.pinned, m.priority, m.start, m.ntokens) for k, m in self._meta.items()
+                           if (m.pinned or m.priority) and m.start >= 0}
+            try:
+                self._hot.save(entries)
+            except OSError:
+                self.metrics.inc("ssd", "errors")
 
     def pin(self, tokens: Sequence[int]) -> int:
         """Keeps the chunks of tokens in DDR (never evicted; pulled in if stored below).
 
-        Applies to chunks stored later too. Returns the number of chunks pinned.
+        Applies to chunks stored later too. With an SSD directory, pins and priorities
+        are kept in it and hold again when a manager reopens it (pinned chunks are then
+        prefetched). Returns the number of chunks pinned.
         """
         n = self._set_meta(tokens, lambda m: setattr(m, "pinned", True))
         self.prefetch(tokens)
@@ -943,6 +974,7 @@ class TierManager:
                 n += found
             if self.remote is not None:
                 n = max(n, self.remote.delete(self._ns_tag, keys))
+            self._save_hot()
             return n
         if (count is not None and count < 0) or (nbytes is not None and nbytes < 0):
             raise InvalidArgumentError("count and nbytes must be >= 0")
@@ -985,6 +1017,7 @@ class TierManager:
                     n += 1
                 self.ddr_policy.clear()
                 self._meta.clear()
+            self._save_hot()
         if self.ssd is not None:
             n += self.ssd.clear(tag)
         if self.remote is not None:
