@@ -30,17 +30,22 @@ def fuzz_decode(data: bytes) -> None:
 
 
 def fuzz_roundtrip(data: bytes) -> None:
-    """Any tensor round-trips bit-exactly in every mode."""
-    if len(data) < 2:
+    """Any tensor round-trips bit-exactly in every mode, also with its rows repeated
+    (the rows and zstd methods)."""
+    if len(data) < 3:
         return
     dtype = DTYPES[data[0] % len(DTYPES)]
     mode = "fast" if data[1] & 1 else "dense"
-    payload = data[2:]
+    reps = 1 + data[2] % 8
+    payload = data[3:]
     size = torch.empty(0, dtype=dtype).element_size()
     payload = payload[: len(payload) - len(payload) % size]
     x = torch.frombuffer(bytearray(payload), dtype=torch.uint8).view(dtype) if payload else torch.empty(0, dtype=dtype)
     rows = max(1, len(x) // 8) if len(x) % 8 == 0 and len(x) else 1
     x = x.reshape(rows, -1) if len(x) else x
+    if reps > 1 and len(x):
+        order = torch.arange(rows * reps) * (1 + 2 * (data[2] >> 3)) % rows  # rows repeated, reordered
+        x = x[order].contiguous()
     frame = kvcore.compress(x, mode=mode, block_bytes=64 + (data[1] >> 1) * 16)
     back = kvcore.decompress(frame)
     assert torch.equal(back.reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8))
