@@ -207,6 +207,15 @@ def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
     blob into the memory it returns and returns that memoryview.
     """
     check_kv(kv)
+    if alloc is not None and hasattr(codec, "encode_into"):
+        # Frames are coded into a reusable per-thread buffer (no fresh pages to fault
+        # in, no per-frame objects), then the blob is copied once into alloc's memory.
+        stage = _staging_tensor((blob_bound(kv, codec, frame_bytes),), torch.uint8)
+        staged = memoryview(stage.numpy())
+        n = encode_chunk_into(kv, codec, staged, key=key, index=index, frame_bytes=frame_bytes)
+        out = alloc(n)
+        out[:n] = staged[:n]
+        return out
     layers, nkv, ntokens, heads, head_dim = kv.shape
     g = layers_per_frame(kv, frame_bytes)
     frames = [codec.encode(kv[l:l + g]) for l in range(0, layers, g)]
