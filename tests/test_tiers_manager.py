@@ -89,6 +89,26 @@ def test_round_trip_remote(redis_server, kv):
         assert tm.lookup(toks).tiers == ["ddr"] * 4  # promoted on hit
 
 
+def test_remote_staging_buffers_are_reused_only_after_a_completed_send(redis_server, kv):
+    """A chunk staged for Redis: its buffer goes back to the pool once the send completed
+    (no fresh pages for the next chunk), never after a send that timed out (it may still
+    be reading the buffer)."""
+    rc = RemoteConfig(op_timeout_s=0.3, reset_after_s=60)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as tm:
+        tm.store(tokens_for(256, 30), kv[:, :, :256])
+        assert tm.flush(30) and tm.lookup(tokens_for(256, 30)).tiers == ["remote"]
+        assert len(tm._scratch._free) == 1
+        tm.store(tokens_for(256, 31), kv[:, :, :256])
+        assert tm.flush(30) and len(tm._scratch._free) == 1  # the same buffer again
+        redis_server.pause()  # a hung server: the send times out
+        try:
+            tm.store(tokens_for(256, 32), kv[:, :, :256])
+            assert tm.flush(30)
+            assert len(tm._scratch._free) == 0  # taken, and not handed back
+        finally:
+            redis_server.resume()
+
+
 def blob_size(kv):
     from kvcore.tiers.blob import encode_chunk
     from kvcore.tiers.codecs import make_codec

@@ -433,11 +433,11 @@ class TierManager:
 
     def _write_job(self, ck: ChunkKey, view, expires: float, staged: bool, entry) -> None:
         try:
-            placed = self._write_below(ck, view, expires, both=self.config.write_through)
+            placed, still_read = self._write_below(ck, view, expires, both=self.config.write_through)
             if staged and not placed:
                 self.metrics.inc("ddr", "rejected")
-            if staged and self.remote is None:
-                self._scratch.put(view.obj)  # (a remote send that timed out may still read it)
+            if staged and not still_read:
+                self._scratch.put(view.obj)  # reused: no fresh pages for the next chunk
         except Exception:
             log.exception("kvcore tier writer failed")
             self.metrics.inc("manager", "errors")
@@ -499,16 +499,19 @@ class TierManager:
         m = self._meta.get(key)
         self._write_below(ck, entry.view, m.expires if m else 0.0)
 
-    def _write_below(self, ck: ChunkKey, view, expires: float, *, both: bool = False) -> bool:
-        """Writes a blob to SSD (else remote; both when asked). True when it landed somewhere."""
-        placed = False
+    def _write_below(self, ck: ChunkKey, view, expires: float, *, both: bool = False) -> tuple[bool, bool]:
+        """Writes a blob to SSD (else remote; both when asked). Returns (it landed somewhere,
+        a remote send that failed or timed out may still be reading view)."""
+        placed = still_read = False
         if self.ssd is not None:
             placed = self.ssd.write(ck.digest, view, ns_tag=self._ns_tag, start=ck.start, ntokens=ck.ntokens,
                                     expires_ms=int(expires * 1000), verify_blob=False)
         if self.remote is not None and (both or not placed):
             ttl = max(0.001, expires - time.time()) if expires else None
-            placed = self.remote.put(self._ns_tag, ck.digest, view, ttl_s=ttl) or placed
-        return placed
+            sent = self.remote.put(self._ns_tag, ck.digest, view, ttl_s=ttl)
+            still_read = not sent
+            placed = sent or placed
+        return placed, still_read
 
     def _ssd_evicted(self, key: bytes, e) -> None:
         """SSD victim: demote to remote when one is configured (called outside the SSD tier's locks,
