@@ -491,6 +491,7 @@ def test_pins_and_priorities_survive_a_restart(tmp_path, kv):
     (tmp_path / "kvcore-hot" / f"{NS.tag}.json").write_text("{not json")
     with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
         assert tm.status()["pinned_chunks"] == 0 and tm.lookup(b).tokens == 256  # a damaged file is ignored
+        assert tm.status()["tiers"]["ssd"]["errors"] >= 1  # and counted
         tm.pin(b)
     with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
         assert tm.status()["pinned_chunks"] == 1

@@ -171,6 +171,9 @@ class TierManager:
         self._hot = HotColdFile(config.ssd_dir, self._ns_tag) if self.ssd is not None else None
         self._hot_lock = threading.Lock()
         saved = self._hot.load() if self._hot is not None else {}
+        if self._hot is not None and self._hot.damaged:
+            log.warning("kvcore: ignoring the unreadable pins file %s", self._hot.path)
+            self.metrics.inc("ssd", "errors")
         for k, hc in saved.items():
             self._meta[k] = _Meta(pinned=hc.pinned, priority=hc.priority, start=hc.start, ntokens=hc.ntokens)
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
