@@ -11,7 +11,7 @@ import torch
 import kvcore
 from kvcore.errors import InvalidArgumentError
 from kvcore.tiers import Namespace, RemoteConfig, TierConfig, TierManager
-from tiers_support import load_kv, redis_server  # noqa: F401
+from tiers_support import errors_of_threads, load_kv, redis_server  # noqa: F401
 
 NS = Namespace("minilm-l6", "bfloat16", salt="tests")
 
@@ -197,7 +197,6 @@ def test_capacity_never_exceeded_under_threads(tmp_path, kv):
     seqs = [tokens_for(512, 100 + i) for i in range(8)]  # 16 distinct chunks, ~2.4x the capacity
     stop = threading.Event()
     peak = {"ddr": 0, "ssd": 0}
-    errors = []
 
     def monitor():
         while not stop.is_set():
@@ -208,27 +207,20 @@ def test_capacity_never_exceeded_under_threads(tmp_path, kv):
     def client(seed):
         rng = random.Random(seed)
         out = torch.zeros_like(kv[:, :, :512])
-        try:
-            for _ in range(15):
-                i = rng.randrange(len(seqs))
-                src = kv[:, :, 512 * (i % 2):512 * (i % 2) + 512]
-                if rng.random() < 0.5:
-                    tm.store(seqs[i], src)
-                else:
-                    out.zero_()
-                    n = tm.retrieve(seqs[i], out)
-                    assert n in (0, 256, 512)
-                    assert same(out[:, :, :n], src[:, :, :n])
-        except Exception as e:
-            errors.append(e)
+        for _ in range(15):
+            i = rng.randrange(len(seqs))
+            src = kv[:, :, 512 * (i % 2):512 * (i % 2) + 512]
+            if rng.random() < 0.5:
+                tm.store(seqs[i], src)
+            else:
+                out.zero_()
+                n = tm.retrieve(seqs[i], out)
+                assert n in (0, 256, 512)
+                assert same(out[:, :, :n], src[:, :, :n])
 
     mon = threading.Thread(target=monitor)
     mon.start()
-    threads = [threading.Thread(target=client, args=(s,)) for s in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = errors_of_threads(client, 3)
     tm.flush()
     stop.set()
     mon.join()

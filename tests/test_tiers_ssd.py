@@ -1,7 +1,6 @@
 """SSD tier: atomic files, checksums, index rebuild, capacity, full disk, O_DIRECT."""
 
 import os
-import threading
 
 import pytest
 import torch
@@ -10,7 +9,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.ssd import SSDTier
-from tiers_support import leftover_temporaries, load_kv, small_tmpfs  # noqa: F401
+from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -106,23 +105,15 @@ def test_capacity_under_concurrent_writers(tmp_path, chunks):
     cap = int(len(blobs[0]) * 2.5)
     t = SSDTier(tmp_path, cap, fsync=False)
     peak = [0]
-    errors = []
 
     def writer(seed):
-        try:
-            for i in range(12):
-                k = keys[(i + seed) % 4]
-                t.write(bytes([seed, i]) + k.digest[2:], blobs[(i + seed) % 4], ns_tag="ns")
-                peak[0] = max(peak[0], t.used_bytes)
-                t.read(keys[i % 4].digest)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        for i in range(12):
+            k = keys[(i + seed) % 4]
+            t.write(bytes([seed, i]) + k.digest[2:], blobs[(i + seed) % 4], ns_tag="ns")
+            peak[0] = max(peak[0], t.used_bytes)
+            t.read(keys[i % 4].digest)
 
-    threads = [threading.Thread(target=writer, args=(s,)) for s in range(3)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    errors = errors_of_threads(writer, 3)
     assert not errors
     assert peak[0] <= cap
     assert sum(f.stat().st_size for f in (tmp_path / "kvcore-v1" / "ns").iterdir()) <= cap

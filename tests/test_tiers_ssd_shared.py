@@ -10,7 +10,6 @@ import errno
 import fcntl
 import multiprocessing as mp
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from kvcore.errors import InvalidArgumentError
 from kvcore.tiers import ssd_journal
 from kvcore.tiers.ssd import ScratchPool, SSDTier
 from ssd_workers import SIZE, chunk_blob, die_while_writing, key_of, open_and_die, store_many
-from tiers_support import leftover_temporaries
+from tiers_support import errors_of_threads, leftover_temporaries
 
 blob = chunk_blob
 
@@ -201,24 +200,16 @@ def test_threads_of_two_tiers(tmp_path):
     """Threads of two tiers storing and reading at once keep one consistent budget."""
     cap = 5 * SIZE
     tiers = [SSDTier(tmp_path, cap, fsync=False), SSDTier(tmp_path, cap, fsync=False)]
-    errors: list = []
 
     def work(n: int) -> None:
         t = tiers[n % 2]
-        try:
-            for i in range(30):
-                put(t, n, i)
-                assert t.used_bytes <= cap
-                got = t.read(key_of(n ^ 1, i))
-                assert got is None or bytes(got) == blob(n ^ 1, i)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        for i in range(30):
+            put(t, n, i)
+            assert t.used_bytes <= cap
+            got = t.read(key_of(n ^ 1, i))
+            assert got is None or bytes(got) == blob(n ^ 1, i)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    errors = errors_of_threads(work, 4)
     assert not errors
     assert tiers[0].used_bytes == tiers[1].used_bytes == disk_bytes(tmp_path) <= cap
     assert set(tiers[0].keys()) == set(tiers[1].keys())

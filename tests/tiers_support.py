@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,24 @@ import pytest
 import torch
 
 from kvdata import KVDATA
+
+
+def errors_of_threads(target, count: int) -> list[BaseException]:
+    """Runs target(0) .. target(count - 1) on as many threads at once; returns what they raised."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            target(i)
+        except BaseException as exc:  # reported to the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return errors
 
 
 def load_kv(name: str = "minilm_l6_kv_bf16.safetensors") -> torch.Tensor:

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/little_endian.h"
 #include "parallel/thread_pool.h"
 #include "qat/qat.h"
 
@@ -16,17 +17,6 @@ namespace {
 
 constexpr size_t kStoredBlockMax = 65535;  // RFC 1951 stored block LEN limit
 
-void put_u32(uint8_t* p, uint32_t v) {
-    p[0] = static_cast<uint8_t>(v);
-    p[1] = static_cast<uint8_t>(v >> 8);
-    p[2] = static_cast<uint8_t>(v >> 16);
-    p[3] = static_cast<uint8_t>(v >> 24);
-}
-
-uint32_t get_u32(const uint8_t* p) {
-    return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-           static_cast<uint32_t>(p[3]) << 24;
-}
 
 size_t piece_count(size_t n) { return (n + kPieceBytes - 1) / kPieceBytes; }
 size_t table_bytes(size_t pieces) { return 4 + 8 * pieces; }

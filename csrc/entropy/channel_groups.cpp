@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 #include "entropy/huffman.h"
 
@@ -20,13 +21,6 @@ constexpr size_t kRankRows = 512;  // rows sampled to rank channels
 // sums[c] += row[c]; restrict lets the compiler vectorize it.
 void add_row(const uint8_t* __restrict row, uint32_t channels, uint32_t* __restrict sums) {
     for (uint32_t c = 0; c < channels; ++c) sums[c] += row[c];
-}
-
-uint32_t get_u32(const uint8_t* p) {
-    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-void put_u32(uint8_t* p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
 size_t map_bytes(uint32_t channels) { return (size_t(channels) + 1) / 2; }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/little_endian.h"
 #include "common/status.h"
 #include "frame/codec.h"
 
@@ -57,23 +58,5 @@ void write_header(const Header& h, uint8_t* dst);
 // Parses and validates a header, including that the block table exactly covers
 // the rest of the frame; *consumed = header bytes.
 Status parse_header(const uint8_t* frame, size_t size, Header* h, size_t* consumed);
-
-// Little-endian field access (frames are little endian on every machine).
-inline void put_u32(uint8_t* p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-inline void put_u64(uint8_t* p, uint64_t v) {
-    for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-inline uint32_t get_u32(const uint8_t* p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-}
-inline uint64_t get_u64(const uint8_t* p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-}
 
 }  // namespace kvcore::frame

@@ -4,15 +4,13 @@
 #include <string>
 #include <vector>
 
+#include "common/little_endian.h"
+
 namespace kvcore::lz {
 namespace {
 
 constexpr size_t kTableHead = 8;  // row_bytes(4) copies(4)
 
-void put32(uint8_t* p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get32(const uint8_t* p) { return p[0] | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24); }
 
 unsigned index_width(size_t distinct) {
     unsigned w = 0;
@@ -153,16 +151,16 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
         }
         if (bits) idx[o++] = static_cast<uint8_t>(acc);
     }
-    put32(table, static_cast<uint32_t>(row_bytes));
-    put32(table + 4, static_cast<uint32_t>(copies));
+    put_u32(table, static_cast<uint32_t>(row_bytes));
+    put_u32(table + 4, static_cast<uint32_t>(copies));
     *table_size = kTableHead + bitmap_bytes(rows) + o;
     return copies;
 }
 
 Status parse_row_table(const uint8_t* payload, size_t size, size_t n, RowTable* t) {
     if (size < kTableHead) return bad("payload too short for its row table");
-    t->row_bytes = get32(payload);
-    t->copies = get32(payload + 4);
+    t->row_bytes = get_u32(payload);
+    t->copies = get_u32(payload + 4);
     if (t->row_bytes == 0 || n % t->row_bytes) return bad("row length does not divide the block");
     t->rows = n / t->row_bytes;
     if (t->copies > t->rows) return bad("more repeated rows than rows");

@@ -176,6 +176,7 @@ class TierManager:
             self.metrics.inc("ssd", "errors")
         for k, hc in saved.items():
             self._meta[k] = _Meta(pinned=hc.pinned, priority=hc.priority, start=hc.start, ntokens=hc.ntokens)
+        self._hot_saved = {k: hc for k, hc in saved.items() if hc.pinned or hc.priority}  # what the file holds
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
         self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
@@ -882,8 +883,11 @@ class TierManager:
             with self._lock:
                 entries = {k: HotCold(m.pinned, m.priority, m.start, m.ntokens) for k, m in self._meta.items()
                            if (m.pinned or m.priority) and m.start >= 0}
+            if entries == self._hot_saved:  # e.g. set_ttl, or a pin repeated: nothing to write
+                return
             try:
                 self._hot.save(entries)
+                self._hot_saved = entries
             except OSError:
                 self.metrics.inc("ssd", "errors")
 

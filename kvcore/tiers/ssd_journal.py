@@ -15,13 +15,14 @@ recorded in ``journal``, an append-only file of fixed-size records:
 Capacity decisions (reserve, evict, commit) are taken under an exclusive ``flock`` on
 ``lock`` after applying every record appended since the last look, so all processes
 share one byte budget and see each other's chunks. That budget is the smallest capacity
-of the owners present: the directory never grows past what any live process was told. Records are appended with
-``O_APPEND`` (one ``write`` per batch) and carry a CRC, so a record still being written
-is not read early. A tier starting on the directory scans it (the ground truth), drops
-the reservations and temporaries of owners that are gone, and replaces the journal with
-a snapshot of what it found; a journal longer than ``COMPACT_BYTES`` is replaced the
-same way: the snapshot is renamed over the journal, then ``MOVED`` is appended to the old
-file, so the others notice (a look that finds nothing new is one ``fstat``) and reload.
+of the owners present: the directory never grows past what any live process was told.
+Records are appended with ``O_APPEND`` (one ``write`` per batch) and carry a CRC, so a
+record still being written is not read early. A tier starting on the directory scans it
+(the ground truth), drops the reservations and temporaries of owners that are gone, and
+replaces the journal with a snapshot of what it found; a journal longer than
+``COMPACT_BYTES`` is replaced the same way: the snapshot is renamed over the journal,
+then ``MOVED`` is appended to the old file, so the others notice (a look that finds
+nothing new is one ``fstat``) and reload.
 
 >>> import tempfile
 >>> from pathlib import Path
