@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 
 from kvcore.tiers.blob import encode_chunk
 from kvcore.tiers.codecs import make_codec
+from kvcore.tiers.hot_cold import HotCold, HotColdFile
 from kvcore.tiers.ssd import SSDTier
 
 RAW = make_codec("raw")
@@ -58,3 +60,16 @@ def open_and_die(directory: str, capacity: int, ready, die) -> None:
     die.wait(60)
     assert tier is not None  # the tier (and its owner lock) lives until here
     os._exit(0)
+
+
+def pin_many(directory: str, owner: int, count: int, together, results) -> None:
+    """Pins count chunks of its own in the directory's pins file, one change at a time,
+    starting when every process of the barrier together is ready."""
+    try:
+        hot = HotColdFile(Path(directory), "ns")
+        together.wait(60)
+        for i in range(count):
+            hot.update({key_of(owner, i): HotCold(pinned=True, priority=owner, start=256 * i, ntokens=256)})
+        results.put((owner, None))
+    except BaseException as exc:  # reported to the parent
+        results.put((owner, repr(exc)))

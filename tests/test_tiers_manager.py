@@ -489,6 +489,29 @@ def test_pins_and_priorities_survive_a_restart(tmp_path, kv):
         assert tm.status()["pinned_chunks"] == 1
 
 
+def test_managers_sharing_a_directory_merge_their_pins(tmp_path, kv):
+    """Two managers on one SSD directory (e.g. two engine processes): each one's pins and
+    priorities are merged into the file, so neither overwrites the other's, and a chunk's
+    setting is the last one written by either; clear() drops them all."""
+    a, b, c = (tokens_for(256, s) for s in (30, 31, 32))
+    opts = dict(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS)
+    with TierManager(**opts) as first, TierManager(**opts) as second:
+        assert first.pin(a) == 1
+        assert second.set_priority(b, 5) == 1 and second.pin(c) == 1  # second never saw a's pin
+        assert first.unpin(c) == 1  # the latest change to c wins, whoever made it
+        assert second.set_priority(b, 5) == 1  # repeated: nothing lost
+    with TierManager(**opts) as tm:
+        meta = {t[0]: tm._meta.get(tm.keys(t)[0].digest) for t in (a, b, c)}
+        assert meta[a[0]].pinned and meta[b[0]].priority == 5
+        assert meta[c[0]] is None or not meta[c[0]].pinned
+        assert tm.status()["pinned_chunks"] == 1
+        with TierManager(**opts) as other:
+            other.pin(c)
+        tm.clear()  # the namespace is emptied: every process's settings go
+    with TierManager(**opts) as tm:
+        assert tm.status()["pinned_chunks"] == 0 and not tm._meta
+
+
 def test_pinned_allocator_defers_free_while_exported():
     from kvcore.tiers.ddr import PinnedPoolAllocator
 

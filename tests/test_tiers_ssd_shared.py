@@ -17,7 +17,8 @@ import pytest
 from kvcore.errors import InvalidArgumentError
 from kvcore.tiers import ssd_journal
 from kvcore.tiers.ssd import ScratchPool, SSDTier
-from ssd_workers import SIZE, chunk_blob, die_while_writing, key_of, open_and_die, store_many
+from kvcore.tiers.hot_cold import HotColdFile
+from ssd_workers import SIZE, chunk_blob, die_while_writing, key_of, open_and_die, pin_many, store_many
 from tiers_support import errors_of_threads, leftover_temporaries
 
 blob = chunk_blob
@@ -160,6 +161,21 @@ def test_processes_share_one_capacity(tmp_path):
     t = SSDTier(tmp_path, cap)
     assert t.used_bytes == disk_bytes(tmp_path) <= cap and len(t) == 6
     assert not leftover_temporaries(tmp_path)
+
+
+def test_processes_pinning_at_once_lose_no_pin(tmp_path):
+    """Two processes change the pins file at once: every change of both is in it."""
+    ctx = mp.get_context("spawn")
+    together, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=pin_many, args=(str(tmp_path), owner, 60, together, results)) for owner in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert sorted(results.get(timeout=10) for _ in procs) == [(0, None), (1, None)]
+    saved = HotColdFile(tmp_path, "ns").load()
+    assert set(saved) == {key_of(owner, i) for owner in (0, 1) for i in range(60)}
+    assert all(saved[key_of(owner, i)].priority == owner for owner in (0, 1) for i in range(60))
 
 
 def test_dead_writer_is_cleaned_up(tmp_path):

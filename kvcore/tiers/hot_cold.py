@@ -1,26 +1,34 @@
 """Pins and priorities that outlive the process, beside the SSD tier.
 
 A TierManager with an SSD directory keeps the hot/cold settings of its namespace
-(``pin``, ``set_priority``) in ``<ssd_dir>/kvcore-hot/<namespace tag>.json``, rewritten
-atomically (temporary file, rename) whenever they change and read when a manager opens
-the directory. Expiry needs no file: SSD chunk file names carry it. Several processes on
-one directory: each reads the file when it starts, and the last to change a setting
-writes the file; a damaged file is ignored (the settings start empty).
+(``pin``, ``set_priority``) in ``<ssd_dir>/kvcore-hot/<namespace tag>.json`` and reads
+them when it opens the directory. Expiry needs no file: SSD chunk file names carry it.
+
+Several processes may share the directory, so a change is merged into the file, never a
+replacement of it: under an exclusive ``flock`` on ``<namespace tag>.lock`` the file is
+read, the changed chunks' entries are set or removed, and the result is written
+atomically (temporary file, rename). Each chunk's entry is the last one any process
+wrote; the settings of chunks a process never touched are kept. A damaged file is
+ignored (read as empty, and replaced at the next change).
 
 >>> import tempfile
 >>> from pathlib import Path
->>> f = HotColdFile(Path(tempfile.mkdtemp()), "ns")
->>> f.save({b"k" * 16: HotCold(pinned=True, priority=2, start=0, ntokens=256)})
->>> f.load()[b"k" * 16].pinned
-True
+>>> d = Path(tempfile.mkdtemp())
+>>> HotColdFile(d, "ns").update({b"a" * 16: HotCold(pinned=True, priority=0, start=0, ntokens=256)})
+>>> HotColdFile(d, "ns").update({b"b" * 16: HotCold(pinned=False, priority=2, start=256, ntokens=256)})
+>>> sorted(k[:1] for k in HotColdFile(d, "ns").load())
+[b'a', b'b']
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Mapping, Optional
 
 HOT_DIR = "kvcore-hot"
 VERSION = 1
@@ -35,6 +43,11 @@ class HotCold:
     start: int
     ntokens: int
 
+    @property
+    def kept(self) -> bool:
+        """Whether the file holds this entry (default settings need none)."""
+        return self.pinned or self.priority != 0
+
 
 class HotColdFile:
     """The settings file of one namespace in one SSD directory."""
@@ -45,6 +58,7 @@ class HotColdFile:
 
     def load(self) -> dict[bytes, HotCold]:
         """The saved settings (empty when there are none or the file is damaged)."""
+        self.damaged = False
         try:
             doc = json.loads(self.path.read_text())
             if doc.get("version") != VERSION:
@@ -62,17 +76,33 @@ class HotColdFile:
             self.damaged = True
             return {}
 
-    def save(self, entries: dict[bytes, HotCold]) -> None:
-        """Replaces the file with entries (those pinned or with a priority; none: removed)."""
-        chunks = {k.hex(): [int(e.pinned), e.priority, e.start, e.ntokens] for k, e in entries.items()
-                  if e.pinned or e.priority}
-        if not chunks:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-            return
+    def update(self, changes: Mapping[bytes, Optional[HotCold]], *, drop_all: bool = False) -> None:
+        """Merges changes into the file: each key's entry is set, or removed (None, or
+        default settings); drop_all first empties the file (``clear``). Raises OSError."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            before = self.load()
+            entries = {} if drop_all else dict(before)
+            for key, entry in changes.items():
+                if entry is not None and entry.kept:
+                    entries[key] = entry
+                else:
+                    entries.pop(key, None)
+            if entries != before or self.damaged:  # a repeated pin rewrites nothing
+                self._write(entries)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.path.with_suffix(".lock"), "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            yield  # closing the file releases the lock
+
+    def _write(self, entries: dict[bytes, HotCold]) -> None:
+        if not entries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            return
+        chunks = {k.hex(): [int(e.pinned), e.priority, e.start, e.ntokens] for k, e in entries.items()}
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"version": VERSION, "chunks": chunks}))
         os.replace(tmp, self.path)

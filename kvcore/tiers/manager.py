@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
@@ -176,7 +176,7 @@ class TierManager:
             self.metrics.inc("ssd", "errors")
         for k, hc in saved.items():
             self._meta[k] = _Meta(pinned=hc.pinned, priority=hc.priority, start=hc.start, ntokens=hc.ntokens)
-        self._hot_saved = {k: hc for k, hc in saved.items() if hc.pinned or hc.priority}  # what the file holds
+        self._hot_saved = {k: hc for k, hc in saved.items() if hc.kept}  # the file's entries, as this manager last saw them
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
         self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
@@ -865,28 +865,37 @@ class TierManager:
         return 0
 
     # ------------------------------------------------------------------ hot/cold API
-    def _set_meta(self, tokens, fn) -> int:
+    def _set_meta(self, tokens, fn, *, persisted: bool = True) -> int:
+        """Applies fn to the settings of tokens' chunks; persisted: the change belongs in
+        the pins file (pins and priorities; TTLs live in the SSD file names)."""
         keys = self._keys_for(tokens)
         with self._lock:
             for ck in keys:
                 m = self._meta.setdefault(ck.digest, _Meta())
                 fn(m)
                 m.start, m.ntokens = ck.start, ck.ntokens
-        self._save_hot()
+        if persisted:
+            self._save_hot(touched=[ck.digest for ck in keys])
         return len(keys)
 
-    def _save_hot(self) -> None:
-        """Writes the pins and priorities to the SSD directory (when there is one)."""
+    def _save_hot(self, touched: Iterable[bytes] = (), *, drop_all: bool = False) -> None:
+        """Merges this manager's pins and priorities into the SSD directory's file (when
+        there is one): the entries that changed since it last wrote, and those of the
+        chunks just set or deleted (touched), which may be entries of another process;
+        drop_all (``clear``) drops every process's entries first."""
         if self._hot is None:
             return
         with self._hot_lock:  # one writer at a time: the file ends as the latest state
             with self._lock:
                 entries = {k: HotCold(m.pinned, m.priority, m.start, m.ntokens) for k, m in self._meta.items()
                            if (m.pinned or m.priority) and m.start >= 0}
-            if entries == self._hot_saved:  # e.g. set_ttl, or a pin repeated: nothing to write
+            changes = {k: e for k, e in entries.items() if self._hot_saved.get(k) != e}
+            changes.update((k, None) for k in self._hot_saved.keys() - entries.keys())
+            changes.update((k, entries.get(k)) for k in touched)
+            if not changes and not drop_all:  # e.g. set_ttl, or a pin repeated: nothing to write
                 return
             try:
-                self._hot.save(entries)
+                self._hot.update(changes, drop_all=drop_all)
                 self._hot_saved = entries
             except OSError:
                 self.metrics.inc("ssd", "errors")
@@ -918,7 +927,7 @@ class TierManager:
         if seconds is not None and seconds <= 0:
             raise InvalidArgumentError("seconds must be positive")
         expires = time.time() + seconds if seconds else 0.0
-        return self._set_meta(tokens, lambda m: setattr(m, "expires", expires))
+        return self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
 
     def persist(self, tokens: Sequence[int]) -> int:
         """Writes the stored chunks of tokens through to SSD and remote now (durable).
@@ -984,7 +993,7 @@ class TierManager:
                 n += found
             if self.remote is not None:
                 n = max(n, self.remote.delete(self._ns_tag, keys))
-            self._save_hot()
+            self._save_hot(touched=keys)
             return n
         if (count is not None and count < 0) or (nbytes is not None and nbytes < 0):
             raise InvalidArgumentError("count and nbytes must be >= 0")
@@ -1027,7 +1036,7 @@ class TierManager:
                     n += 1
                 self.ddr_policy.clear()
                 self._meta.clear()
-            self._save_hot()
+            self._save_hot(drop_all=True)
         if self.ssd is not None:
             n += self.ssd.clear(tag)
         if self.remote is not None:
