@@ -78,8 +78,11 @@ def compress(
     without it), or with QAT where present and the piece is large enough.
 
     >>> import torch, kvcore
-    >>> frame = kvcore.compress(torch.zeros(4, 8, dtype=torch.float16), mode="fast")
-    >>> len(frame) < 64
+    >>> x = torch.zeros(64, 8, dtype=torch.float16)  # 1 KiB of one value
+    >>> frame = kvcore.compress(x, mode="fast")
+    >>> len(frame) < 100
+    True
+    >>> torch.equal(kvcore.decompress(frame), x)
     True
     """
     if mode not in _MODES:
