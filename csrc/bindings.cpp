@@ -577,7 +577,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("stream"), py::arg("out"), "Decodes len(out) symbols into a writable buffer.");
     m.def(
         "huffman_estimate",
-        [](const py::buffer& src) {
+        [](const py::buffer& src, bool sampled) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
             if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
@@ -585,12 +585,15 @@ PYBIND11_MODULE(_native, m) {
             {
                 py::gil_scoped_release release;
                 uint32_t hist[256];
-                kvcore::entropy::histogram(in.data, in.size, hist);
-                size = kvcore::entropy::huffman_estimate(hist, in.size);
+                const bool exact = sampled ? kvcore::entropy::histogram_estimate(in.data, in.size, hist)
+                                           : (kvcore::entropy::histogram(in.data, in.size, hist), true);
+                size = kvcore::entropy::huffman_estimate(hist, in.size, exact);
             }
             return size;
         },
-        py::arg("src"), "Upper bound (exact + <= 3 bytes) of len(huffman_encode(src)), without coding.");
+        py::arg("src"), py::arg("sampled") = false,
+        "Upper bound (exact + <= 3 bytes) of len(huffman_encode(src)), without coding; sampled=True: "
+        "the estimate from sampled weights that the frame encoder uses to skip planes that would not shrink.");
     m.def(
         "byte_histogram",
         [](const py::buffer& src) {

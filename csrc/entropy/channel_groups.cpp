@@ -228,6 +228,27 @@ void order_channels(const uint8_t* group, uint32_t channels, unsigned groups, ui
     for (uint32_t c = 0; c < channels; ++c) slot[c] = start[group[c]]++;
 }
 
+// Planes whose estimate comes this close to the capacity have their streams
+// sized (each group's code built) before any is coded: a plane of mantissa bytes
+// is estimated a few percent below its size and coded a little above it.
+constexpr double kSizeCheckShare = 0.97;
+
+// Bytes of the grouped stream with k merged groups, from each group's code.
+size_t sized_streams(const uint32_t* fine, unsigned groups, unsigned k, const uint32_t* count, size_t rows,
+                     size_t map, bool exact) {
+    size_t total = 2 + map + 4 * size_t(k - 1);
+    for (unsigned j = 0; j < k; ++j) {
+        uint32_t merged[256] = {};
+        size_t len = 0;
+        for (unsigned g = j * groups / k; g < (j + 1) * groups / k; ++g) {
+            len += size_t(count[g]) * rows;
+            for (int sym = 0; sym < 256; ++sym) merged[sym] += fine[size_t(g) * 256 + sym];
+        }
+        total += huffman_estimate(merged, len, exact);
+    }
+    return total;
+}
+
 double coded_bits(const uint32_t* hist) {
     uint64_t total = 0;
     unsigned present = 0;
@@ -315,6 +336,10 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
         }
     }
     if (best_k == 1) return not_better;
+    if (best_bits > kSizeCheckShare * 8.0 * double(cap) &&
+        sized_streams(fine.data(), groups, best_k, count, rows, map_bytes(channels), *exact) > cap) {
+        return make_status(Code::kBufferTooSmall, "grouped stream does not fit");
+    }
 
     const size_t head = 2 + map_bytes(channels) + 4 * size_t(best_k - 1);
     if (cap < head) return make_status(Code::kBufferTooSmall, "grouped stream does not fit");

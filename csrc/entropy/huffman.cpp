@@ -84,6 +84,9 @@ size_t segment_size(size_t n, unsigned k) { return n / kStreams + (k < n % kStre
 // Bytes a segment of len symbols may take while coded, fast-loop slack included.
 size_t segment_bound(size_t len) { return (len * kMaxLen + 7) / 8 + 16; }
 
+// Size to plan for when the code was built from sampled weights (see huffman_encode).
+size_t sampled_size(double estimated_bytes) { return size_t(estimated_bytes + estimated_bytes / 64) + 1; }
+
 // ---------------------------------------------------------------- code lengths
 
 // Optimal code lengths limited to max_len (package-merge). counts[s] > 0 marks
@@ -604,7 +607,7 @@ size_t huffman_bound(size_t n) {
     return header_size(256) + (n / 8) * kMaxLen + ((n % 8) * kMaxLen + 7) / 8 + kStreams;
 }
 
-size_t huffman_estimate(const uint32_t* hist, size_t n) {
+size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts) {
     if (n == 0) return 1;
     uint64_t counts[256];
     uint64_t total = 0;
@@ -614,13 +617,14 @@ size_t huffman_estimate(const uint32_t* hist, size_t n) {
         total += hist[s];
         m += hist[s] != 0;
     }
-    if (total != n || m == 0) return huffman_bound(n);  // inconsistent counts: the encoder refuses them
+    if ((exact_counts && total != n) || m == 0) return huffman_bound(n);  // inconsistent counts: the encoder refuses them
     if (m == 1) return 2;
     uint8_t lens[256];
     limited_lengths(counts, kMaxLen, lens);
     uint64_t bits = 0;
     for (unsigned s = 0; s < 256; ++s) bits += counts[s] * lens[s];
-    return header_size(m) + size_t((bits + 7) / 8) + (kStreams - 1);
+    const size_t bytes = exact_counts ? size_t((bits + 7) / 8) : sampled_size(double(bits) * double(n) / double(total) / 8);
+    return header_size(m) + bytes + (kStreams - 1);
 }
 
 Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap, size_t* written,
@@ -667,7 +671,12 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     uint64_t total_bits = 0;
     for (unsigned s = 0; s < 256; ++s) total_bits += counts[s] * lens[s];
     const size_t hsize = header_size(m);
-    if (cap < hsize || (exact_counts && cap - hsize < (total_bits + 7) / 8))
+    // With weights from a sample the size is an estimate (scaled to n symbols) that runs
+    // up to about 1% low on near-uniform planes (a byte plane of mantissas): it must come
+    // in 1/64 under the capacity, or the plane is refused before it is coded.
+    const uint64_t expected_bytes =
+        exact_counts ? (total_bits + 7) / 8 : sampled_size(double(total_bits) * double(n) / double(total) / 8);
+    if (cap < hsize || cap - hsize < expected_bytes)
         return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
 
     // Canonical codes.

@@ -29,7 +29,10 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
 // Size of the stream huffman_encode would produce for a plane of n symbols with
 // these 256 counts, without coding it: an upper bound at most 3 bytes above the
 // exact size (per-stream padding is not known in advance). Cost: building the code.
-size_t huffman_estimate(const uint32_t* hist, size_t n);
+// With exact_counts false, hist holds weights (as for huffman_encode) and the
+// result is their estimate scaled to n symbols plus a 1/64 margin: huffman_encode
+// refuses a plane whose estimate does not fit its capacity with that margin.
+size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts = true);
 
 // Decodes exactly n symbols. kCorruptFrame on any inconsistency.
 Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
