@@ -512,6 +512,39 @@ def test_managers_sharing_a_directory_merge_their_pins(tmp_path, kv):
         assert tm.status()["pinned_chunks"] == 0 and not tm._meta
 
 
+def test_a_pin_made_by_another_process_holds_here_too(tmp_path, kv):
+    """Managers sharing an SSD directory take in each other's pins while running: the
+    chunk another manager pinned is pulled into this one's DDR and is not evicted from
+    it; its unpin is taken in too."""
+    a, b, c = (tokens_for(256, s) for s in (40, 41, 42))
+    one = kv[:, :, :256]
+    opts = dict(ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS, hot_refresh_s=0.05)
+    with TierManager(ddr_bytes=64 << 20, **opts) as writer:
+        for t in (a, b, c):
+            writer.store(t, one)
+        writer.flush()
+        assert all(writer.persist(t) == 1 for t in (a, b, c))
+        cap = int(chunk_blob_bytes(writer) * 2.5)
+    with TierManager(ddr_bytes=cap, **opts) as here, TierManager(ddr_bytes=64 << 20, **opts) as there:
+        assert here.lookup(a).tiers == ["ssd"]
+        there.pin(a)
+        deadline = time.monotonic() + 10
+        while here.lookup(a).tiers != ["ddr"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert here.lookup(a).tiers == ["ddr"]  # pulled in without a call here
+        for t in (b, c, b, c):  # DDR holds two chunks: a stays, b and c take turns
+            out = torch.zeros_like(one)
+            assert here.retrieve(t, out) == 256 and same(out, one)
+            here.flush()
+        assert here.lookup(a).tiers == ["ddr"]
+        there.unpin(a)
+        deadline = time.monotonic() + 10
+        while here._meta[here.keys(a)[0].digest].pinned and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not here._meta[here.keys(a)[0].digest].pinned
+        assert here.status()["pinned_chunks"] == 0
+
+
 def test_pinned_allocator_defers_free_while_exported():
     from kvcore.tiers.ddr import PinnedPoolAllocator
 

@@ -9,7 +9,8 @@ replacement of it: under an exclusive ``flock`` on ``<namespace tag>.lock`` the 
 read, the changed chunks' entries are set or removed, and the result is written
 atomically (temporary file, rename). Each chunk's entry is the last one any process
 wrote; the settings of chunks a process never touched are kept. A damaged file is
-ignored (read as empty, and replaced at the next change).
+ignored (read as empty, and replaced at the next change). ``changed()`` tells a process
+that another one wrote the file since it last read it (the manager then reloads it).
 
 >>> import tempfile
 >>> from pathlib import Path
@@ -55,10 +56,25 @@ class HotColdFile:
     def __init__(self, ssd_dir: Path, ns_tag: str):
         self.path = Path(ssd_dir) / HOT_DIR / f"{ns_tag}.json"
         self.damaged = False  # the last load found a file it could not use
+        self.seen: Optional[tuple] = None  # stamp() of the file this object last read or wrote
+
+    def stamp(self) -> Optional[tuple]:
+        """Identity of the file's current version (None: no file). Every write replaces
+        the file (rename), so another process's change shows as a new stamp."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def changed(self) -> bool:
+        """Whether the file is not the version this object last read or wrote."""
+        return self.stamp() != self.seen
 
     def load(self) -> dict[bytes, HotCold]:
         """The saved settings (empty when there are none or the file is damaged)."""
         self.damaged = False
+        self.seen = self.stamp()
         try:
             doc = json.loads(self.path.read_text())
             if doc.get("version") != VERSION:
@@ -76,9 +92,11 @@ class HotColdFile:
             self.damaged = True
             return {}
 
-    def update(self, changes: Mapping[bytes, Optional[HotCold]], *, drop_all: bool = False) -> None:
+    def update(self, changes: Mapping[bytes, Optional[HotCold]], *,
+               drop_all: bool = False) -> dict[bytes, HotCold]:
         """Merges changes into the file: each key's entry is set, or removed (None, or
-        default settings); drop_all first empties the file (``clear``). Raises OSError."""
+        default settings); drop_all first empties the file (``clear``). Returns what the
+        file now holds, other processes' entries included. Raises OSError."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._locked():
             before = self.load()
@@ -90,6 +108,7 @@ class HotColdFile:
                     entries.pop(key, None)
             if entries != before or self.damaged:  # a repeated pin rewrites nothing
                 self._write(entries)
+            return entries
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -101,8 +120,10 @@ class HotColdFile:
         if not entries:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+            self.seen = None
             return
         chunks = {k.hex(): [int(e.pinned), e.priority, e.start, e.ntokens] for k, e in entries.items()}
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"version": VERSION, "chunks": chunks}))
         os.replace(tmp, self.path)
+        self.seen = self.stamp()

@@ -57,7 +57,9 @@ class TierConfig:
     also goes to SSD and remote at once; ttl_s: default per-entry TTL; direct_io,
     fsync: SSD options; read_ahead: chunks retrieve() reads from SSD/remote ahead of
     the one it decodes (0: none); frame_bytes: original bytes per coded frame (layers
-    are grouped up to it: fewer codec calls; smaller = finer layer-by-layer restore).
+    are grouped up to it: fewer codec calls; smaller = finer layer-by-layer restore);
+    hot_refresh_s: how often the background worker looks for pins and priorities that
+    other processes sharing the SSD directory changed (one stat of the pins file).
     """
 
     ddr_bytes: int
@@ -81,6 +83,7 @@ class TierConfig:
     read_ahead: int = 2
     frame_bytes: int = 4 << 20
     remote: Optional[RemoteConfig] = None
+    hot_refresh_s: float = 1.0
 
     def validate(self) -> None:
         if self.ddr_bytes < 0 or self.ssd_bytes < 0:
@@ -93,6 +96,8 @@ class TierConfig:
             raise InvalidArgumentError("ttl_s must be positive")
         if self.read_ahead < 0:
             raise InvalidArgumentError("read_ahead must be >= 0")
+        if not self.hot_refresh_s > 0:
+            raise InvalidArgumentError("hot_refresh_s must be positive")
 
 
 @dataclass
@@ -304,8 +309,17 @@ class TierManager:
 
     # ------------------------------------------------------------------ worker
     def _work(self) -> None:
+        refresh_at = time.monotonic() + self.config.hot_refresh_s
         while True:
-            job = self._queue.get()
+            try:
+                job = self._queue.get(timeout=max(0.0, refresh_at - time.monotonic()))
+            except queue.Empty:
+                job = ()
+            if time.monotonic() >= refresh_at:
+                self._refresh_hot()
+                refresh_at = time.monotonic() + self.config.hot_refresh_s
+            if job == ():
+                continue
             try:
                 if job is None:
                     return
@@ -895,17 +909,53 @@ class TierManager:
             if not changes and not drop_all:  # e.g. set_ttl, or a pin repeated: nothing to write
                 return
             try:
-                self._hot.update(changes, drop_all=drop_all)
-                self._hot_saved = entries
+                pinned = self._take_in_hot(self._hot.update(changes, drop_all=drop_all))
             except OSError:
                 self.metrics.inc("ssd", "errors")
+                return
+        pinned = [ck for ck in pinned if ck.digest not in changes]  # this manager's own: pin() prefetches them
+        if pinned:
+            self._put(("prefetch", pinned), block=False)
+
+    def _take_in_hot(self, saved: dict) -> list:
+        """Applies the pins file's entries (saved) that differ from what this manager last
+        saw of it (its own changes and other processes'); returns the chunks newly pinned
+        there that are not in DDR. Called with _hot_lock held."""
+        saved = {k: e for k, e in saved.items() if e.kept}
+        changed = {k: e for k, e in saved.items() if self._hot_saved.get(k) != e}
+        with self._lock:
+            for k, e in changed.items():
+                m = self._meta.setdefault(k, _Meta())
+                m.pinned, m.priority, m.start, m.ntokens = e.pinned, e.priority, e.start, e.ntokens
+            for k in self._hot_saved.keys() - saved.keys():
+                m = self._meta.get(k)
+                if m is not None:
+                    m.pinned, m.priority = False, 0
+        self._hot_saved = saved
+        return [ChunkKey(k, e.start // self.chunk_tokens, e.start, e.ntokens) for k, e in changed.items()
+                if e.pinned and k not in self.ddr]
+
+    def _refresh_hot(self) -> None:
+        """Takes in the pins and priorities other processes wrote to the shared pins file
+        since this manager last read or wrote it (on the worker thread, every hot_refresh_s)."""
+        if self._hot is None or not self._hot.changed():
+            return
+        try:
+            with self._hot_lock:
+                pinned = self._take_in_hot(self._hot.load())
+            if pinned:
+                self._job_prefetch(pinned)  # newly pinned by another process: pulled into DDR
+        except Exception:  # a settings file is never worth the worker
+            log.exception("kvcore: reading the shared pins file failed")
+            self.metrics.inc("ssd", "errors")
 
     def pin(self, tokens: Sequence[int]) -> int:
         """Keeps the chunks of tokens in DDR (never evicted; pulled in if stored below).
 
         Applies to chunks stored later too. With an SSD directory, pins and priorities
         are kept in it and hold again when a manager reopens it (pinned chunks are then
-        prefetched). Returns the number of chunks pinned.
+        prefetched); managers of other processes sharing the directory take them in
+        within ``hot_refresh_s``. Returns the number of chunks pinned.
         """
         n = self._set_meta(tokens, lambda m: setattr(m, "pinned", True))
         self.prefetch(tokens)
