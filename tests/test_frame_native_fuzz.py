@@ -32,6 +32,10 @@ def seed_frames(tmp_path: Path) -> list[str]:
         "fast": kvcore.compress(t, mode="fast", block_bytes=4096),
         "fp32": kvcore.compress(t[:2].float(), block_bytes=4096),
         "fp8": kvcore.compress(t.float().to(torch.float8_e4m3fn), block_bytes=4096),
+        "fp8-fast": kvcore.compress(t.float().to(torch.float8_e4m3fn), mode="fast", block_bytes=4096),  # escapes
+        "fp16": kvcore.compress(t.half(), block_bytes=4096),
+        "uint8": kvcore.compress(t.view(torch.uint8), block_bytes=4096),
+        "rows-fast": kvcore.compress(v0, mode="fast", block_bytes=16384),
         "rows": kvcore.compress(v0, block_bytes=16384),
         "rows-coded": kvcore.compress(repeated, block_bytes=32768),
         "zstd": kvcore.compress(v1, block_bytes=8192),
@@ -64,3 +68,5 @@ def test_frame_decoder_under_sanitizers(tmp_path):
     run = subprocess.run([str(exe), "2026", "3000", *seed_frames(tmp_path)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert run.stdout.startswith("ok:")
+    past_header = int(run.stdout.split(",")[1].split()[0])
+    assert past_header > 300, run.stdout  # header edits (checksum recomputed) reach the block decoders

@@ -545,6 +545,33 @@ def test_a_pin_made_by_another_process_holds_here_too(tmp_path, kv):
         assert here.status()["pinned_chunks"] == 0
 
 
+def test_settings_of_evicted_chunks_are_dropped(kv, monkeypatch):
+    """Chunks stored with a TTL into a DDR that holds two leave no settings behind once
+    evicted (a long-running server would grow without bound); pins stay, and the chunks
+    still held keep their TTL."""
+    import kvcore.tiers.manager as manager
+
+    monkeypatch.setattr(manager, "META_SLACK", 0)
+    one = kv[:, :, :256]
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as probe:
+        probe.store(tokens_for(256, 50), one)
+        probe.flush()
+        cap = int(chunk_blob_bytes(probe) * 2.5)
+    with TierManager(ddr_bytes=cap, namespace=NS, ttl_s=3600, hot_refresh_s=0.05) as tm:
+        pinned = tokens_for(256, 51)
+        tm.pin(pinned)
+        for s in range(60, 80):
+            tm.store(tokens_for(256, s), one)
+            tm.flush()
+        deadline = time.monotonic() + 10
+        while len(tm._meta) > 2 * 2 + 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(tm._meta) <= 5  # the pin, and at most the chunks held (with their TTLs)
+        assert tm._meta[tm.keys(pinned)[0].digest].pinned
+        last = tm.keys(tokens_for(256, 79))[0].digest
+        assert last in tm.ddr and tm._meta[last].expires > time.time()
+
+
 def test_pinned_allocator_defers_free_while_exported():
     from kvcore.tiers.ddr import PinnedPoolAllocator
 

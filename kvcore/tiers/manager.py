@@ -59,7 +59,8 @@ class TierConfig:
     the one it decodes (0: none); frame_bytes: original bytes per coded frame (layers
     are grouped up to it: fewer codec calls; smaller = finer layer-by-layer restore);
     hot_refresh_s: how often the background worker looks for pins and priorities that
-    other processes sharing the SSD directory changed (one stat of the pins file).
+    other processes sharing the SSD directory changed (one stat of the pins file) and
+    drops the settings of chunks no longer held.
     """
 
     ddr_bytes: int
@@ -131,6 +132,10 @@ class _Meta:
     def expired(self, now: float) -> bool:
         return bool(self.expires) and now >= self.expires
 
+
+# Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
+# _prune_meta looks for ones to drop.
+META_SLACK = 1024
 
 # Default bandwidth guesses (bytes/s) until measured.
 _DEFAULT_BW = {"ddr": 8e9, "ssd": 1.5e9, "remote": 0.5e9, "decode": 1.5e9, "pending": 5e9}
@@ -261,11 +266,7 @@ class TierManager:
         queued = 0
         for ck in keys:
             with self._lock:
-                m = self._meta.get(ck.digest)
-                if ttl:
-                    self._meta.setdefault(ck.digest, _Meta()).expires = expires
-                elif m is not None and m.expired(time.time()):
-                    m.expires = 0.0  # stored again without a TTL: no longer expired
+                self._store_ttl(ck.digest, expires)
                 if not self._needs_store(ck):
                     continue
             part = kv[:, :, ck.start:ck.end]
@@ -274,11 +275,36 @@ class TierManager:
             with self._lock:
                 if not self._needs_store(ck):
                     continue
+                self._store_ttl(ck.digest, expires)  # again with _pending: _prune_meta may have run meanwhile
                 self._pending[ck.digest] = (ck, part)
             self._put(("store", ck, part, expires))
             queued += 1
         self.metrics.observe("store", time.perf_counter() - t0)
         return queued
+
+    def _store_ttl(self, key: bytes, expires: float) -> None:
+        """The expiry a store gives its chunk (0: none; lock held)."""
+        m = self._meta.get(key)
+        if expires:
+            self._meta.setdefault(key, _Meta()).expires = expires
+        elif m is not None and m.expired(time.time()):
+            m.expires = 0.0  # stored again without a TTL: no longer expired
+
+    def _prune_meta(self) -> None:
+        """Drops the settings of chunks this process no longer holds: not pinned, no
+        priority, in neither DDR, the store queue nor SSD (a remote copy keeps its own
+        TTL). Without this, every chunk stored with a TTL and then evicted would leave
+        its entry behind: growth without bound in a long-running server. Runs on the
+        worker's refresh tick, only once the entries outnumber the chunks held."""
+        held = len(self.ddr.entries) + len(self._pending) + (len(self.ssd.index) if self.ssd is not None else 0)
+        if len(self._meta) <= 2 * held + META_SLACK:
+            return
+        ssd_index = self.ssd.index if self.ssd is not None else {}
+        with self._lock:
+            gone = [k for k, m in self._meta.items() if not m.pinned and not m.priority and k not in self.ddr
+                    and k not in self._pending and k not in ssd_index]
+            for k in gone:
+                del self._meta[k]
 
     def _needs_store(self, ck: ChunkKey) -> bool:
         """False when the chunk is queued or stored already (lock held); touches it in DDR."""
@@ -317,6 +343,7 @@ class TierManager:
                 job = ()
             if time.monotonic() >= refresh_at:
                 self._refresh_hot()
+                self._prune_meta()
                 refresh_at = time.monotonic() + self.config.hot_refresh_s
             if job == ():
                 continue

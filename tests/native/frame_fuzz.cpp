@@ -3,6 +3,9 @@
 // exact-size heap buffer, so AddressSanitizer sees any read or write outside
 // the frame or the output. Every mutant must decode or fail with a Status.
 // Odd iterations run the portable kernels, even ones the widest the CPU has.
+// Every third mutant edits header fields only and recomputes the header
+// checksum, so edited shapes, block sizes, channels and residuals get past it
+// and reach the block decoders (whose checksums then fail, after decoding).
 // Usage: frame_fuzz SEED ITERATIONS FRAME_FILE...
 #include <cstdio>
 #include <cstdlib>
@@ -12,8 +15,11 @@
 #include <random>
 #include <vector>
 
+#include "checksum/checksum.h"
+#include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 #include "frame/codec.h"
+#include "frame/format.h"
 
 namespace {
 
@@ -22,17 +28,42 @@ std::vector<uint8_t> read_file(const char* path) {
     return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
+// How far a frame got: its header refused, its header accepted (the block
+// decoders ran), or decoded whole.
+enum Outcome { kHeaderRefused, kBlocksRefused, kDecoded };
+
 // Decodes into exactly the size the header declares (when it is sane).
-bool decode(const std::vector<uint8_t>& frame) {
+Outcome decode(const std::vector<uint8_t>& frame) {
     // A copy on the heap of exactly the frame's size: reads past it are caught.
     std::unique_ptr<uint8_t[]> data(new uint8_t[frame.size() ? frame.size() : 1]);
     std::copy(frame.begin(), frame.end(), data.get());
     kvcore::frame::FrameInfo info;
     const kvcore::Status st = kvcore::frame::read_info(data.get(), frame.size(), &info);
-    if (!st.is_ok()) return false;
-    if (info.original_bytes > (64u << 20)) return false;
+    if (!st.is_ok() || info.original_bytes > (64u << 20)) return kHeaderRefused;
     std::unique_ptr<uint8_t[]> out(new uint8_t[info.original_bytes ? info.original_bytes : 1]);
-    return kvcore::frame::decompress(data.get(), frame.size(), out.get(), info.original_bytes, 1).is_ok();
+    return kvcore::frame::decompress(data.get(), frame.size(), out.get(), info.original_bytes, 1).is_ok()
+               ? kDecoded
+               : kBlocksRefused;
+}
+
+// Bytes of a valid frame's header (docs/FORMAT.md), its checksum included.
+size_t header_bytes(const std::vector<uint8_t>& frame) {
+    kvcore::frame::FrameInfo info;
+    if (!kvcore::frame::read_info(frame.data(), frame.size(), &info).is_ok()) return 0;
+    return kvcore::frame::header_size(info.desc.shape.size(), (info.flags & kvcore::frame::kFlagResidual) != 0,
+                                      info.channels, info.n_blocks);
+}
+
+// Overwrites 1-3 header bytes before the checksum, then recomputes the checksum.
+void edit_header(std::vector<uint8_t>& f, size_t header, std::mt19937_64& rng) {
+    if (header < 5 || header > f.size()) return;
+    const int edits = 1 + int(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+        const size_t pos = rng() % (header - 4);
+        if (rng() % 2) f[pos] ^= uint8_t(1u << (rng() % 8));
+        else f[pos] = uint8_t(rng());
+    }
+    kvcore::put_u32(f.data() + header - 4, uint32_t(kvcore::checksum64(f.data(), header - 4, 0)));
 }
 
 }  // namespace
@@ -46,17 +77,25 @@ int main(int argc, char** argv) {
     const long iterations = std::strtol(argv[2], nullptr, 10);
     std::vector<std::vector<uint8_t>> seeds;
     for (int i = 3; i < argc; ++i) seeds.push_back(read_file(argv[i]));
+    std::vector<size_t> headers;
     for (const auto& s : seeds) {
-        if (!decode(s)) {
+        if (decode(s) != kDecoded) {
             std::fprintf(stderr, "a seed frame does not decode\n");
             return 1;
         }
+        headers.push_back(header_bytes(s));
     }
-    long decoded = 0;
+    long outcomes[3] = {};
     for (long it = 0; it < iterations; ++it) {
         // Alternate the widest and the portable kernels.
         kvcore::cpu::set_disabled_isa(it & 1 ? kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512 : 0);
-        std::vector<uint8_t> f = seeds[rng() % seeds.size()];
+        const size_t pick = rng() % seeds.size();
+        std::vector<uint8_t> f = seeds[pick];
+        if (it % 3 == 2) {
+            edit_header(f, headers[pick], rng);
+            ++outcomes[decode(f)];
+            continue;
+        }
         const int edits = 1 + int(rng() % 4);
         for (int e = 0; e < edits && !f.empty(); ++e) {
             const size_t pos = rng() % f.size();
@@ -69,8 +108,9 @@ int main(int argc, char** argv) {
                     for (size_t k = pos; k < std::min(f.size(), pos + 16); ++k) f[k] = uint8_t(rng());
             }
         }
-        decoded += decode(f);
+        ++outcomes[decode(f)];
     }
-    std::printf("ok: %ld mutants, %ld decoded\n", iterations, decoded);
+    std::printf("ok: %ld mutants, %ld past the header, %ld decoded\n", iterations,
+                outcomes[kBlocksRefused] + outcomes[kDecoded], outcomes[kDecoded]);
     return 0;
 }
