@@ -512,6 +512,24 @@ def test_managers_sharing_a_directory_merge_their_pins(tmp_path, kv):
         assert tm.status()["pinned_chunks"] == 0 and not tm._meta
 
 
+def test_pins_persist_on_a_filesystem_without_flock(tmp_path, kv, monkeypatch):
+    """Where flock fails (some network filesystems), pins are still saved for one process."""
+    import errno
+
+    from kvcore.tiers import hot_cold
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(hot_cold.fcntl, "flock", no_flock)
+    a = tokens_for(256, 45)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.pin(a) == 1
+        assert tm.status()["tiers"]["ssd"]["errors"] == 0
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.status()["pinned_chunks"] == 1
+
+
 def test_a_pin_made_by_another_process_holds_here_too(tmp_path, kv):
     """Managers sharing an SSD directory take in each other's pins while running: the
     chunk another manager pinned is pulled into this one's DDR and is not evicted from

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 
+from .ssd_journal import NO_FLOCK
+
 HOT_DIR = "kvcore-hot"
 VERSION = 1
 
@@ -113,7 +115,11 @@ class HotColdFile:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         with open(self.path.with_suffix(".lock"), "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            except OSError as exc:  # a filesystem without flock: merging is safe for one process only
+                if exc.errno not in NO_FLOCK:
+                    raise
             yield  # closing the file releases the lock
 
     def _write(self, entries: dict[bytes, HotCold]) -> None:

@@ -59,7 +59,7 @@ RECORD_BYTES = _RECORD.size  # 80
 HEADER_BYTES = RECORD_BYTES  # MAGIC, zero-padded
 COMPACT_BYTES = 4 << 20  # a journal past this is replaced by a snapshot
 OWNERS_DIR, TMP_DIR = "owners", "tmp"
-_NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)  # errnos of a filesystem without flock
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class DirJournal:
                 fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX)
                 locked = True
             except OSError as exc:
-                if exc.errno not in _NO_FLOCK:
+                if exc.errno not in NO_FLOCK:
                     raise
                 self.shared = False
         try:
