@@ -11,7 +11,7 @@ import torch
 import kvcore
 from kvcore.errors import InvalidArgumentError
 from kvcore.tiers import Namespace, RemoteConfig, TierConfig, TierManager
-from tiers_support import errors_of_threads, load_kv, redis_server  # noqa: F401
+from tiers_support import errors_of_threads, load_kv, redis_server, wait_until  # noqa: F401
 
 NS = Namespace("minilm-l6", "bfloat16", salt="tests")
 
@@ -546,9 +546,7 @@ def test_a_pin_made_by_another_process_holds_here_too(tmp_path, kv):
     with TierManager(ddr_bytes=cap, **opts) as here, TierManager(ddr_bytes=64 << 20, **opts) as there:
         assert here.lookup(a).tiers == ["ssd"]
         there.pin(a)
-        deadline = time.monotonic() + 10
-        while here.lookup(a).tiers != ["ddr"] and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: here.lookup(a).tiers == ["ddr"])
         assert here.lookup(a).tiers == ["ddr"]  # pulled in without a call here
         for t in (b, c, b, c):  # DDR holds two chunks: a stays, b and c take turns
             out = torch.zeros_like(one)
@@ -556,9 +554,7 @@ def test_a_pin_made_by_another_process_holds_here_too(tmp_path, kv):
             here.flush()
         assert here.lookup(a).tiers == ["ddr"]
         there.unpin(a)
-        deadline = time.monotonic() + 10
-        while here._meta[here.keys(a)[0].digest].pinned and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not here._meta[here.keys(a)[0].digest].pinned)
         assert not here._meta[here.keys(a)[0].digest].pinned
         assert here.status()["pinned_chunks"] == 0
 
@@ -581,9 +577,7 @@ def test_settings_of_evicted_chunks_are_dropped(kv, monkeypatch):
         for s in range(60, 80):
             tm.store(tokens_for(256, s), one)
             tm.flush()
-        deadline = time.monotonic() + 10
-        while len(tm._meta) > 2 * 2 + 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: len(tm._meta) <= 5)
         assert len(tm._meta) <= 5  # the pin, and at most the chunks held (with their TTLs)
         assert tm._meta[tm.keys(pinned)[0].digest].pinned
         last = tm.keys(tokens_for(256, 79))[0].digest

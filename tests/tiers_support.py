@@ -35,6 +35,13 @@ def errors_of_threads(target, count: int) -> list[BaseException]:
     return errors
 
 
+def wait_until(condition, timeout: float = 10.0) -> None:
+    """Polls condition() until it holds or timeout seconds pass (the caller asserts after)."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def load_kv(name: str = "minilm_l6_kv_bf16.safetensors") -> torch.Tensor:
     """[layers, 2, tokens, kv_heads, head_dim] from a ../shared/kvdata file."""
     from safetensors.torch import load_file

@@ -228,6 +228,22 @@ void order_channels(const uint8_t* group, uint32_t channels, unsigned groups, ui
     for (uint32_t c = 0; c < channels; ++c) slot[c] = start[group[c]]++;
 }
 
+// Bytes before the streams: group counts, channel map, sizes of all streams but the last.
+size_t head_bytes(uint32_t channels, unsigned k) { return 2 + map_bytes(channels) + 4 * size_t(k - 1); }
+
+// merged = the weights of group j of k (fine groups j * groups / k up to the next
+// group's first); returns its symbol count.
+size_t merge_fine(const uint32_t* fine, unsigned groups, unsigned k, unsigned j, const uint32_t* count, size_t rows,
+                  uint32_t* merged) {
+    std::fill(merged, merged + 256, 0);
+    size_t len = 0;
+    for (unsigned g = j * groups / k; g < (j + 1) * groups / k; ++g) {
+        len += size_t(count[g]) * rows;
+        for (int sym = 0; sym < 256; ++sym) merged[sym] += fine[size_t(g) * 256 + sym];
+    }
+    return len;
+}
+
 // Planes whose estimate comes this close to the capacity have their streams
 // sized (each group's code built) before any is coded: a plane of mantissa bytes
 // is estimated a few percent below its size and coded a little above it.
@@ -235,15 +251,11 @@ constexpr double kSizeCheckShare = 0.97;
 
 // Bytes of the grouped stream with k merged groups, from each group's code.
 size_t sized_streams(const uint32_t* fine, unsigned groups, unsigned k, const uint32_t* count, size_t rows,
-                     size_t map, bool exact) {
-    size_t total = 2 + map + 4 * size_t(k - 1);
+                     uint32_t channels, bool exact) {
+    size_t total = head_bytes(channels, k);
     for (unsigned j = 0; j < k; ++j) {
-        uint32_t merged[256] = {};
-        size_t len = 0;
-        for (unsigned g = j * groups / k; g < (j + 1) * groups / k; ++g) {
-            len += size_t(count[g]) * rows;
-            for (int sym = 0; sym < 256; ++sym) merged[sym] += fine[size_t(g) * 256 + sym];
-        }
+        uint32_t merged[256];
+        const size_t len = merge_fine(fine, groups, k, j, count, rows, merged);
         total += huffman_estimate(merged, len, exact);
     }
     return total;
@@ -323,11 +335,10 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     unsigned best_k = 1;
     for (unsigned k = 2; k <= groups; k *= 2) {
         if (groups % k) break;
-        double bits = 8.0 * (2 + map_bytes(channels) + 4 * (k - 1));
+        double bits = 8.0 * double(head_bytes(channels, k));
         for (unsigned j = 0; j < k; ++j) {
-            uint32_t merged[256] = {};
-            for (unsigned g = j * groups / k; g < (j + 1) * groups / k; ++g)
-                for (int sym = 0; sym < 256; ++sym) merged[sym] += fine[size_t(g) * 256 + sym];
+            uint32_t merged[256];
+            merge_fine(fine.data(), groups, k, j, count, rows, merged);
             bits += coded_bits(merged);
         }
         if (bits < best_bits) {
@@ -337,11 +348,11 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     }
     if (best_k == 1) return not_better;
     if (best_bits > kSizeCheckShare * 8.0 * double(cap) &&
-        sized_streams(fine.data(), groups, best_k, count, rows, map_bytes(channels), *exact) > cap) {
+        sized_streams(fine.data(), groups, best_k, count, rows, channels, *exact) > cap) {
         return make_status(Code::kBufferTooSmall, "grouped stream does not fit");
     }
 
-    const size_t head = 2 + map_bytes(channels) + 4 * size_t(best_k - 1);
+    const size_t head = head_bytes(channels, best_k);
     if (cap < head) return make_status(Code::kBufferTooSmall, "grouped stream does not fit");
     dst[0] = static_cast<uint8_t>(groups);
     dst[1] = static_cast<uint8_t>(best_k);
@@ -351,12 +362,8 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     size_t pos = head;
     offset = 0;
     for (unsigned j = 0; j < best_k; ++j) {
-        size_t len = 0;
-        uint32_t merged[256] = {};
-        for (unsigned g = j * groups / best_k; g < (j + 1) * groups / best_k; ++g) {
-            len += size_t(count[g]) * rows;
-            for (int sym = 0; sym < 256; ++sym) merged[sym] += fine[size_t(g) * 256 + sym];
-        }
+        uint32_t merged[256];
+        const size_t len = merge_fine(fine.data(), groups, best_k, j, count, rows, merged);
         size_t size = 0;
         KVCORE_RETURN_IF_ERROR(
             huffman_encode(s.columns.data() + offset, len, merged, dst + pos, cap - pos, &size, *exact));
@@ -374,7 +381,7 @@ Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t cha
     const unsigned groups = src[0], k = src[1];
     if (groups < 2 || groups > kMaxGroups || groups > channels || k < 2 || k > groups || groups % k)
         return corrupt("grouped plane: bad group counts");
-    const size_t head = 2 + map_bytes(channels) + 4 * size_t(k - 1);
+    const size_t head = head_bytes(channels, k);
     if (size < head) return corrupt("grouped plane: payload too short for its map");
     Scratch& s = thread_scratch(rows * channels, channels);
     uint8_t* columns = s.columns.data();

@@ -180,13 +180,11 @@ class TierManager:
         # pins and priorities outlive the process beside the SSD tier (hot_cold.py)
         self._hot = HotColdFile(config.ssd_dir, self._ns_tag) if self.ssd is not None else None
         self._hot_lock = threading.Lock()
-        saved = self._hot.load() if self._hot is not None else {}
+        self._hot_saved: dict[bytes, HotCold] = {}  # the file's entries, as this manager last saw them
+        pinned = self._take_in_hot(self._hot.load()) if self._hot is not None else []
         if self._hot is not None and self._hot.damaged:
             log.warning("kvcore: ignoring the unreadable pins file %s", self._hot.path)
             self.metrics.inc("ssd", "errors")
-        for k, hc in saved.items():
-            self._meta[k] = _Meta(pinned=hc.pinned, priority=hc.priority, start=hc.start, ntokens=hc.ntokens)
-        self._hot_saved = {k: hc for k, hc in saved.items() if hc.kept}  # the file's entries, as this manager last saw them
         self._scratch = ScratchPool(keep=max(2, config.queue_chunks) + config.read_ahead)
         self._writer = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvcore-write")
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
@@ -204,8 +202,6 @@ class TierManager:
         self._closed = False
         self._worker = threading.Thread(target=self._work, name="kvcore-tiers", daemon=True)
         self._worker.start()
-        pinned = [ChunkKey(k, hc.start // self.chunk_tokens, hc.start, hc.ntokens)
-                  for k, hc in saved.items() if hc.pinned]
         if pinned:
             self._put(("prefetch", pinned), block=False)  # pinned chunks belong in DDR
 
@@ -653,13 +649,15 @@ class TierManager:
 
     def _drop_expired(self, key: bytes) -> None:
         with self._lock:
-            self._meta.pop(key, None)
+            m = self._meta.pop(key, None)
             e = self.ddr.get(key)
             if e is not None and e.readers == 0:
                 self.ddr.remove(key)
                 self.ddr_policy.remove(key)
         if self.ssd is not None:
             self.ssd.remove(key)
+        if m is not None and (m.pinned or m.priority):
+            self._save_hot(touched=[key])  # an expired chunk's pin leaves the pins file too
 
     # ------------------------------------------------------------------ retrieve
     def _fetch_below(self, ck: ChunkKey):
@@ -919,21 +917,25 @@ class TierManager:
             self._save_hot(touched=[ck.digest for ck in keys])
         return len(keys)
 
+    def _hot_entry(self, key: bytes) -> Optional[HotCold]:
+        """What the pins file should hold for key (None: nothing; lock held)."""
+        m = self._meta.get(key)
+        if m is None or m.start < 0:
+            return None
+        e = HotCold(m.pinned, m.priority, m.start, m.ntokens)
+        return e if e.kept else None
+
     def _save_hot(self, touched: Iterable[bytes] = (), *, drop_all: bool = False) -> None:
-        """Merges this manager's pins and priorities into the SSD directory's file (when
-        there is one): the entries that changed since it last wrote, and those of the
-        chunks just set or deleted (touched), which may be entries of another process;
-        drop_all (``clear``) drops every process's entries first."""
+        """Merges the settings of the chunks just set or deleted (touched; they may be
+        entries of another process) into the SSD directory's pins file, when there is
+        one; drop_all (``clear``) drops every process's entries first. Pins and
+        priorities change only through these calls (and _take_in_hot, which reads the file)."""
         if self._hot is None:
             return
         with self._hot_lock:  # one writer at a time: the file ends as the latest state
             with self._lock:
-                entries = {k: HotCold(m.pinned, m.priority, m.start, m.ntokens) for k, m in self._meta.items()
-                           if (m.pinned or m.priority) and m.start >= 0}
-            changes = {k: e for k, e in entries.items() if self._hot_saved.get(k) != e}
-            changes.update((k, None) for k in self._hot_saved.keys() - entries.keys())
-            changes.update((k, entries.get(k)) for k in touched)
-            if not changes and not drop_all:  # e.g. set_ttl, or a pin repeated: nothing to write
+                changes = {k: self._hot_entry(k) for k in touched}
+            if not changes and not drop_all:
                 return
             try:
                 pinned = self._take_in_hot(self._hot.update(changes, drop_all=drop_all))
@@ -947,7 +949,7 @@ class TierManager:
     def _take_in_hot(self, saved: dict) -> list:
         """Applies the pins file's entries (saved) that differ from what this manager last
         saw of it (its own changes and other processes'); returns the chunks newly pinned
-        there that are not in DDR. Called with _hot_lock held."""
+        there that are not in DDR. Called with _hot_lock held (or before the worker starts)."""
         saved = {k: e for k, e in saved.items() if e.kept}
         changed = {k: e for k, e in saved.items() if self._hot_saved.get(k) != e}
         with self._lock:
