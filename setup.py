@@ -23,11 +23,23 @@ SYSTEM_LIBRARIES = [
 HEADER_DIRS = ["/usr/include", "/usr/local/include", "/usr/include/x86_64-linux-gnu"]
 
 
+def _header_dirs() -> list[str]:
+    """The system header folders plus those the compiler takes from the environment
+    (CPATH and friends), so a library unpacked under another prefix is found too."""
+    extra = [
+        d
+        for var in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH")
+        for d in os.environ.get(var, "").split(os.pathsep)
+        if d
+    ]
+    return extra + HEADER_DIRS
+
+
 def _check_system_libraries() -> None:
     missing = [
         (header, package)
         for header, _lib, package in SYSTEM_LIBRARIES
-        if not any(os.path.exists(os.path.join(d, header)) for d in HEADER_DIRS)
+        if not any(os.path.exists(os.path.join(d, header)) for d in _header_dirs())
     ]
     if missing:
         lines = "\n".join(f"  {h}: apt-get install {p}" for h, p in missing)

@@ -16,6 +16,7 @@ KVDATA = ROOT.parent / "shared" / "kvdata"
 NATIVE = ("bf16", "fp16")
 DERIVED = ("fp8_e4m3", "fp8_e5m2", "fp32")  # cast from the model's fp16 file
 THREADS_INPUT_BYTES = 64 * 1024 * 1024
+QWEN_CHUNK_SHAPE = (36, 2, 256, 8, 128)  # 256 tokens of Qwen3-8B: [layers, K/V, tokens, kv_heads, head_dim]
 
 
 @dataclass(frozen=True)
@@ -201,3 +202,23 @@ def summary_lines(rows: list[Row]) -> list[str]:
         lines.append(f"  largest kvcore ratio: {worst.ratio:.4f} ({worst.codec} on {worst.data} {worst.dtype}; "
                      f"must not exceed raw + header)")
     return lines
+
+
+def qwen_chunk(seed: int = 0) -> torch.Tensor:
+    """A Qwen3-8B-shaped chunk (QWEN_CHUNK_SHAPE, bf16, 38 MB) of real values: rows of
+    MiniLM's K/V regrouped into 1024-value rows."""
+    import pytest
+    from safetensors.torch import load_file
+
+    path = KVDATA / "minilm_l6_kv_bf16.safetensors"
+    if not path.is_file():
+        pytest.skip(f"{path} is not present")
+    d = load_file(str(path))
+    layers, _, tokens, heads, dim = QWEN_CHUNK_SHAPE
+    out = torch.empty(QWEN_CHUNK_SHAPE, dtype=torch.bfloat16)
+    for l in range(layers):
+        for j, kv in enumerate("kv"):
+            rows = d[f"layer{l % 6}.{kv}"].reshape(-1, heads * dim)  # [1536, 1024]
+            off = (seed * 97 + l * 37 + j * 11) % (rows.shape[0] - tokens)
+            out[l, j] = rows[off:off + tokens].reshape(tokens, heads, dim)
+    return out

@@ -36,34 +36,18 @@ from pathlib import Path
 import pytest
 import torch
 
+from kvbench import QWEN_CHUNK_SHAPE, qwen_chunk
 from kvcore.tiers import Namespace, RemoteConfig, TierManager
 
 ROOT = Path(__file__).resolve().parent.parent
 KVDATA = ROOT.parent / "shared" / "kvdata"
-L, H, D, T = 36, 8, 128, 256
+L, _, T, H, D = QWEN_CHUNK_SHAPE
 CHUNK_BYTES = L * 2 * T * H * D * 2
 ROUNDS = 4
 RESULTS: dict = {}
 
 
 # ---------------------------------------------------------------------------- data
-def qwen_chunk(seed: int = 0) -> torch.Tensor:
-    """[36, 2, 256, 8, 128] bf16 of real values: rows of MiniLM's K/V regrouped."""
-    from safetensors.torch import load_file
-
-    path = KVDATA / "minilm_l6_kv_bf16.safetensors"
-    if not path.is_file():
-        pytest.skip(f"{path} is not present")
-    d = load_file(str(path))
-    out = torch.empty(L, 2, T, H, D, dtype=torch.bfloat16)
-    for l in range(L):
-        for j, kv in enumerate("kv"):
-            rows = d[f"layer{l % 6}.{kv}"].reshape(-1, H * D)  # [1536, 1024]
-            off = (seed * 97 + l * 37 + j * 11) % (rows.shape[0] - T)
-            out[l, j] = rows[off:off + T].reshape(T, H, D)
-    return out
-
-
 def toks(i: int) -> list:
     return [(i * 1_000_003 + k * 7919) % 151_936 for k in range(T)]
 

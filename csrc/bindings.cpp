@@ -167,6 +167,25 @@ void block_releasebuffer(PyObject* obj, Py_buffer*) {
     if (PinnedBlock* b = block_of(obj)) --b->exports;
 }
 
+// Puts the counting buffer functions above in place of pybind11's on the PinnedBlock type.
+// From Python 3.12 (PEP 688) readying a type also makes __buffer__ / __release_buffer__
+// descriptors that wrap the slot functions of that moment, and a Python subclass
+// (kvcore.PinnedBuffer) takes its slots from those descriptors, not from the base's slots:
+// they must wrap the same functions, or the subclass gets pybind11's, which knows no buffer.
+void install_block_buffer(PyTypeObject* type) {
+    type->tp_as_buffer->bf_getbuffer = block_getbuffer;
+    type->tp_as_buffer->bf_releasebuffer = block_releasebuffer;
+#if PY_VERSION_HEX >= 0x030C0000
+    const auto repoint = [type](const char* name, void* fn) {
+        PyObject* d = PyDict_GetItemString(type->tp_dict, name);  // borrowed
+        if (d != nullptr && Py_IS_TYPE(d, &PyWrapperDescr_Type)) reinterpret_cast<PyWrapperDescrObject*>(d)->d_wrapped = fn;
+    };
+    repoint("__buffer__", reinterpret_cast<void*>(&block_getbuffer));
+    repoint("__release_buffer__", reinterpret_cast<void*>(&block_releasebuffer));
+    PyType_Modified(type);
+#endif
+}
+
 // Runs `attempt(slice_ms)` until it stops returning kPoolExhausted/kTimeout or
 // the timeout passes, with the GIL released and Ctrl-C honoured between slices.
 template <typename F>
@@ -966,11 +985,7 @@ PYBIND11_MODULE(_native, m) {
                 b.ptr = nullptr;
                 return true;
             });
-        {
-            auto* type = reinterpret_cast<PyTypeObject*>(block.ptr());
-            type->tp_as_buffer->bf_getbuffer = block_getbuffer;
-            type->tp_as_buffer->bf_releasebuffer = block_releasebuffer;
-        }
+        install_block_buffer(reinterpret_cast<PyTypeObject*>(block.ptr()));
 
         py::class_<km::Completion, std::shared_ptr<km::Completion>>(m, "NativeFuture")
             .def("done", &km::Completion::done)

@@ -188,6 +188,27 @@ def test_buffer_protocol_and_zero_copy_views(pool):
         three.tensor(torch.int16)
 
 
+def test_subclasses_export_and_count_like_the_buffer(pool):
+    """Python 3.12+ builds a subclass's buffer slots from the __buffer__ descriptors, not
+    from the base's slots: those must count exports too (under 3.12 every memoryview of a
+    PinnedBuffer once failed with pybind11's 'Internal error')."""
+
+    class Tagged(kvcore.PinnedBuffer):
+        pass
+
+    for buf in (pool.alloc(64), Tagged(pool, 64, 0.0)):
+        mv = memoryview(buf)
+        assert mv.nbytes == 64 and buf.exports == 1
+        mv.release()
+        assert buf.exports == 0
+        if sys.version_info >= (3, 12):
+            view = buf.__buffer__(0)
+            assert view.nbytes == 64 and buf.exports == 1
+            buf.__release_buffer__(view)
+            assert buf.exports == 0
+        buf.free()
+
+
 def test_free_is_refused_while_views_are_alive(pool):
     buf = pool.alloc(MiB)
     mv = memoryview(buf)

@@ -66,3 +66,18 @@ def test_gpu_kv_round_trip(kv, tmp_path, tier):
         assert same(out, dev_bits) and layers == list(range(kv.shape[0]))
         out.zero_()
         assert tm.retrieve(toks, out) == 512 and same(out, dev_bits)
+
+
+@cuda
+def test_gpu_out_that_is_not_contiguous(kv):
+    """Frames decoded in staging are copied asynchronously into a strided device view."""
+    toks = list(range(512))
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, kv)
+        assert tm.flush(30)
+        backing = torch.zeros(kv.shape[0], kv.shape[1], kv.shape[3], kv.shape[2], kv.shape[4],
+                              dtype=kv.dtype, device="cuda")
+        out = backing.transpose(2, 3)
+        layers = []
+        assert tm.retrieve(toks, out, on_layer=layers.append) == 512
+        assert same(out, kv) and layers == list(range(kv.shape[0]))

@@ -311,7 +311,7 @@ def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, st
     """Decodes the blob's frames (all, or the given frame numbers) into
     ``out[l0:l1, :, start:start+ntokens]``: directly when that slice is contiguous CPU
     memory, else through a reusable staging tensor (pinned when out is on a CUDA device:
-    each frame is copied on the current stream and has arrived when this returns)."""
+    the frames are copied on the current stream and have arrived when this returns)."""
     if codec.code != header.codec:
         codec = codec_for_code(header.codec)
     if (out.dim() != 5 or out.shape[0] != header.layers or out.shape[1] != header.kv
@@ -324,23 +324,46 @@ def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, st
     if start + header.ntokens > out.shape[2]:
         raise InvalidArgumentError("out has too few token positions for the restored chunk")
     view = memoryview(blob).cast("B")
-    batch_frames, batch_outs = [], []  # contiguous destinations, decoded together
+    direct, staged = [], []  # (frame, destination): contiguous host memory / anything else
     for i in (frames if frames is not None else range(len(header.frames))):
         off, length = header.frames[i]
         l0, l1 = header.frame_layers(i)
         dst = out[l0:l1, :, start:start + header.ntokens]
-        if dst.is_contiguous() and dst.device.type == "cpu":
-            batch_frames.append(view[off:off + length])
-            batch_outs.append(dst)
-        else:
-            tmp = _staging_tensor(tuple(dst.shape), dst.dtype, pinned=dst.is_cuda)
-            codec.decode_into(view[off:off + length], tmp)
-            dst.copy_(tmp)
-    if len(batch_frames) > 1 and hasattr(codec, "decode_many"):
-        codec.decode_many(batch_frames, batch_outs)
+        (direct if dst.is_contiguous() and dst.device.type == "cpu" else staged).append((view[off:off + length], dst))
+    _decode_direct(direct, codec)
+    if staged:
+        _decode_staged(staged, codec, out.device)
+
+
+def _decode_direct(pairs: list, codec: Codec) -> None:
+    if len(pairs) > 1 and hasattr(codec, "decode_many"):
+        codec.decode_many([f for f, _ in pairs], [d for _, d in pairs])
     else:
-        for f, dst in zip(batch_frames, batch_outs):
+        for f, dst in pairs:
             codec.decode_into(f, dst)
+
+
+def _decode_staged(pairs: list, codec: Codec, device: torch.device) -> None:
+    """Decodes the frames in one call into one staging buffer (pinned for a CUDA device),
+    then copies each to its destination: asynchronously on the current stream for a CUDA
+    device, all arrived when this returns (the buffer is reused). One call spreads every
+    frame's blocks over the threads; a call per frame paid the threads' wake-up each time,
+    and decoding batch k+1 while batch k crossed the bus measured slower than this
+    (H200 host, 16 threads: 18.2 GB/s vs 14-17 GB/s for 2-9 batches, fast codec)."""
+    cuda = device.type == "cuda"
+    sizes = [d.numel() * d.element_size() for _, d in pairs]
+    stage = _staging_tensor((sum(sizes),), torch.uint8, pinned=cuda)
+    parts, pos = [], 0
+    for (_, dst), n in zip(pairs, sizes):
+        parts.append(stage[pos:pos + n].view(dst.dtype).view(dst.shape))
+        pos += n
+    _decode_direct([(f, tmp) for (f, _), tmp in zip(pairs, parts)], codec)
+    for (_, dst), tmp in zip(pairs, parts):
+        dst.copy_(tmp, non_blocking=cuda)
+    if cuda:
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(device))
+        done.synchronize()
 
 
 def frame_of_layer(header: BlobHeader, layer: int) -> int:
