@@ -23,7 +23,6 @@ The summary test prints the kvcore/LMCache ratios and checks the issue's targets
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import shutil
 import signal

@@ -27,6 +27,8 @@ True
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import itertools
 import struct
 import threading
 from dataclasses import dataclass
@@ -200,30 +202,24 @@ def layers_per_frame(kv: torch.Tensor, frame_bytes: int = FRAME_BYTES) -> int:
 
 
 def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
-                 alloc: Optional[Callable[[int], memoryview]] = None, frame_bytes: int = FRAME_BYTES):
+                 alloc: Optional[Callable[[int], memoryview]] = None, frame_bytes: int = FRAME_BYTES,
+                 executor: Optional[cf.Executor] = None):
     """Encodes ``kv`` ([layers, 2, n, heads, dim]) into a blob.
 
     Returns bytes, or, when ``alloc(nbytes) -> writable memoryview`` is given, writes the
-    blob into the memory it returns and returns that memoryview.
+    blob into the memory it returns and returns that memoryview. executor: with alloc,
+    frames are encoded on it several at once (each call spreads only its own frame's
+    blocks over the threads: a dense 4 MB frame has 4).
     """
     check_kv(kv)
     if alloc is not None and hasattr(codec, "encode_into"):
-        # Frames are coded into a reusable per-thread buffer (no fresh pages to fault
-        # in, no per-frame objects), then the blob is copied once into alloc's memory.
-        stage = _staging_tensor((blob_bound(kv, codec, frame_bytes),), torch.uint8)
-        staged = memoryview(stage.numpy())
-        n = encode_chunk_into(kv, codec, staged, key=key, index=index, frame_bytes=frame_bytes)
-        out = alloc(n)
-        out[:n] = staged[:n]
-        return out
-    layers, nkv, ntokens, heads, head_dim = kv.shape
-    g = layers_per_frame(kv, frame_bytes)
-    frames = [codec.encode(kv[l:l + g]) for l in range(0, layers, g)]
+        return _encode_staged(kv, codec, alloc, key, index, frame_bytes, executor)
+    g, parts = _frame_slices(kv, frame_bytes)
+    frames = [codec.encode(p) for p in parts]
     table_end = _HEAD.size + len(frames) * _ENTRY.size
     total = table_end + sum(len(f) for f in frames) + _TRAILER.size
     out = alloc(total) if alloc is not None else memoryview(bytearray(total))
-    _HEAD.pack_into(out, 0, MAGIC, VERSION, codec.code, DTYPE_CODES[kv.dtype], g, layers, nkv, ntokens,
-                    heads, head_dim, index, key, len(frames))
+    _pack_head(out, codec, kv, g, index, key, len(frames))
     pos = table_end
     for i, f in enumerate(frames):
         _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, pos, len(f))
@@ -231,6 +227,45 @@ def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
         pos += len(f)
     _TRAILER.pack_into(out, pos, checksum(out[:pos]))
     return out if alloc is not None else out.obj
+
+
+def _encode_staged(kv: torch.Tensor, codec: Codec, alloc: Callable[[int], memoryview], key: bytes, index: int,
+                   frame_bytes: int, executor: Optional[cf.Executor]) -> memoryview:
+    """Frames coded into their own bound-sized slots of a reusable per-thread buffer (no
+    fresh pages to fault in, no per-frame objects), then the blob is assembled once in
+    alloc's memory."""
+    g, parts = _frame_slices(kv, frame_bytes)
+    bounds = [codec.max_encoded_size(p) for p in parts]
+    stage = memoryview(_staging_tensor((sum(bounds),), torch.uint8).numpy())
+    slots = list(itertools.accumulate([0, *bounds[:-1]]))
+
+    def encode(i: int) -> int:
+        return codec.encode_into(parts[i], stage[slots[i]:slots[i] + bounds[i]])
+
+    if executor is None:
+        sizes = [encode(i) for i in range(len(parts))]
+    else:
+        futures = [executor.submit(encode, i) for i in range(len(parts))]
+        cf.wait(futures)  # every frame done with the buffer before any error is raised
+        sizes = [f.result() for f in futures]
+    table_end = _HEAD.size + len(parts) * _ENTRY.size
+    out = alloc(table_end + sum(sizes) + _TRAILER.size)
+    _pack_head(out, codec, kv, g, index, key, len(parts))
+    pos = table_end
+    for i, n in enumerate(sizes):
+        _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, pos, n)
+        out[pos:pos + n] = stage[slots[i]:slots[i] + n]
+        pos += n
+    h = StreamingChecksum()
+    h.update(out[:pos])
+    _TRAILER.pack_into(out, pos, h.intdigest())
+    return out
+
+
+def _pack_head(out, codec: Codec, kv: torch.Tensor, layers_per_frame: int, index: int, key: bytes,
+               nframes: int) -> None:
+    _HEAD.pack_into(out, 0, MAGIC, VERSION, codec.code, DTYPE_CODES[kv.dtype], layers_per_frame, *kv.shape,
+                    index, key, nframes)
 
 
 def _frame_slices(kv: torch.Tensor, frame_bytes: int) -> tuple:
@@ -263,7 +298,6 @@ def encode_chunk_into(kv: torch.Tensor, codec: Codec, out: memoryview, *, key: b
     True
     """
     check_kv(kv)
-    layers, nkv, ntokens, heads, head_dim = kv.shape
     g, parts = _frame_slices(kv, frame_bytes)
     out = memoryview(out).cast("B")
     table_end = _HEAD.size + len(parts) * _ENTRY.size
@@ -278,8 +312,7 @@ def encode_chunk_into(kv: torch.Tensor, codec: Codec, out: memoryview, *, key: b
         pos += n
         if on_frame is not None:
             on_frame(table_end, pos)
-    _HEAD.pack_into(out, 0, MAGIC, VERSION, codec.code, DTYPE_CODES[kv.dtype], g, layers, nkv, ntokens,
-                    heads, head_dim, index, key, len(frames))
+    _pack_head(out, codec, kv, g, index, key, len(frames))
     for i, (off, n) in enumerate(frames):
         _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, off, n)
     h = StreamingChecksum()

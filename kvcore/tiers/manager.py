@@ -136,6 +136,7 @@ class _Meta:
 # Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
 # _prune_meta looks for ones to drop.
 META_SLACK = 1024
+FRAMES_ENCODED_AT_ONCE = 4
 
 # Default bandwidth guesses (bytes/s) until measured.
 _DEFAULT_BW = {"ddr": 8e9, "ssd": 1.5e9, "remote": 0.5e9, "decode": 1.5e9, "pending": 5e9}
@@ -190,6 +191,8 @@ class TierManager:
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
         self._stream_io = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvcore-stream")
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
+        # a chunk's frames encode several at once (a dense 4 MB frame alone has 4 blocks to spread)
+        self._encoders = cf.ThreadPoolExecutor(max_workers=FRAMES_ENCODED_AT_ONCE, thread_name_prefix="kvcore-encode")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
             rc = config.remote or RemoteConfig()
@@ -388,7 +391,7 @@ class TierManager:
         try:
             view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
                                 alloc=lambda n: self._alloc_blob(n, holder),
-                                frame_bytes=self.config.frame_bytes)
+                                frame_bytes=self.config.frame_bytes, executor=self._encoders)
         except BaseException:
             if "block" in holder:
                 holder["block"].free()
@@ -1193,6 +1196,7 @@ class TierManager:
         self._writer.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
         self._stream_io.shutdown(wait=False, cancel_futures=True)
+        self._encoders.shutdown(wait=False, cancel_futures=True)
         if self.ssd is not None:
             self.ssd.close()
         if self.remote is not None:
