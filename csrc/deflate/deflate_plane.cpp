@@ -17,7 +17,6 @@ namespace {
 
 constexpr size_t kStoredBlockMax = 65535;  // RFC 1951 stored block LEN limit
 
-
 size_t piece_count(size_t n) { return (n + kPieceBytes - 1) / kPieceBytes; }
 size_t table_bytes(size_t pieces) { return 4 + 8 * pieces; }
 

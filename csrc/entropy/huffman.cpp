@@ -84,8 +84,14 @@ size_t segment_size(size_t n, unsigned k) { return n / kStreams + (k < n % kStre
 // Bytes a segment of len symbols may take while coded, fast-loop slack included.
 size_t segment_bound(size_t len) { return (len * kMaxLen + 7) / 8 + 16; }
 
-// Size to plan for when the code was built from sampled weights (see huffman_encode).
-size_t sampled_size(double estimated_bytes) { return size_t(estimated_bytes + estimated_bytes / 64) + 1; }
+// Payload bytes to plan for: bits coded from exact counts, or, when the code was built
+// from weights of a sample (total of them for n symbols), their scaled estimate plus a
+// 1/64 margin (see huffman_encode).
+size_t planned_bytes(uint64_t bits, size_t n, uint64_t total, bool exact_counts) {
+    if (exact_counts) return size_t((bits + 7) / 8);
+    const double estimated = double(bits) * double(n) / double(total) / 8;
+    return size_t(estimated + estimated / 64) + 1;
+}
 
 // ---------------------------------------------------------------- code lengths
 
@@ -633,8 +639,7 @@ size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts) {
     limited_lengths(counts, kMaxLen, lens);
     uint64_t bits = 0;
     for (unsigned s = 0; s < 256; ++s) bits += counts[s] * lens[s];
-    const size_t bytes = exact_counts ? size_t((bits + 7) / 8) : sampled_size(double(bits) * double(n) / double(total) / 8);
-    return header_size(m) + bytes + (kStreams - 1);
+    return header_size(m) + planned_bytes(bits, n, total, exact_counts) + (kStreams - 1);
 }
 
 Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap, size_t* written,
@@ -684,8 +689,7 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     // With weights from a sample the size is an estimate (scaled to n symbols) that runs
     // up to about 1% low on near-uniform planes (a byte plane of mantissas): it must come
     // in 1/64 under the capacity, or the plane is refused before it is coded.
-    const uint64_t expected_bytes =
-        exact_counts ? (total_bits + 7) / 8 : sampled_size(double(total_bits) * double(n) / double(total) / 8);
+    const uint64_t expected_bytes = planned_bytes(total_bits, n, total, exact_counts);
     if (cap < hsize || cap - hsize < expected_bytes)
         return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
 

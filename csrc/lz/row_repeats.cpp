@@ -11,7 +11,6 @@ namespace {
 
 constexpr size_t kTableHead = 8;  // row_bytes(4) copies(4)
 
-
 unsigned index_width(size_t distinct) {
     unsigned w = 0;
     while (distinct > 1 && (size_t(1) << w) < distinct) ++w;

@@ -130,7 +130,7 @@ class BlobHeader:
             raise CorruptFrameError(f"chunk blob has unknown dtype code {dtype_code}")
         if per_frame == 0 or layers == 0 or nframes != -(-layers // per_frame):
             raise CorruptFrameError("chunk blob frame count does not match its shape")
-        table_end = _HEAD.size + nframes * _ENTRY.size
+        table_end = _table_end(nframes)
         body_end = size - _TRAILER.size
         if table_end > body_end:
             raise CorruptFrameError("chunk blob frame table is truncated")
@@ -157,7 +157,7 @@ def blob_total_size(prefix) -> int:
     nframes = _rest[-1]
     if magic != MAGIC or version != VERSION:
         raise CorruptFrameError("not a kvcore chunk blob")
-    table_end = _HEAD.size + nframes * _ENTRY.size
+    table_end = _table_end(nframes)
     if view.nbytes < table_end:
         raise CorruptFrameError("chunk blob frame table is truncated")
     end = table_end
@@ -216,16 +216,9 @@ def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
         return _encode_staged(kv, codec, alloc, key, index, frame_bytes, executor)
     g, parts = _frame_slices(kv, frame_bytes)
     frames = [codec.encode(p) for p in parts]
-    table_end = _HEAD.size + len(frames) * _ENTRY.size
-    total = table_end + sum(len(f) for f in frames) + _TRAILER.size
+    total = _table_end(len(frames)) + sum(len(f) for f in frames) + _TRAILER.size
     out = alloc(total) if alloc is not None else memoryview(bytearray(total))
-    _pack_head(out, codec, kv, g, index, key, len(frames))
-    pos = table_end
-    for i, f in enumerate(frames):
-        _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, pos, len(f))
-        out[pos:pos + len(f)] = f
-        pos += len(f)
-    _TRAILER.pack_into(out, pos, checksum(out[:pos]))
+    _seal(out, codec, kv, g, index, key, _place(out, frames))
     return out if alloc is not None else out.obj
 
 
@@ -248,24 +241,41 @@ def _encode_staged(kv: torch.Tensor, codec: Codec, alloc: Callable[[int], memory
         futures = [executor.submit(encode, i) for i in range(len(parts))]
         cf.wait(futures)  # every frame done with the buffer before any error is raised
         sizes = [f.result() for f in futures]
-    table_end = _HEAD.size + len(parts) * _ENTRY.size
-    out = alloc(table_end + sum(sizes) + _TRAILER.size)
-    _pack_head(out, codec, kv, g, index, key, len(parts))
-    pos = table_end
-    for i, n in enumerate(sizes):
-        _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, pos, n)
-        out[pos:pos + n] = stage[slots[i]:slots[i] + n]
-        pos += n
-    h = StreamingChecksum()
-    h.update(out[:pos])
-    _TRAILER.pack_into(out, pos, h.intdigest())
+    out = alloc(_table_end(len(parts)) + sum(sizes) + _TRAILER.size)
+    _seal(out, codec, kv, g, index, key, _place(out, [stage[o:o + n] for o, n in zip(slots, sizes)]))
     return out
 
 
-def _pack_head(out, codec: Codec, kv: torch.Tensor, layers_per_frame: int, index: int, key: bytes,
-               nframes: int) -> None:
+def _table_end(nframes: int) -> int:
+    """Where a blob's frames start: after the header and the frame table."""
+    return _HEAD.size + nframes * _ENTRY.size
+
+
+def _place(out, frames: list) -> list[tuple[int, int]]:
+    """Copies the frames (bytes-like) into out one after another, from the end of the
+    frame table; returns each one's (offset, size)."""
+    placed, pos = [], _table_end(len(frames))
+    for f in frames:
+        n = memoryview(f).nbytes
+        out[pos:pos + n] = f
+        placed.append((pos, n))
+        pos += n
+    return placed
+
+
+def _seal(out, codec: Codec, kv: torch.Tensor, layers_per_frame: int, index: int, key: bytes,
+          frames: list[tuple[int, int]]) -> int:
+    """Writes the header, the frame table ((offset, size) of frames already in out, in
+    order) and the trailing checksum of everything before it; returns the blob size."""
     _HEAD.pack_into(out, 0, MAGIC, VERSION, codec.code, DTYPE_CODES[kv.dtype], layers_per_frame, *kv.shape,
-                    index, key, nframes)
+                    index, key, len(frames))
+    for i, (off, n) in enumerate(frames):
+        _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, off, n)
+    end = frames[-1][0] + frames[-1][1] if frames else _table_end(0)
+    h = StreamingChecksum()
+    h.update(out[:end])
+    _TRAILER.pack_into(out, end, h.intdigest())
+    return end + _TRAILER.size
 
 
 def _frame_slices(kv: torch.Tensor, frame_bytes: int) -> tuple:
@@ -277,8 +287,7 @@ def blob_bound(kv: torch.Tensor, codec: Codec, frame_bytes: int = FRAME_BYTES) -
     """Most bytes encode_chunk_into() can write for kv (codec must have encode_into)."""
     check_kv(kv)
     _, parts = _frame_slices(kv, frame_bytes)
-    return (_HEAD.size + len(parts) * _ENTRY.size + sum(codec.max_encoded_size(p) for p in parts)
-            + _TRAILER.size)
+    return _table_end(len(parts)) + sum(codec.max_encoded_size(p) for p in parts) + _TRAILER.size
 
 
 def encode_chunk_into(kv: torch.Tensor, codec: Codec, out: memoryview, *, key: bytes, index: int,
@@ -300,7 +309,7 @@ def encode_chunk_into(kv: torch.Tensor, codec: Codec, out: memoryview, *, key: b
     check_kv(kv)
     g, parts = _frame_slices(kv, frame_bytes)
     out = memoryview(out).cast("B")
-    table_end = _HEAD.size + len(parts) * _ENTRY.size
+    table_end = _table_end(len(parts))
     bounds = [codec.max_encoded_size(p) for p in parts]
     if out.nbytes < table_end + sum(bounds) + _TRAILER.size:
         raise InvalidArgumentError("output buffer is smaller than blob_bound()")
@@ -312,13 +321,7 @@ def encode_chunk_into(kv: torch.Tensor, codec: Codec, out: memoryview, *, key: b
         pos += n
         if on_frame is not None:
             on_frame(table_end, pos)
-    _pack_head(out, codec, kv, g, index, key, len(frames))
-    for i, (off, n) in enumerate(frames):
-        _ENTRY.pack_into(out, _HEAD.size + i * _ENTRY.size, off, n)
-    h = StreamingChecksum()
-    h.update(out[:pos])
-    _TRAILER.pack_into(out, pos, h.intdigest())
-    return pos + _TRAILER.size
+    return _seal(out, codec, kv, g, index, key, frames)
 
 
 _staging = threading.local()

@@ -136,6 +136,8 @@ class _Meta:
 # Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
 # _prune_meta looks for ones to drop.
 META_SLACK = 1024
+# Frames of one chunk encoded at once on store: one codec call spreads only its own
+# frame's blocks over the threads (a dense 4 MB frame has 4).
 FRAMES_ENCODED_AT_ONCE = 4
 
 # Default bandwidth guesses (bytes/s) until measured.
@@ -191,7 +193,6 @@ class TierManager:
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
         self._stream_io = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvcore-stream")
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
-        # a chunk's frames encode several at once (a dense 4 MB frame alone has 4 blocks to spread)
         self._encoders = cf.ThreadPoolExecutor(max_workers=FRAMES_ENCODED_AT_ONCE, thread_name_prefix="kvcore-encode")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
