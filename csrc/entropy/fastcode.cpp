@@ -42,10 +42,28 @@ constexpr unsigned comp_offset(unsigned w, unsigned c) {
 
 // Symbol table as decoded: full[c] for every code c < 128; the escape code and
 // unused codes map to the escape marker, the smallest byte not in the table.
+// `rows`: the table is row-progressive (see below).
 struct Table {
     uint8_t full[128];
     uint8_t marker;
+    bool rows;
 };
+
+// Row-progressive tables. When each row of 16 codes (codes 16j .. 16j + 15; the
+// last row stops before the escape) maps to 16 consecutive byte values, mod 256,
+// a code decodes as its row's first value plus its low 4 bits: one lookup in a
+// table of at most 8 row starts, where an arbitrary table at width w takes 2^(w-4)
+// lookups and as many blends. The format does not change: the decoder recognises
+// such a table, and the encoder picks one where it costs few extra escapes.
+constexpr unsigned kRowsMinWidth = 5;  // narrower codes take one lookup anyway
+
+bool is_row_progressive(unsigned w, const uint8_t* table) {
+    if (w < kRowsMinWidth) return false;
+    const unsigned entries = (1u << w) - 1;
+    for (unsigned c = 0; c < entries; ++c)
+        if (static_cast<uint8_t>(table[c & ~15u] + (c & 15)) != table[c]) return false;
+    return true;
+}
 
 void build_table(unsigned w, const uint8_t* table, Table* t) {
     bool used[256] = {};
@@ -55,6 +73,7 @@ void build_table(unsigned w, const uint8_t* table, Table* t) {
     while (used[marker]) ++marker;  // entries <= 127, so a free value exists
     t->marker = static_cast<uint8_t>(marker);
     for (unsigned c = 0; c < 128; ++c) t->full[c] = c < entries ? table[c] : t->marker;
+    t->rows = is_row_progressive(w, table);
 }
 
 struct Parsed {
@@ -295,18 +314,39 @@ KV_AVX2_INLINE __m256i decode_vec_avx2(const __m256i* V, const __m256i* T) {
     }
 }
 
-// Decodes output vector I of a group: stores it, returns its escape mask.
+// A row-progressive table (T[0] = the row starts): row start + low 4 bits, and
+// the marker where the code is the escape (low bits 15 in the last row).
 template <unsigned W, unsigned I>
+KV_AVX2_INLINE __m256i decode_vec_rows_avx2(const __m256i* V, const __m256i* T, __m256i marker) {
+    const __m256i lo4 = take_field_c<W, 4, I, 0>(V);
+    __m256i row = _mm256_setzero_si256();  // code bits 4 and up, moved to bit 0
+    if constexpr (has_comp(W, 2)) row = _mm256_or_si256(row, take_field_c<W, 2, I, comp_offset(W, 2) - 4>(V));
+    if constexpr (has_comp(W, 1)) row = _mm256_or_si256(row, take_field_c<W, 1, I, comp_offset(W, 1) - 4>(V));
+    const __m256i sym = _mm256_add_epi8(_mm256_shuffle_epi8(T[0], row), lo4);
+    const __m256i esc = _mm256_and_si256(_mm256_cmpeq_epi8(lo4, _mm256_set1_epi8(15)),
+                                         _mm256_cmpeq_epi8(row, _mm256_set1_epi8((1 << (W - 4)) - 1)));
+    return _mm256_blendv_epi8(sym, marker, esc);
+}
+
+// Output vector I of a group, escapes as the marker.
+template <unsigned W, bool kRows, unsigned I>
+KV_AVX2_INLINE __m256i decode_any_avx2(const __m256i* V, const __m256i* T, __m256i marker) {
+    if constexpr (kRows) return decode_vec_rows_avx2<W, I>(V, T, marker);
+    else return decode_vec_avx2<W, I>(V, T);
+}
+
+// Decodes output vector I of a group: stores it, returns its escape mask.
+template <unsigned W, bool kRows, unsigned I>
 KV_AVX2_INLINE uint32_t decode_store(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out) {
-    const __m256i r = decode_vec_avx2<W, I>(V, T);
+    const __m256i r = decode_any_avx2<W, kRows, I>(V, T, marker);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * I), r);
     return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(r, marker)));
 }
 
-template <unsigned W, size_t... I>
+template <unsigned W, bool kRows, size_t... I>
 KV_AVX2_INLINE void decode_group(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out, uint32_t* m,
                                  std::index_sequence<I...>) {
-    ((m[I] = decode_store<W, I>(V, T, marker, out)), ...);
+    ((m[I] = decode_store<W, kRows, I>(V, T, marker, out)), ...);
 }
 
 // Expands the next literals into the escape positions of r (bytes equal to the
@@ -328,24 +368,30 @@ KV_AVX2_INLINE __m256i patch_vec(__m256i r, __m256i marker, const uint8_t* lit, 
     return _mm256_blendv_epi8(r, _mm256_shuffle_epi8(L, idx), eq);
 }
 
-template <unsigned W, unsigned I>
+template <unsigned W, bool kRows, unsigned I>
 KV_AVX2_INLINE void decode_patch_store(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out,
                                        const uint8_t* lit, uint64_t& k) {
-    const __m256i r = patch_vec(decode_vec_avx2<W, I>(V, T), marker, lit, k);
+    const __m256i r = patch_vec(decode_any_avx2<W, kRows, I>(V, T, marker), marker, lit, k);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * I), r);
 }
 
-template <unsigned W, size_t... I>
+template <unsigned W, bool kRows, size_t... I>
 KV_AVX2_INLINE void decode_patch_group(const __m256i* V, const __m256i* T, __m256i marker, uint8_t* out,
                                        const uint8_t* lit, uint64_t& k, std::index_sequence<I...>) {
-    (decode_patch_store<W, I>(V, T, marker, out, lit, k), ...);
+    (decode_patch_store<W, kRows, I>(V, T, marker, out, lit, k), ...);
 }
 
-template <unsigned W>
+template <unsigned W, bool kRows = false>
 KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
     __m256i T[8];
-    for (unsigned j = 0; j < 8; ++j)
-        T[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.full + 16 * j)));
+    if constexpr (kRows) {
+        alignas(16) uint8_t starts[16] = {};
+        for (unsigned j = 0; j < (1u << (W - 4)); ++j) starts[j] = t.full[16 * j];
+        T[0] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(starts)));
+    } else {
+        for (unsigned j = 0; j < 8; ++j)
+            T[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.full + 16 * j)));
+    }
     const __m256i marker = _mm256_set1_epi8(static_cast<char>(t.marker));
     const uint8_t* lit = p.lit;
     const uint64_t nexc = p.nexc;
@@ -361,7 +407,7 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
             __m256i V[W];
 #pragma GCC unroll 8
             for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
-            decode_patch_group<W>(V, T, marker, dst + gi * kGroup, lit, k, std::make_index_sequence<8>{});
+            decode_patch_group<W, kRows>(V, T, marker, dst + gi * kGroup, lit, k, std::make_index_sequence<8>{});
         }
         if (k > nexc) return corrupt("fastcode: more escapes than literals");
     }
@@ -372,7 +418,7 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
 #pragma GCC unroll 8
         for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
         uint32_t m[8];
-        decode_group<W>(V, T, marker, out, m, std::make_index_sequence<8>{});
+        decode_group<W, kRows>(V, T, marker, out, m, std::make_index_sequence<8>{});
         uint64_t cnt = 0;
 #pragma GCC unroll 8
         for (unsigned i = 0; i < 8; ++i) cnt += static_cast<unsigned>(_mm_popcnt_u32(m[i]));
@@ -522,7 +568,8 @@ KV_AVX2 void merge16_avx2(const uint8_t* e, const uint8_t* m, uint8_t* dst, size
 using DecodeFn = Status (*)(const Parsed&, const Table&, uint64_t*, uint8_t*);
 using EncodeFn = bool (*)(const uint8_t*, size_t, const uint8_t*, uint8_t*, uint64_t, uint64_t*, uint8_t*);
 
-DecodeFn pick_decoder(unsigned w, bool avx2) {
+// rows: the table is row-progressive (the AVX2 variants have a faster path for it).
+DecodeFn pick_decoder(unsigned w, bool avx2, bool rows) {
     static const DecodeFn scalar[8] = {nullptr,
                                        decode_groups_scalar<1>,
                                        decode_groups_scalar<2>,
@@ -539,6 +586,11 @@ DecodeFn pick_decoder(unsigned w, bool avx2) {
                                      decode_groups_avx2<5>,
                                      decode_groups_avx2<6>,
                                      decode_groups_avx2<7>};
+    static const DecodeFn simd_rows[8] = {nullptr, nullptr, nullptr, nullptr, nullptr,
+                                          decode_groups_avx2<5, true>,
+                                          decode_groups_avx2<6, true>,
+                                          decode_groups_avx2<7, true>};
+    if (avx2 && rows && w >= kRowsMinWidth) return simd_rows[w];
     return avx2 ? simd[w] : scalar[w];
 }
 
@@ -589,7 +641,7 @@ struct Plan {
     unsigned w = 0;
     uint64_t nexc = 0;
     size_t size = 0;
-    uint8_t order[256];  // byte values by decreasing count, ties by value
+    uint8_t order[256];  // codes 0..2^w-2 decode to order[code]: by decreasing count, or row-progressive
 };
 
 void plan_order(const uint64_t* hist, Plan* plan) {
@@ -597,6 +649,82 @@ void plan_order(const uint64_t* hist, Plan* plan) {
     std::stable_sort(plan->order, plan->order + 256,
                      [hist](uint8_t a, uint8_t b) { return hist[a] > hist[b]; });
 }
+
+// A row-progressive table at width w (w >= kRowsMinWidth): 2^(w-4) disjoint runs
+// of 16 consecutive values (mod 256) of the greatest total weight, found by
+// dynamic programming over the values, on a circle cut where its lightest run
+// starts (a run across that point would rarely pay); then the last row gives up
+// the lightest end value of one run, for the escape. Writes order[0, 2^w - 1)
+// row by row; returns the weight covered.
+uint64_t plan_row_windows(const uint64_t* hist, unsigned w, uint8_t* order) {
+    constexpr unsigned kRun = 16;
+    const unsigned rows = 1u << (w - 4);
+    uint64_t run = 0;  // weight of the run starting at a
+    for (unsigned i = 0; i < kRun; ++i) run += hist[i];
+    uint64_t lightest = run;
+    unsigned cut = 0;
+    for (unsigned a = 1; a < 256; ++a) {
+        run += hist[(a + kRun - 1) & 255] - hist[a - 1];
+        if (run < lightest) {
+            lightest = run;
+            cut = a;
+        }
+    }
+    // best[k][t]: the most weight k runs can cover in values cut .. cut + t - 1.
+    uint64_t prefix[257];
+    prefix[0] = 0;
+    for (unsigned t = 0; t < 256; ++t) prefix[t + 1] = prefix[t] + hist[(cut + t) & 255];
+    uint64_t best[9][257];
+    bool ends_run[9][257];  // the best for (k, t) has a run ending at t
+    for (unsigned t = 0; t <= 256; ++t) best[0][t] = 0;
+    for (unsigned k = 1; k <= rows; ++k) {
+        for (unsigned t = 0; t <= 256; ++t) {
+            ends_run[k][t] = false;
+            if (t < k * kRun) {
+                best[k][t] = 0;  // unreachable: never chosen, t never gets here when backtracking
+                continue;
+            }
+            const uint64_t with_run = best[k - 1][t - kRun] + prefix[t] - prefix[t - kRun];
+            best[k][t] = best[k][t - 1];
+            if (t == k * kRun || with_run > best[k][t]) {
+                best[k][t] = with_run;
+                ends_run[k][t] = true;
+            }
+        }
+    }
+    unsigned start[8];
+    for (unsigned k = rows, t = 256; k > 0;) {
+        if (ends_run[k][t]) {
+            t -= kRun;
+            start[--k] = (cut + t) & 255;
+        } else {
+            --t;
+        }
+    }
+    // The escape takes the last code: the run whose first or last value weighs
+    // least goes in the last row without that value.
+    unsigned short_run = 0;
+    bool drop_first = false;
+    uint64_t dropped = UINT64_MAX;
+    for (unsigned r = 0; r < rows; ++r) {
+        const uint64_t first = hist[start[r]], last = hist[(start[r] + kRun - 1) & 255];
+        if (std::min(first, last) < dropped) {
+            dropped = std::min(first, last);
+            short_run = r;
+            drop_first = first < last;
+        }
+    }
+    std::swap(start[short_run], start[rows - 1]);
+    if (drop_first) start[rows - 1] = (start[rows - 1] + 1) & 255;
+    for (unsigned r = 0; r < rows; ++r)
+        for (unsigned i = 0; i < kRun && 16 * r + i < (1u << w) - 1; ++i)
+            order[16 * r + i] = static_cast<uint8_t>(start[r] + i);
+    return best[rows][256] - dropped;
+}
+
+// A row-progressive table is kept when its extra escapes (a literal byte each)
+// add at most 1/kRowsSlack to the stream.
+constexpr size_t kRowsSlack = 128;
 
 // Fills w, nexc, size for width `width` (0: the smallest stream).
 void plan_width(const uint64_t* hist, size_t n, unsigned width, Plan* plan) {
@@ -611,6 +739,17 @@ void plan_width(const uint64_t* hist, size_t n, unsigned width, Plan* plan) {
         const size_t size = stream_size(w, n, nexc);
         if (width ? w == width : size < plan->size) {
             plan->w = w;
+            plan->nexc = nexc;
+            plan->size = size;
+        }
+    }
+    if (plan->w >= kRowsMinWidth) {
+        uint8_t rows[128];
+        const uint64_t covered_rows = plan_row_windows(hist, plan->w, rows);
+        const uint64_t nexc = n - std::min<uint64_t>(n, covered_rows);
+        const size_t size = stream_size(plan->w, n, nexc);
+        if (size <= plan->size + plan->size / kRowsSlack) {
+            std::memcpy(plan->order, rows, (size_t(1) << plan->w) - 1);
             plan->nexc = nexc;
             plan->size = size;
         }
@@ -779,7 +918,7 @@ Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t
     build_table(p.w, p.table, &t);
     const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
     uint64_t k = 0;
-    KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, avx2)(p, t, &k, dst));
+    KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, avx2, t.rows)(p, t, &k, dst));
     KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, dst + p.groups * kGroup));
     if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
     return Status::ok();
@@ -795,7 +934,7 @@ Status fastcode_decode_merge16(const uint8_t* src, size_t src_size, const uint8_
     Table t;
     build_table(p.w, p.table, &t);
     const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
-    const DecodeFn decode = pick_decoder(p.w, avx2);
+    const DecodeFn decode = pick_decoder(p.w, avx2, t.rows);
     const auto merge = avx2 ? merge16_avx2 : merge16_scalar;
     // Decode 4 KiB at a time into an L1-resident scratch, then merge.
     constexpr size_t kChunkGroups = 16;

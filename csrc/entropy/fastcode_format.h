@@ -12,6 +12,12 @@
 //
 // The stream size must equal exactly the sum of these parts.
 //
+// The table may hold any values. The encoder prefers, at widths 5-7, a table
+// whose rows of 16 codes are runs of 16 consecutive values (mod 256; the last
+// row 15, beside the escape) when that costs few extra escapes: decoders that
+// recognise such a table decode a code as its row's first value plus its low
+// 4 bits. Every decoder reads every table; this is a choice, not a variant.
+//
 // Group layout ("sliced"): w = sum of components of c in {4, 2, 1} bits, taken
 // from the largest down; a component of c bits holds code bits [o, o + c) where
 // o = the sum of the larger components (so w = 7 is 4@0 + 2@4 + 1@6, w = 3 is
