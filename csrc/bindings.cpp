@@ -630,7 +630,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("src"), "Counts of each byte value (256 ints).");
     m.def(
         "byte_histogram_estimate",
-        [](const py::buffer& src) {
+        [](const py::buffer& src, bool complete) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
             if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
@@ -638,13 +638,15 @@ PYBIND11_MODULE(_native, m) {
             bool exact = false;
             {
                 py::gil_scoped_release release;
-                exact = kvcore::entropy::histogram_estimate(in.data, in.size, hist);
+                exact = complete ? kvcore::entropy::histogram_estimate(in.data, in.size, hist)
+                                 : kvcore::entropy::histogram_weights(in.data, in.size, hist);
             }
             return py::make_tuple(std::vector<uint64_t>(hist, hist + 256), exact);
         },
-        py::arg("src"),
-        "(weights, exact): symbol weights for building a code, from a sample; nonzero for every byte value "
-        "present; exact tells whether they are the true counts.");
+        py::arg("src"), py::arg("complete") = true,
+        "(weights, exact): symbol weights for building a code, from a sample; with complete, nonzero for "
+        "every byte value present (else a value the sample missed may weigh 0, as fast mode uses them); "
+        "exact tells whether they are the true counts.");
 
     // ---- section: entropy: fastcode ----
     m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));

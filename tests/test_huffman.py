@@ -265,7 +265,7 @@ def test_histogram_estimate(variant):
     assert _check_weights(rng.integers(0, 256, 1000, dtype=np.uint8))  # small: exact
     assert _check_weights(np.full(100000, 7, np.uint8))  # constant: exact
     # Skewed values around 0 (as a residual exponent plane) and a few rare ones just
-    # past them, which a quarter sample misses: still weighted.
+    # past them, which the sample misses: still weighted.
     skew = np.clip(rng.geometric(0.4, 200003) * rng.choice([-1, 1], 200003), -9, 9).astype(np.int8).view(np.uint8)
     for rare in ([], [10], [-10, 11], [10, -11, 12]):
         d = skew.copy()
@@ -279,6 +279,39 @@ def test_histogram_estimate(variant):
     assert not _check_weights((rng.geometric(0.3, 100000).clip(1, 20) + 110).astype(np.uint8))
     # Uniform bytes: many values the sample may miss at the range's ends -> exact or complete.
     _check_weights(rng.integers(0, 256, 100000, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("row", [32, 384, 1024])
+def test_sampled_weights_see_every_channel(variant, row):
+    """The sample spreads over every channel of planes made of rows (32 or 384 bytes, as
+    stories260K's and MiniLM's KV): each half of the row has values of its own, and both
+    get weights near their counts. A sample taken at a period that divides the row would
+    see one half only."""
+    rng = np.random.default_rng(row)
+    rows = 300000 // row
+    first = rng.integers(100, 104, (rows, row // 2))
+    second = rng.integers(104, 108, (rows, row - row // 2))
+    plane = np.concatenate([first, second], axis=1).astype(np.uint8).reshape(-1)
+    counts = np.bincount(plane, minlength=256)
+    for complete in (True, False):
+        weights, exact = _native.byte_histogram_estimate(plane, complete)
+        assert not exact
+        w = np.array(weights)
+        assert (abs(w[100:108] - counts[100:108]) < 0.2 * counts[100:108]).all(), (complete, w[100:108])
+        assert w[:100].sum() == 0 and w[108:].sum() == 0
+
+
+def test_weights_without_completeness(variant):
+    """complete=False (fast mode): no presence check, so a rare value the sample missed
+    may weigh 0; small and constant planes are still counted exactly."""
+    rng = np.random.default_rng(8)
+    d = (rng.geometric(0.35, 200000).clip(1, 30) + 100).astype(np.uint8)
+    d[[20, 30]] = [60, 200]  # between the first two sampled pieces (bytes 0-15, 136-151)
+    weights, exact = _native.byte_histogram_estimate(d, False)
+    assert not exact and weights[60] == 0 and weights[200] == 0
+    assert abs(sum(weights) - len(d)) < 0.05 * len(d)
+    assert _native.byte_histogram_estimate(d[:1000], False) == (np.bincount(d[:1000], minlength=256).tolist(), True)
+    assert _native.byte_histogram_estimate(np.full(100000, 3, np.uint8), False)[1]
 
 
 def test_estimated_weights_code_round_trip(variant):

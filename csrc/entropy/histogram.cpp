@@ -16,7 +16,11 @@ namespace kvcore::entropy {
 namespace {
 
 constexpr size_t kSampleMin = 32768;   // smaller planes are counted exactly
-constexpr size_t kSamplePeriod = 128;  // bytes; the first kSampleTaken of each are counted
+// The first kSampleTaken bytes of every kSamplePeriod are counted. 136 = 8 x 17: in a
+// plane of rows whose length is a multiple of 8 (and not of 136), the counted bytes
+// start at every multiple of 8 within a row, so every channel is sampled; a period of
+// 128 would count the same 16 channels of every row of 32 or 384 bytes.
+constexpr size_t kSamplePeriod = 136;
 constexpr size_t kSampleTaken = 16;
 constexpr unsigned kMaxUnseen = 8;  // values in range the sample missed, at most, before counting exactly
 
@@ -157,6 +161,30 @@ __attribute__((target("avx2,bmi,bmi2"))) size_t sampled_bmi2(const uint8_t* src,
 
 bool use_avx2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
 
+// What both estimates start with: small planes are counted exactly, and a plane
+// whose exact value range is one value is constant. Returns true when hist then
+// holds the exact counts; else *r is the plane's value range.
+bool exact_if_small_or_constant(const uint8_t* src, size_t n, uint32_t* hist, Range* r) {
+    if (n < kSampleMin) {
+        histogram(src, n, hist);
+        return true;
+    }
+    *r = use_avx2() ? range_avx2(src, n) : range_scalar(src, n);
+    if (r->umin != r->umax) return false;
+    std::memset(hist, 0, 256 * sizeof(uint32_t));
+    hist[r->umin] = static_cast<uint32_t>(n);
+    return true;
+}
+
+// A sampled count scaled to the whole plane (taken <= n / 8, so it fits: at most n).
+uint32_t scaled(uint32_t count, size_t n, size_t taken) {
+    return static_cast<uint32_t>(uint64_t(count) * n / taken);
+}
+
+size_t sampled(const uint8_t* src, size_t n, uint32_t* hist) {
+    return use_avx2() ? sampled_bmi2(src, n, hist) : sampled_scalar(src, n, hist);
+}
+
 }  // namespace
 
 void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
@@ -166,25 +194,25 @@ void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
         histogram_scalar(src, n, hist);
 }
 
+bool histogram_weights(const uint8_t* src, size_t n, uint32_t* hist) {
+    Range r;
+    if (exact_if_small_or_constant(src, n, hist, &r)) return true;
+    const size_t taken = sampled(src, n, hist);
+    for (unsigned s = 0; s < 256; ++s) hist[s] = scaled(hist[s], n, taken);
+    return false;
+}
+
 bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
-    if (n < kSampleMin) {
-        histogram(src, n, hist);
-        return true;
-    }
+    Range r;
+    if (exact_if_small_or_constant(src, n, hist, &r)) return true;
     const bool avx2 = use_avx2();
-    const Range r = avx2 ? range_avx2(src, n) : range_scalar(src, n);
-    if (r.umin == r.umax) {
-        std::memset(hist, 0, 256 * sizeof(uint32_t));
-        hist[r.umin] = static_cast<uint32_t>(n);
-        return true;
-    }
     // The narrower of the two ranges holds every value; a signed one wraps through 0.
     const unsigned uwidth = unsigned(r.umax) - r.umin + 1;
     const unsigned swidth = unsigned(int(r.smax) - int(r.smin) + 1);
     const uint8_t lo = uwidth <= swidth ? r.umin : static_cast<uint8_t>(r.smin);
     const unsigned width = uwidth <= swidth ? uwidth : swidth;
 
-    const size_t taken = avx2 ? sampled_bmi2(src, n, hist) : sampled_scalar(src, n, hist);
+    const size_t taken = sampled(src, n, hist);
     uint8_t unseen[kMaxUnseen];
     unsigned k_unseen = 0;
     // The range's ends occur by definition: only values inside it can be missing.
@@ -201,8 +229,7 @@ bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
     }
     // Scale to about n; a value the sample missed is rare: weight 1 when it occurs
     // at all (a value coded but absent would waste code space).
-    const uint64_t scale = n / taken;
-    for (unsigned k = 0; k < width; ++k) hist[uint8_t(lo + k)] = static_cast<uint32_t>(hist[uint8_t(lo + k)] * scale);
+    for (unsigned k = 0; k < width; ++k) hist[uint8_t(lo + k)] = scaled(hist[uint8_t(lo + k)], n, taken);
     for (int e = 0; e < 2; ++e)
         if (end_unseen[e]) hist[ends[e]] = 1;
     const uint32_t present = k_unseen == 0 ? 0

@@ -44,6 +44,8 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
     Status st = make_status(Code::kBufferTooSmall, "not tried");
     if (grouped) {
         st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, hist, &exact, dst, cap, written);
+    } else if (policy.mode == Mode::kFast) {
+        exact = entropy::histogram_weights(plane, n, hist);  // fastcode escapes what the sample missed
     } else {
         exact = entropy::histogram_estimate(plane, n, hist);
     }
