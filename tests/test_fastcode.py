@@ -81,11 +81,15 @@ def is_row_progressive(table: bytes) -> bool:
     return all((table[c & ~15] + (c & 15)) & 0xFF == table[c] for c in range(len(table)))
 
 
-def stream_table(stream: bytes, w: int) -> bytes:
-    pos = 1
-    while stream[pos] & 0x80:
-        pos += 1
-    return stream[pos + 1 : pos + 1 + (1 << w) - 1]
+def stream_head(stream: bytes, w: int) -> tuple[int, bytes]:
+    """The escape count (LEB128 after the width byte) and the symbol table of a stream."""
+    nexc, pos, shift = 0, 1, 0
+    while True:
+        nexc |= (stream[pos] & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if not stream[pos - 1] & 0x80:
+            break
+    return nexc, stream[pos : pos + (1 << w) - 1]
 
 
 def ref_encode(x: np.ndarray, w: int, order=None) -> bytes:
@@ -130,7 +134,7 @@ def test_stream_matches_documented_layout(variant, w):
     for n in (0, 1, 33, 256, 700):
         x = skewed(n, seed=n + w)
         stream = encode_any(x, w)
-        table = stream_table(stream, w)
+        table = stream_head(stream, w)[1]
         # The encoder's table: the most frequent values, or (w >= 5) a row-progressive
         # one that costs at most 1/128 of the stream in extra escapes.
         if w < 5 or not is_row_progressive(table):
@@ -150,7 +154,7 @@ def test_row_progressive_tables(variant, w):
     x = (rng.normal(0, 18, 40 * 256 + 77).round().astype(np.int64) & 0xFF).astype(np.uint8)
     x[rng.integers(0, len(x), 20)] = 128
     stream = encode_any(x, w)
-    assert is_row_progressive(stream_table(stream, w))
+    assert is_row_progressive(stream_head(stream, w)[1])
     for dec in VARIANTS:
         assert in_variant(dec, N.fastcode_decode, stream, len(x)) == x.tobytes()
     # Hand-built row tables, decoded by every variant against the reference layout:
@@ -176,7 +180,7 @@ def test_row_progressive_tables_on_fp8():
         for t in list(load_file(str(path)).values())[::3]:
             x = t.reshape(-1)[: 1 << 18].to(torch.float8_e4m3fn).view(torch.uint8).numpy()
             stream = encode_any(x, 7)
-            assert is_row_progressive(stream_table(stream, 7)), path.name
+            assert is_row_progressive(stream_head(stream, 7)[1]), path.name
             assert len(stream) <= len(ref_encode(x, 7)) * 1.002, path.name
 
 
@@ -527,14 +531,9 @@ def test_escape_count_checked_on_dense_escapes(variant, w):
     # many escapes: the AVX2 decoder patches in the same pass as it decodes
     x = skewed(256 * 40 + 9, seed=3)
     s = encode_any(x, w)
-    nexc, pos, shift = 0, 1, 0
-    while True:  # LEB128 escape count after the width byte
-        nexc |= (s[pos] & 0x7F) << shift
-        pos, shift = pos + 1, shift + 7
-        if not s[pos - 1] & 0x80:
-            break
+    nexc, table = stream_head(s, w)
     assert nexc * 64 >= len(x)
-    table = set(s[pos : pos + (1 << w) - 1])
+    table = set(table)
     first_group = len(s) - (len(x) // 256) * 32 * w - ((len(x) % 256) * w + 7) // 8
     for group, b in ((0, 0), (20, 5), (39, 31)):
         at = [first_group + 32 * w * group + 32 * j + b for j in range(w)]  # byte b of every vector
