@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -115,6 +116,12 @@ MutableView write_view(const py::buffer& b, py::buffer_info& keep) {
 MutableView address_view(uint64_t addr, uint64_t nbytes) {
     if (addr == 0 && nbytes != 0) throw NativeError{Code::kInvalidArgument, "null tensor address"};
     return {reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(addr)), static_cast<size_t>(nbytes)};
+}
+
+// A decode destination from a tensor's address, its byte size and its layout (run_bytes 0: contiguous).
+kvcore::frame::OutputRuns output_runs(uint64_t addr, uint64_t nbytes, uint64_t run_bytes, uint64_t stride) {
+    const MutableView dst = address_view(addr, nbytes);
+    return {dst.data, dst.size, static_cast<size_t>(run_bytes), static_cast<size_t>(stride)};
 }
 
 unsigned thread_count(const py::object& threads) {
@@ -800,52 +807,36 @@ PYBIND11_MODULE(_native, m) {
           "previous value. For tests.");
     m.def(
         "decompress_into",
-        [](const py::buffer& frame, uint64_t out_addr, uint64_t out_bytes, const py::object& threads) {
+        [](const py::buffer& frame, uint64_t out_addr, uint64_t out_bytes, uint64_t run_bytes, uint64_t run_stride,
+           const py::object& threads) {
             py::buffer_info keep_in;
             const ByteView in = read_view(frame, keep_in);
-            const MutableView dst = address_view(out_addr, out_bytes);
+            const fr::FrameJob job{in.data, in.size, output_runs(out_addr, out_bytes, run_bytes, run_stride)};
             const unsigned n_threads = thread_count(threads);
             Status st;
             {
                 py::gil_scoped_release release;
-                st = fr::decompress(in.data, in.size, dst.data, dst.size, n_threads);
+                st = fr::decompress_many(&job, 1, n_threads);
             }
             check(st);
         },
-        py::arg("frame"), py::arg("out_addr"), py::arg("out_bytes"), py::arg("threads") = py::none());
+        py::arg("frame"), py::arg("out_addr"), py::arg("out_bytes"), py::arg("run_bytes") = 0,
+        py::arg("run_stride") = 0, py::arg("threads") = py::none(),
+        "Decodes a frame into out_bytes at out_addr: contiguous, or (run_bytes > 0) runs of run_bytes that\n"
+        "start run_stride bytes apart.");
     m.def(
         "decompress_batch",
-        [](const std::vector<py::buffer>& frames, const std::vector<std::pair<uint64_t, uint64_t>>& outs,
+        [](const std::vector<py::buffer>& frames, const std::vector<std::array<uint64_t, 4>>& outs,
            const py::object& threads) {
             if (frames.size() != outs.size())
                 throw NativeError{Code::kInvalidArgument, "frames and outs differ in length"};
             const size_t n = frames.size();
             std::vector<py::buffer_info> keep(n);
-            std::vector<ByteView> in(n);
-            std::vector<MutableView> dst(n);
-            for (size_t i = 0; i < n; ++i) {
-                in[i] = read_view(frames[i], keep[i]);
-                dst[i] = address_view(outs[i].first, outs[i].second);
-            }
-            // Outputs are written concurrently: none may overlap another output or any frame.
-            std::vector<std::pair<uintptr_t, uintptr_t>> outs_sorted, ins_sorted;
-            for (size_t i = 0; i < n; ++i) {
-                if (dst[i].size) outs_sorted.emplace_back(uintptr_t(dst[i].data), uintptr_t(dst[i].data) + dst[i].size);
-                if (in[i].size) ins_sorted.emplace_back(uintptr_t(in[i].data), uintptr_t(in[i].data) + in[i].size);
-            }
-            std::sort(outs_sorted.begin(), outs_sorted.end());
-            for (size_t i = 1; i < outs_sorted.size(); ++i)
-                if (outs_sorted[i].first < outs_sorted[i - 1].second)
-                    throw NativeError{Code::kInvalidArgument, "decompress_many: outputs overlap"};
-            for (const auto& r : ins_sorted) {
-                auto it = std::upper_bound(outs_sorted.begin(), outs_sorted.end(), std::make_pair(r.first, UINTPTR_MAX));
-                const bool hit_prev = it != outs_sorted.begin() && std::prev(it)->second > r.first;
-                const bool hit_next = it != outs_sorted.end() && it->first < r.second;
-                if (hit_prev || hit_next)
-                    throw NativeError{Code::kInvalidArgument, "decompress_many: an output overlaps a frame"};
-            }
             std::vector<fr::FrameJob> jobs(n);
-            for (size_t i = 0; i < n; ++i) jobs[i] = {in[i].data, in[i].size, dst[i].data, dst[i].size};
+            for (size_t i = 0; i < n; ++i) {
+                const ByteView in = read_view(frames[i], keep[i]);
+                jobs[i] = {in.data, in.size, output_runs(outs[i][0], outs[i][1], outs[i][2], outs[i][3])};
+            }
             const unsigned n_threads = thread_count(threads);
             Status st;
             {
@@ -855,8 +846,8 @@ PYBIND11_MODULE(_native, m) {
             check(st);
         },
         py::arg("frames"), py::arg("outs"), py::arg("threads") = py::none(),
-        "Decodes frames[i] into outs[i] = (address, bytes) for every i, the blocks of all frames spread over the\n"
-        "threads.");
+        "Decodes frames[i] into outs[i] = (address, bytes, run_bytes, run_stride) (as decompress_into) for every\n"
+        "i, the blocks of all frames spread over the threads.");
     m.def("frame_desc", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

@@ -18,6 +18,7 @@ import torch
 from . import _native
 from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
 from .errors import InvalidArgumentError
+from .runs import output_runs
 
 _MODES = {"dense": 0, "fast": 1}
 _BACKENDS = {"auto": 0, "software": 1, "qat": 2}
@@ -120,8 +121,10 @@ def decompress(
 ) -> torch.Tensor:
     """Decode a frame into a tensor of the original dtype, shape and bits.
 
-    out: a preallocated contiguous CPU tensor of the frame's dtype and number of
-    elements (any shape) to decode into without allocating; it is returned.
+    out: a preallocated CPU tensor of the frame's dtype and number of elements (any
+    shape) to decode into without allocating, in its row-major order; it is
+    returned. It is contiguous, or a view made of equal contiguous runs at one
+    stride, such as a token range of a larger KV tensor (see output_runs).
     Raises CorruptFrameError on a truncated, corrupted or tampered frame (then
     the contents of out are unspecified: nothing unverified is ever returned).
 
@@ -130,9 +133,13 @@ def decompress(
     >>> out = torch.empty(3, 4)
     >>> kvcore.decompress(kvcore.compress(x), out=out) is out
     True
+    >>> big = torch.zeros(3, 10)
+    >>> _ = kvcore.decompress(kvcore.compress(x), out=big[:, 2:6])  # decoded in place, no copy
+    >>> torch.equal(big[:, 2:6], x) and big[:, 6:].count_nonzero().item() == 0
+    True
     """
-    out = output_for(frame, out)
-    _native.decompress_into(frame, *tensor_span(out), threads=_threads(threads))
+    out = _output_for(frame, out, runs=True)
+    _native.decompress_into(frame, *_destination(out), threads=_threads(threads))
     return out
 
 
@@ -147,8 +154,9 @@ def decompress_many(
     The blocks of all frames are spread over the threads, so many small frames (the
     layers of a KV chunk) keep every core busy, and outputs that together exceed the
     last-level cache are written with streaming stores. Each out is checked like
-    decompress's ``out=``. Raises CorruptFrameError if any frame
-    is bad (the contents of every out are then unspecified).
+    decompress's ``out=`` (contiguous, or runs at one stride); outputs may interleave
+    (chunks side by side in one tensor) but share no byte. Raises CorruptFrameError
+    if any frame is bad (the contents of every out are then unspecified).
 
     >>> import torch, kvcore
     >>> xs = [torch.full((4, 8), float(i), dtype=torch.bfloat16) for i in range(3)]
@@ -160,19 +168,34 @@ def decompress_many(
     if len(frames) != len(outs):
         raise InvalidArgumentError(f"{len(frames)} frames but {len(outs)} outputs")
     # The checked outs stay referenced by the list for the whole native call.
-    checked = [output_for(f, o) for f, o in zip(frames, outs)]
-    _native.decompress_batch(list(frames), [tensor_span(o) for o in checked], threads=_threads(threads))
+    checked = [_output_for(f, o, runs=True) for f, o in zip(frames, outs)]
+    _native.decompress_batch(list(frames), [_destination(o) for o in checked], threads=_threads(threads))
+
+
+def _destination(out: torch.Tensor) -> tuple[int, int, int, int]:
+    """(address, bytes, run_bytes, run_stride) of a checked output, for the native calls."""
+    addr, nbytes = out.data_ptr(), out.numel() * out.element_size()
+    return (addr, nbytes, *output_runs(out))
 
 
 def output_for(frame: FrameLike, out: Optional[torch.Tensor]) -> torch.Tensor:
-    """The tensor a frame decodes into: out after checking it fits, or a new one."""
+    """The tensor a frame decodes into: out (contiguous) after checking it fits, or a
+    new one."""
+    return _output_for(frame, out, runs=False)
+
+
+def _output_for(frame: FrameLike, out: Optional[torch.Tensor], *, runs: bool) -> torch.Tensor:
     dtype, shape = frame_desc(frame)
     if out is None:
         return torch.empty(shape, dtype=dtype)
     if not isinstance(out, torch.Tensor):
         raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
-    if not out.is_cpu or not out.is_contiguous():
-        raise InvalidArgumentError("out must be a contiguous CPU tensor")
+    if not out.is_cpu:
+        raise InvalidArgumentError("out must be a CPU tensor")
+    if not out.is_contiguous() and not (runs and out.numel() and output_runs(out) is not None):
+        raise InvalidArgumentError("out must be a contiguous CPU tensor" + (
+            ", or a view of equal contiguous runs at one stride (such as out[:, a:b] of a contiguous tensor)"
+            if runs else ""))
     if out.dtype != dtype:
         raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
     if out.numel() != math.prod(shape):

@@ -190,7 +190,7 @@ def test_out_buffer_mismatch_is_rejected():
     with pytest.raises(kvcore.InvalidArgumentError):
         kvcore.decompress(frame, out=torch.empty(15, dtype=torch.bfloat16))
     with pytest.raises(kvcore.InvalidArgumentError):
-        kvcore.decompress(frame, out=torch.empty(4, 8, dtype=torch.bfloat16)[:, ::2])
+        kvcore.decompress(frame, out=torch.empty(4, 4, dtype=torch.bfloat16).t())  # not runs at one stride
 
 
 def test_bad_arguments_raise_kvcore_errors():
@@ -357,3 +357,92 @@ def test_decompress_many_rejects_overlap():
         kvcore.decompress_many([frame_in_buf], [out_over_frame])
     kvcore.decompress_many([f, f], [big[:64], torch.empty_like(x)])  # disjoint: fine
     assert torch.equal(big[:64], x)
+
+
+# ---------------------------------------------------------------- outputs made of runs at one stride
+
+
+@pytest.mark.parametrize("dtype", [getattr(torch, name) for name in SUPPORTED])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("block_bytes", [None, 3000])  # blocks longer than a run; runs spanning blocks
+def test_decode_into_a_token_range_of_a_larger_tensor(dtype, mode, block_bytes):
+    kv = real_in_dtype("minilm_l6_kv_bf16.safetensors", dtype)[:3, :, :200]  # [3, 2, 200, 12, 32]
+    frame = kvcore.compress(kv[:, :, 40:143], mode=mode, block_bytes=block_bytes)
+    for threads in (1, 2):
+        big = torch.zeros_like(kv)
+        assert kvcore.decompress(frame, out=big[:, :, 40:143], threads=threads) is not None
+        assert_bit_exact(big[:, :, 40:143], kv[:, :, 40:143].contiguous())
+        assert not bits(big[:, :, :40]).any() and not bits(big[:, :, 143:]).any()  # nothing outside
+
+
+def test_decode_many_chunks_side_by_side(streaming_output, variant):
+    kv = kvdata.stacked("stories260k_text_kv_fp16.safetensors")[:, :, :256]
+    cuts = [0, 64, 100, 192, 256]
+    frames = [kvcore.compress(kv[:, :, a:b], mode=("dense", "fast")[i % 2]) for i, (a, b) in
+              enumerate(zip(cuts, cuts[1:]))]
+    big = torch.zeros_like(kv)
+    kvcore.decompress_many(frames, [big[:, :, a:b] for a, b in zip(cuts, cuts[1:])], threads=2)
+    assert_bit_exact(big, kv)
+
+
+def test_runs_of_single_elements_and_size_one_dims():
+    x = torch.arange(300, dtype=torch.float32).to(torch.bfloat16).reshape(1, 300, 1)
+    pair = torch.zeros(300, 2, dtype=torch.bfloat16)
+    kvcore.decompress(kvcore.compress(x), out=pair[:, 1])  # 300 runs of one element
+    assert torch.equal(pair[:, 1], x.reshape(300)) and not pair[:, 0].any()
+
+
+def test_layouts_that_are_not_runs_at_one_stride_are_refused():
+    frame = kvcore.compress(torch.ones(4, 2, 3, dtype=torch.float16))
+    cube = torch.zeros(4, 4, 4, dtype=torch.float16)
+    for bad in (cube[:, :2, :3],  # two levels of striding
+                torch.zeros(2, 3, 4, dtype=torch.float16).permute(2, 0, 1)):
+        with pytest.raises(kvcore.InvalidArgumentError):
+            kvcore.decompress(frame, out=bad)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.decompress(frame, out=torch.zeros(1, dtype=torch.float16).expand(24))  # zero stride
+
+
+def test_overlap_checks_agree_with_byte_marking():
+    """Random output layouts (runs at a stride) and frames placed in one buffer: decompress_many
+    refuses exactly the calls where an output shares a byte with another output or a frame,
+    and otherwise writes every output and nothing else."""
+    rng = np.random.default_rng(5)
+    refused = accepted = 0
+    for _ in range(400):
+        buf = torch.zeros(4096, dtype=torch.uint8)
+        mark = np.zeros(4096, dtype=np.int32)
+        outs, frames, wants = [], [], []
+        for _ in range(int(rng.integers(1, 4))):
+            run = int(rng.integers(1, 64))
+            stride = run + int(rng.integers(0, 200))
+            nruns = int(rng.integers(1, 9))
+            at = int(rng.integers(0, 4096 - (nruns - 1) * stride - run))
+            outs.append(buf.as_strided((nruns, run), (stride, 1), at))
+            for k in range(nruns):
+                mark[at + k * stride: at + k * stride + run] += 1
+            want = torch.from_numpy(rng.integers(0, 4, (nruns, run), dtype=np.uint8))
+            wants.append(want)
+            frames.append(kvcore.compress(want))
+        inside = rng.random() < 0.5  # the first frame sits in the buffer itself
+        if inside:
+            at = int(rng.integers(0, 4096 - len(frames[0])))
+            buf[at:at + len(frames[0])] = torch.frombuffer(bytearray(frames[0]), dtype=torch.uint8)
+            frames[0] = buf[at:at + len(frames[0])].numpy()
+            overlaps_frame = bool(mark[at:at + len(frames[0])].any())
+        else:
+            overlaps_frame = False
+        clash = bool((mark > 1).any()) or overlaps_frame
+        before = buf.clone()
+        if clash:
+            with pytest.raises(kvcore.InvalidArgumentError):
+                kvcore.decompress_many(frames, outs)
+            assert torch.equal(buf, before)  # refused before anything was written
+            refused += 1
+        else:
+            kvcore.decompress_many(frames, outs)
+            assert all(torch.equal(o, w) for o, w in zip(outs, wants))
+            untouched = torch.from_numpy(mark == 0)
+            assert torch.equal(buf[untouched], before[untouched])
+            accepted += 1
+    assert refused > 50 and accepted > 50

@@ -169,6 +169,30 @@ def test_layerwise_retrieve(tmp_path, kv, frame_bytes):
         assert seen == list(range(kv.shape[0])) and same(out, kv)
 
 
+def test_chunks_decode_straight_into_out_and_layers_in_one_call(kv, monkeypatch):
+    """A chunk's slice of out (a token range) is decoded into directly, with no staging
+    copy; layer by layer, one decode call per layer covers every chunk."""
+    from kvcore.tiers import blob
+
+    toks = tokens_for(1024, 8)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, frame_bytes=1) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+
+        def no_staging(*args):
+            raise AssertionError("a CPU output went through the staging buffer")
+
+        monkeypatch.setattr(blob, "_decode_staged", no_staging)
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+        calls = []
+        decode_many = tm.codec.decode_many
+        monkeypatch.setattr(tm.codec, "decode_many", lambda fs, outs: (calls.append(len(fs)), decode_many(fs, outs)))
+        out.zero_()
+        assert tm.retrieve(toks, out, on_layer=lambda l: None) == 1024 and same(out, kv)
+        assert calls == [4] * kv.shape[0]  # each layer: its frame of each of the 4 chunks, at once
+
+
 def test_pending_chunks_are_retrievable(kv):
     toks = tokens_for(1024, 6)
     with TierManager(ddr_bytes=64 << 20, namespace=NS, queue_chunks=1) as tm:

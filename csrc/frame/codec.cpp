@@ -218,15 +218,18 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
     return Status::ok();
 }
 
-Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n, const Header& h, uint8_t* dst,
-                    uint8_t* scratch, bool stream_output) {
+Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n, const Header& h,
+                    const OutputRuns& dst, uint8_t* scratch, bool stream_output) {
     const unsigned esize = dtype_size(h.dtype);
     if (size < kBlockPrefixBytes) return corrupt("block too short for its checksum");
     const uint64_t expected = get_u64(block);
     const shuffle::PlaneTransform t = transform_of(h, first);
-    // A single plane with no transform is the output itself: decode it in place.
-    const bool in_place = esize == 1 && !t.rotate && t.residual == nullptr;
-    if (in_place) scratch = dst + first;
+    // A single plane with no transform is the output itself: decode it in place
+    // when the block's bytes are contiguous there.
+    size_t run_left = 0;
+    uint8_t* const block_out = dst.at(first * esize, &run_left);
+    const bool in_place = esize == 1 && !t.rotate && t.residual == nullptr && run_left >= n;
+    if (in_place) scratch = block_out;
     size_t pos = kBlockPrefixBytes;
     const uint8_t* planes[4];
     for (unsigned p = 0; p < esize; ++p) {
@@ -246,19 +249,21 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         if (checksum64(scratch, n, seed) != expected) return corrupt("block checksum mismatch");
         return Status::ok();
     }
-    // Merge and hash in cache-sized pieces, so the checksum reads hot data.
+    // Merge and hash in cache-sized pieces, so the checksum reads hot data; a
+    // piece also ends where its output run does.
     thread_local StreamingChecksum64 sum;
     sum.reset(seed);
     const size_t piece = std::max<size_t>(1, kVerifyPieceBytes / esize / h.channels) * h.channels;
     thread_local std::vector<uint8_t> piece_buf;
     if (stream_output && piece_buf.size() < piece * esize) piece_buf.resize(piece * esize);
-    for (size_t done = 0; done < n; done += piece) {
-        const size_t count = std::min(piece, n - done);
+    size_t count = 0;
+    for (size_t done = 0; done < n; done += count) {
+        uint8_t* out = dst.at((first + done) * esize, &run_left);
+        count = std::min({piece, n - done, run_left / esize});
         const uint8_t* at[4];
         for (unsigned p = 0; p < esize; ++p) at[p] = planes[p] + done;
         shuffle::PlaneTransform tp = t;
         tp.phase = static_cast<uint32_t>((t.phase + done) % t.period);
-        uint8_t* out = dst + (first + done) * esize;
         if (stream_output) {
             // Merge and hash in cache, then write with streaming stores: the
             // output is not read for ownership, a third of the memory traffic.
@@ -411,9 +416,10 @@ Status prepare(const FrameJob& job, PreparedFrame* f) {
     size_t pos = 0;
     KVCORE_RETURN_IF_ERROR(parse_header(job.frame, job.size, &f->h, &pos));
     const uint64_t want = f->h.n_elems * dtype_size(f->h.dtype);
-    if (job.dst_size != want)
-        return make_status(Code::kBufferTooSmall, "output holds " + std::to_string(job.dst_size) +
+    if (job.out.bytes != want)
+        return make_status(Code::kBufferTooSmall, "output holds " + std::to_string(job.out.bytes) +
                                                       " bytes, the frame " + std::to_string(want));
+    KVCORE_RETURN_IF_ERROR(check_runs(job.out, dtype_size(f->h.dtype)));
     f->offsets.resize(f->h.n_blocks);
     for (uint32_t b = 0; b < f->h.n_blocks; ++b) {
         f->offsets[b] = pos;
@@ -431,13 +437,21 @@ size_t set_stream_output_threshold(size_t bytes) { return stream_output_threshol
 Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads) {
     std::vector<PreparedFrame> frames(n);
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block)
+    std::vector<OutputRuns> outs(n);
+    std::vector<uintptr_t> inputs(2 * n);
     uint64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
         KVCORE_RETURN_IF_ERROR(prepare(jobs[i], &frames[i]));
         for (uint32_t b = 0; b < frames[i].h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
-        advise_huge_pages(jobs[i].dst, jobs[i].dst_size);
-        total += jobs[i].dst_size;
+        outs[i] = jobs[i].out;
+        inputs[2 * i] = reinterpret_cast<uintptr_t>(jobs[i].frame);
+        inputs[2 * i + 1] = inputs[2 * i] + jobs[i].size;
+        total += jobs[i].out.bytes;
     }
+    // Blocks are written concurrently, and a frame must not change while it is read.
+    KVCORE_RETURN_IF_ERROR(check_disjoint(outs.data(), n, inputs.data(), n));
+    for (const OutputRuns& o : outs)
+        if (o.contiguous()) advise_huge_pages(o.base, o.bytes);
     // Outputs larger than the last-level cache together would be evicted before
     // anyone reads them: write them with streaming stores.
     const size_t threshold = stream_output_threshold.load(std::memory_order_relaxed);
@@ -452,14 +466,14 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads) {
         const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
         Scratch& s = thread_scratch(size_t(dtype_size(h.dtype)) * h.block_elems, 0);
         Status st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h,
-                                 jobs[i].dst, s.planes.data(), stream_output);
+                                 jobs[i].out, s.planes.data(), stream_output);
         if (!st.is_ok()) error.set(std::move(st));
     });
     return error.take();
 }
 
 Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_size, unsigned threads) {
-    const FrameJob job{frame, size, dst, dst_size};
+    const FrameJob job{frame, size, OutputRuns{dst, dst_size}};
     return decompress_many(&job, 1, threads);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "frame/output_runs.h"
 
 namespace kvcore::frame {
 
@@ -86,17 +87,17 @@ Status read_info(const uint8_t* frame, size_t size, FrameInfo* info);
 // every block's checksum is verified. threads: 0 = all.
 Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_size, unsigned threads);
 
-// One frame and where it decodes to.
+// One frame and where it decodes to (out.bytes must equal the original size).
 struct FrameJob {
     const uint8_t* frame;
     size_t size;
-    uint8_t* dst;
-    size_t dst_size;
+    OutputRuns out;
 };
 
 // Decodes every job as decompress does, the blocks of all frames spread over
-// the threads (many small frames keep every thread busy). Every header is
-// checked before any block is decoded.
+// the threads (many small frames keep every thread busy). Every header and
+// output layout is checked before any block is decoded; outputs must not
+// overlap one another or any frame (kInvalidArgument).
 Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads);
 
 // Decoded outputs larger than this many bytes in all are written with streaming

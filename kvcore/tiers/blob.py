@@ -38,6 +38,7 @@ import torch
 import xxhash
 
 from ..errors import CorruptFrameError, InvalidArgumentError
+from ..runs import output_runs
 from .codecs import Codec, codec_for_code
 
 MAGIC = b"KVCK"
@@ -345,11 +346,38 @@ def _staging_tensor(shape, dtype, pinned: bool = False) -> torch.Tensor:
 def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, start: int = 0,
                 frames: Optional[range] = None) -> None:
     """Decodes the blob's frames (all, or the given frame numbers) into
-    ``out[l0:l1, :, start:start+ntokens]``: directly when that slice is contiguous CPU
-    memory, else through a reusable staging tensor (pinned when out is on a CUDA device:
-    the frames are copied on the current stream and have arrived when this returns)."""
-    if codec.code != header.codec:
-        codec = codec_for_code(header.codec)
+    ``out[l0:l1, :, start:start+ntokens]``: directly when that slice is CPU memory the
+    codec writes into (contiguous, or one run per layer and K/V at one stride, as a
+    token range of a contiguous out is), else through a reusable staging tensor (pinned
+    when out is on a CUDA device: the frames are copied on the current stream and have
+    arrived when this returns)."""
+    decode_parts_into([(blob, header, start, frames)], out, codec)
+
+
+def decode_parts_into(parts: list, out: torch.Tensor, codec: Codec) -> None:
+    """decode_into for several blobs at once: parts holds (blob, header, start, frames)
+    (the chunks of one sequence, say, a layer of each), and their frames are decoded in
+    one codec call per codec (the blocks of all of them spread over the threads)."""
+    by_codec: dict = {}  # codec code -> (codec, direct pairs, staged pairs)
+    for blob, header, start, frames in parts:
+        _check_out(header, out, start)
+        if header.codec not in by_codec:
+            c = codec if codec.code == header.codec else codec_for_code(header.codec)
+            by_codec[header.codec] = (c, [], [])
+        c, direct, staged = by_codec[header.codec]
+        view = memoryview(blob).cast("B")
+        for i in (frames if frames is not None else range(len(header.frames))):
+            off, length = header.frames[i]
+            l0, l1 = header.frame_layers(i)
+            dst = out[l0:l1, :, start:start + header.ntokens]
+            (direct if _writes_into(c, dst) else staged).append((view[off:off + length], dst))
+    for c, direct, staged in by_codec.values():
+        _decode_direct(direct, c)
+        if staged:
+            _decode_staged(staged, c, out.device)
+
+
+def _check_out(header: BlobHeader, out: torch.Tensor, start: int) -> None:
     if (out.dim() != 5 or out.shape[0] != header.layers or out.shape[1] != header.kv
             or tuple(out.shape[3:]) != (header.heads, header.head_dim)):
         raise InvalidArgumentError(
@@ -359,16 +387,13 @@ def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, st
         raise InvalidArgumentError(f"out dtype {out.dtype} differs from the stored {header.dtype}")
     if start + header.ntokens > out.shape[2]:
         raise InvalidArgumentError("out has too few token positions for the restored chunk")
-    view = memoryview(blob).cast("B")
-    direct, staged = [], []  # (frame, destination): contiguous host memory / anything else
-    for i in (frames if frames is not None else range(len(header.frames))):
-        off, length = header.frames[i]
-        l0, l1 = header.frame_layers(i)
-        dst = out[l0:l1, :, start:start + header.ntokens]
-        (direct if dst.is_contiguous() and dst.device.type == "cpu" else staged).append((view[off:off + length], dst))
-    _decode_direct(direct, codec)
-    if staged:
-        _decode_staged(staged, codec, out.device)
+
+
+def _writes_into(codec: Codec, dst: torch.Tensor) -> bool:
+    """Whether codec decodes into dst without a staging copy."""
+    if dst.device.type != "cpu":
+        return False
+    return dst.is_contiguous() or (getattr(codec, "decodes_into_runs", False) and output_runs(dst) is not None)
 
 
 def _decode_direct(pairs: list, codec: Codec) -> None:

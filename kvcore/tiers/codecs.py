@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import CorruptFrameError, InvalidArgumentError
+from ..runs import output_runs
 
 
 class Codec(Protocol):
@@ -35,7 +36,9 @@ class Codec(Protocol):
     # Optional (streamed writes): encode_into(t, out) -> bytes written into the
     # writable memoryview out, which holds at least max_encoded_size(t) bytes.
     # Optional (batched reads): decode_many(frames, outs) -> decode_into for each
-    # pair, outs contiguous.
+    # pair, outs contiguous (or runs at one stride when decodes_into_runs).
+    # Optional: decodes_into_runs = True when decode_into / decode_many write
+    # straight into views of equal contiguous runs at one stride (kvcore.runs).
 
 
 def _bytes_view(t: torch.Tensor) -> torch.Tensor:
@@ -78,6 +81,7 @@ class KvcoreCodec:
     """The kvcore lossless codec; ``mode`` is "dense" (smallest) or "fast"."""
 
     code = 1
+    decodes_into_runs = True
 
     def __init__(self, mode: str = "dense", threads: Optional[int] = None):
         import kvcore
@@ -106,7 +110,7 @@ class KvcoreCodec:
                                      mode=1 if self.mode == "fast" else 0, threads=self.threads)
 
     def decode_into(self, frame, out: torch.Tensor) -> None:
-        if out.is_contiguous():
+        if output_runs(out) is not None:
             self._kvcore.decompress(frame, out=out, threads=self.threads)
         else:
             out.copy_(self._kvcore.decompress(frame, threads=self.threads))

@@ -26,7 +26,8 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 import torch
 
 from ..errors import InvalidArgumentError, PoolExhausted
-from .blob import BlobHeader, blob_bound, check_kv, decode_into, encode_chunk, encode_chunk_into, host_copy
+from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_parts_into, encode_chunk,
+                   encode_chunk_into, host_copy)
 from .codecs import Codec, make_codec
 from .ddr import DDRTier, make_allocator
 from .hot_cold import HotCold, HotColdFile
@@ -760,11 +761,7 @@ class TierManager:
                 if on_layer is None:
                     self._decode(item, out, None)
             if on_layer is not None:
-                done = [set() for _ in fetched]  # frames decoded, per chunk
-                for l in range(out.shape[0]):
-                    for item, d in zip(fetched, done):
-                        self._decode_layer(item, out, l, d)
-                    on_layer(l)
+                self._decode_by_layer(fetched, out, on_layer)
             restored = fetched[-1][0].end if fetched else 0
         finally:
             for fut in ahead.values():  # read ahead, not used: give the buffers back
@@ -843,19 +840,31 @@ class TierManager:
         if frames is None:
             self._measure("decode", header.raw_bytes, time.perf_counter() - t0)
 
-    def _decode_layer(self, item, out: torch.Tensor, layer: int, done: set) -> None:
-        """Makes layer complete in out for this chunk (decoding the frame holding it)."""
-        ck, tier, data, _ = item
-        if tier == "pending":
-            out[layer, :, ck.start:ck.end].copy_(data[layer])
-            return
-        header = BlobHeader.parse(data)
-        if header.key != ck.digest:
-            raise InvalidArgumentError("stored chunk does not match its key")
-        f = layer // header.layers_per_frame
-        if f not in done:
-            decode_into(data, header, out, self.codec, start=ck.start, frames=range(f, f + 1))
-            done.add(f)
+    def _decode_by_layer(self, fetched: list, out: torch.Tensor, on_layer: Callable[[int], None]) -> None:
+        """Completes out layer by layer for every fetched chunk and calls on_layer(l) after
+        layer l: the frames holding layer l, one per chunk not yet decoded there, in one
+        decode call (their blocks spread over the threads)."""
+        chunks = []  # (ck, header or None for a pending tensor, data, frames decoded)
+        for ck, tier, data, _ in fetched:
+            header = None
+            if tier != "pending":
+                header = BlobHeader.parse(data)
+                if header.key != ck.digest:
+                    raise InvalidArgumentError("stored chunk does not match its key")
+            chunks.append((ck, header, data, set()))
+        for layer in range(out.shape[0]):
+            parts = []
+            for ck, header, data, done in chunks:
+                if header is None:
+                    out[layer, :, ck.start:ck.end].copy_(data[layer])
+                    continue
+                f = layer // header.layers_per_frame
+                if f not in done:
+                    parts.append((data, header, ck.start, range(f, f + 1)))
+                    done.add(f)
+            if parts:
+                decode_parts_into(parts, out, self.codec)
+            on_layer(layer)
 
     # ------------------------------------------------------------------ restore vs recompute
     def _restore_s(self, tier: str, blob_bytes: int, ntokens: int) -> float:

@@ -6,7 +6,10 @@
 // Every third mutant edits header fields only and recomputes the header
 // checksum, so edited shapes, block sizes, channels and residuals get past it
 // and reach the block decoders (whose checksums then fail, after decoding).
+// Every other mutant decodes into runs of one row (channels elements) with a
+// 13-byte gap after each, filled with a canary that must survive any outcome.
 // Usage: frame_fuzz SEED ITERATIONS FRAME_FILE...
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -32,18 +35,38 @@ std::vector<uint8_t> read_file(const char* path) {
 // decoders ran), or decoded whole.
 enum Outcome { kHeaderRefused, kBlocksRefused, kDecoded };
 
-// Decodes into exactly the size the header declares (when it is sane).
-Outcome decode(const std::vector<uint8_t>& frame) {
+constexpr size_t kGap = 13;
+constexpr uint8_t kCanary = 0xA5;
+
+// Decodes into exactly the size the header declares (when it is sane), into
+// one buffer or (strided, when the size allows) into runs with canary gaps.
+Outcome decode(const std::vector<uint8_t>& frame, bool strided) {
     // A copy on the heap of exactly the frame's size: reads past it are caught.
     std::unique_ptr<uint8_t[]> data(new uint8_t[frame.size() ? frame.size() : 1]);
     std::copy(frame.begin(), frame.end(), data.get());
     kvcore::frame::FrameInfo info;
     const kvcore::Status st = kvcore::frame::read_info(data.get(), frame.size(), &info);
     if (!st.is_ok() || info.original_bytes > (64u << 20)) return kHeaderRefused;
-    std::unique_ptr<uint8_t[]> out(new uint8_t[info.original_bytes ? info.original_bytes : 1]);
-    return kvcore::frame::decompress(data.get(), frame.size(), out.get(), info.original_bytes, 1).is_ok()
-               ? kDecoded
-               : kBlocksRefused;
+    kvcore::frame::OutputRuns runs;
+    runs.bytes = info.original_bytes;
+    const size_t row = size_t(info.channels) * kvcore::frame::dtype_size(info.desc.dtype);
+    if (strided && row != 0 && runs.bytes % row == 0 && runs.bytes <= (4u << 20)) {
+        runs.run_bytes = row;
+        runs.stride = row + kGap;
+    }
+    const size_t span = runs.span();
+    std::unique_ptr<uint8_t[]> out(new uint8_t[span ? span : 1]);
+    std::fill(out.get(), out.get() + span, kCanary);
+    runs.base = out.get();
+    const kvcore::frame::FrameJob job{data.get(), frame.size(), runs};
+    const bool ok = kvcore::frame::decompress_many(&job, 1, 1).is_ok();
+    for (size_t r = 0; !runs.contiguous() && r + 1 < runs.runs(); ++r)
+        for (size_t k = 0; k < kGap; ++k)
+            if (out[r * runs.stride + runs.run_bytes + k] != kCanary) {
+                std::fprintf(stderr, "a write landed between output runs\n");
+                std::abort();
+            }
+    return ok ? kDecoded : kBlocksRefused;
 }
 
 // Bytes of a valid frame's header (docs/FORMAT.md), its checksum included.
@@ -79,7 +102,7 @@ int main(int argc, char** argv) {
     for (int i = 3; i < argc; ++i) seeds.push_back(read_file(argv[i]));
     std::vector<size_t> headers;
     for (const auto& s : seeds) {
-        if (decode(s) != kDecoded) {
+        if (decode(s, false) != kDecoded || decode(s, true) != kDecoded) {
             std::fprintf(stderr, "a seed frame does not decode\n");
             return 1;
         }
@@ -93,7 +116,7 @@ int main(int argc, char** argv) {
         std::vector<uint8_t> f = seeds[pick];
         if (it % 3 == 2) {
             edit_header(f, headers[pick], rng);
-            ++outcomes[decode(f)];
+            ++outcomes[decode(f, it % 2 == 0)];
             continue;
         }
         const int edits = 1 + int(rng() % 4);
@@ -108,7 +131,7 @@ int main(int argc, char** argv) {
                     for (size_t k = pos; k < std::min(f.size(), pos + 16); ++k) f[k] = uint8_t(rng());
             }
         }
-        ++outcomes[decode(f)];
+        ++outcomes[decode(f, it % 4 < 2)];
     }
     std::printf("ok: %ld mutants, %ld past the header, %ld decoded\n", iterations,
                 outcomes[kBlocksRefused] + outcomes[kDecoded], outcomes[kDecoded]);
