@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checksum/checksum.h"
@@ -129,6 +130,38 @@ unsigned thread_count(const py::object& threads) {
     const long n = threads.cast<long>();
     if (n < 1) throw NativeError{Code::kInvalidArgument, "threads must be >= 1"};
     return static_cast<unsigned>(n);
+}
+
+// A compression job for a tensor by address (the output is set by the caller).
+// The shape is checked against the size here, before any output is sized from it.
+kvcore::frame::CompressJob compress_job(uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape) {
+    namespace fr = kvcore::frame;
+    const MutableView in = address_view(addr, nbytes);
+    if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
+    if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
+    uint64_t elems = 1;
+    for (uint64_t d : shape) {
+        if (d != 0 && elems > UINT64_MAX / 16 / d) throw NativeError{Code::kInvalidArgument, "tensor too large"};
+        elems *= d;
+    }
+    fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
+    if (elems * fr::dtype_size(desc.dtype) != in.size)
+        throw NativeError{Code::kInvalidArgument, "buffer size does not match shape and dtype"};
+    return {in.data, in.size, std::move(desc), nullptr, 0};
+}
+
+kvcore::frame::EncodeOptions encode_options(uint8_t mode, uint8_t backend, bool deflate, uint32_t block_bytes,
+                                            const py::object& threads) {
+    namespace fr = kvcore::frame;
+    if (mode > 1 || backend > 2) throw NativeError{Code::kInvalidArgument, "unknown mode or backend"};
+    fr::EncodeOptions options;
+    options.mode = static_cast<fr::Mode>(mode);
+    options.backend = static_cast<fr::Backend>(backend);
+    options.deflate = deflate;
+    options.block_bytes = block_bytes;
+    options.threads = thread_count(threads);
+    check(fr::check_options(options));  // before any output is sized from them
+    return options;
 }
 
 // ---- data mover helpers ----
@@ -322,6 +355,34 @@ PyObject* trim_frame(PyObject* obj, size_t n, size_t cap) {
     }
     if (_PyBytes_Resize(&obj, static_cast<Py_ssize_t>(n)) != 0) return nullptr;
     return obj;
+}
+
+// Compresses the jobs (outputs unset) into fresh bytes objects of
+// max_frame_size each, trimmed to the frames' sizes.
+std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>& jobs,
+                                         const kvcore::frame::EncodeOptions& options) {
+    namespace fr = kvcore::frame;
+    std::vector<py::object> frames;
+    for (fr::CompressJob& job : jobs) {
+        job.cap = fr::max_frame_size(job.desc, options.block_bytes);
+        PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(job.cap));
+        if (raw == nullptr) throw py::error_already_set();
+        frames.push_back(py::reinterpret_steal<py::object>(raw));
+        job.dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(raw));
+    }
+    Status st;
+    {
+        py::gil_scoped_release release;
+        st = fr::compress_many(jobs.data(), jobs.size(), options);
+    }
+    check(st);
+    std::vector<py::bytes> out;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        PyObject* trimmed = trim_frame(frames[i].release().ptr(), jobs[i].written, jobs[i].cap);
+        if (trimmed == nullptr) throw py::error_already_set();
+        out.push_back(py::reinterpret_steal<py::bytes>(trimmed));
+    }
+    return out;
 }
 
 // The bytes object an asynchronous compression writes its frame into (no
@@ -764,44 +825,25 @@ PYBIND11_MODULE(_native, m) {
         "compress",
         [](uint64_t src_addr, uint64_t src_bytes, uint8_t dtype, std::vector<uint64_t> shape, uint8_t mode,
            uint8_t backend, bool deflate, uint32_t block_bytes, const py::object& threads) {
-            const MutableView in = address_view(src_addr, src_bytes);
-            if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
-            if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
-            if (mode > 1 || backend > 2) throw NativeError{Code::kInvalidArgument, "unknown mode or backend"};
-            fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
-            fr::EncodeOptions options;
-            options.mode = static_cast<fr::Mode>(mode);
-            options.backend = static_cast<fr::Backend>(backend);
-            options.deflate = deflate;
-            options.block_bytes = block_bytes;
-            options.threads = thread_count(threads);
-            // Validated before sizing the output, so a bad shape cannot ask for a huge buffer.
-            uint64_t elems = 1;
-            for (uint64_t d : desc.shape) {
-                if (d != 0 && elems > UINT64_MAX / 16 / d) throw NativeError{Code::kInvalidArgument, "tensor too large"};
-                elems *= d;
-            }
-            if (elems * fr::dtype_size(desc.dtype) != in.size)
-                throw NativeError{Code::kInvalidArgument, "buffer size does not match shape and dtype"};
-            const size_t cap = fr::max_frame_size(desc, block_bytes);
-            PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(cap));
-            if (raw == nullptr) throw py::error_already_set();
-            py::object frame = py::reinterpret_steal<py::object>(raw);
-            size_t written = 0;
-            Status st;
-            {
-                py::gil_scoped_release release;
-                st = fr::compress(in.data, in.size, desc, options,
-                                  reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(raw)), cap, &written);
-            }
-            check(st);
-            PyObject* trimmed = trim_frame(frame.release().ptr(), written, cap);
-            if (trimmed == nullptr) throw py::error_already_set();
-            return py::reinterpret_steal<py::bytes>(trimmed);
+            std::vector<fr::CompressJob> jobs{
+                compress_job(src_addr, src_bytes, dtype, std::move(shape))};
+            return compress_to_bytes(jobs, encode_options(mode, backend, deflate, block_bytes, threads))[0];
         },
         py::arg("src_addr"), py::arg("src_bytes"), py::arg("dtype"), py::arg("shape"), py::arg("mode") = 0,
         py::arg("backend") = 0,
         py::arg("deflate") = false, py::arg("block_bytes") = 0, py::arg("threads") = py::none());
+    m.def(
+        "compress_batch",
+        [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs, uint8_t mode,
+           uint8_t backend, bool deflate, uint32_t block_bytes, const py::object& threads) {
+            std::vector<fr::CompressJob> jobs;
+            for (const auto& [addr, nbytes, dtype, shape] : srcs) jobs.push_back(compress_job(addr, nbytes, dtype, shape));
+            return compress_to_bytes(jobs, encode_options(mode, backend, deflate, block_bytes, threads));
+        },
+        py::arg("srcs"), py::arg("mode") = 0, py::arg("backend") = 0, py::arg("deflate") = false,
+        py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
+        "Compresses every srcs[i] = (address, bytes, dtype code, shape) in one call, the blocks of all of them\n"
+        "spread over the threads; returns the frames.");
     m.def("set_stream_output_threshold", &fr::set_stream_output_threshold, py::arg("bytes"),
           "Outputs above this many bytes are decoded with streaming stores (0: the LLC size); returns the\n"
           "previous value. For tests.");
@@ -1378,32 +1420,34 @@ PYBIND11_MODULE(_native, m) {
             });
 
         m.def(
-            "compress_into",
-            [](uint64_t src_addr, uint64_t src_bytes, uint8_t dtype, std::vector<uint64_t> shape, const py::buffer& out,
-               uint8_t mode, const py::object& threads) {
-                py::buffer_info keep_out;
-                const MutableView in = address_view(src_addr, src_bytes);
-                const MutableView dst = write_view(out, keep_out);
-                if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
-                if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
-                if (mode > 1) throw NativeError{Code::kInvalidArgument, "unknown mode"};
-                fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
-                fr::EncodeOptions options;
-                options.mode = static_cast<fr::Mode>(mode);
-                options.threads = thread_count(threads);
-                size_t written = 0;
+            "compress_batch_into",
+            [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs,
+               const std::vector<py::buffer>& outs, uint8_t mode, const py::object& threads) {
+                if (srcs.size() != outs.size()) throw NativeError{Code::kInvalidArgument, "srcs and outs differ in length"};
+                std::vector<py::buffer_info> keep(outs.size());
+                std::vector<fr::CompressJob> jobs;
+                for (size_t i = 0; i < srcs.size(); ++i) {
+                    const auto& [addr, nbytes, dtype, shape] = srcs[i];
+                    jobs.push_back(compress_job(addr, nbytes, dtype, shape));
+                    const MutableView dst = write_view(outs[i], keep[i]);
+                    jobs.back().dst = dst.data;
+                    jobs.back().cap = dst.size;
+                }
+                const fr::EncodeOptions options = encode_options(mode, 0, false, 0, threads);
                 Status st;
                 {
                     py::gil_scoped_release release;
-                    // fr::compress checks the shape against the input size and the
+                    // compress_many checks every shape against its input size and every
                     // output capacity against max_frame_size before writing anything.
-                    st = fr::compress(in.data, in.size, desc, options, dst.data, dst.size, &written);
+                    st = fr::compress_many(jobs.data(), jobs.size(), options);
                 }
                 check(st);
+                std::vector<size_t> written;
+                for (const auto& j : jobs) written.push_back(j.written);
                 return written;
             },
-            py::arg("src_addr"), py::arg("src_bytes"), py::arg("dtype"), py::arg("shape"), py::arg("out"),
-            py::arg("mode") = 0, py::arg("threads") = py::none(),
-            "Compresses the src_bytes at src_addr into the start of out (at least max_frame_size bytes); returns the frame's size.");
+            py::arg("srcs"), py::arg("outs"), py::arg("mode") = 0, py::arg("threads") = py::none(),
+            "Compresses every srcs[i] = (address, bytes, dtype code, shape) into the start of outs[i] (at least\n"
+            "max_frame_size bytes), the blocks of all of them spread over the threads; returns the frames' sizes.");
     }
 }

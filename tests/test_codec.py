@@ -343,6 +343,25 @@ def test_decompress_many_round_trip_and_errors():
         kvcore.decompress_many(frames[:3] + [bytes(bad)], outs[:4])
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_compress_many_gives_the_frames_of_compress(mode):
+    kv = kvdata.stacked("minilm_l6_kv_bf16.safetensors")
+    xs = [kv[0], kv[1:3], kv[3, 0].half(), kv[4].float().to(torch.float8_e4m3fn), kv[5, 1, :1], kv[:0],
+          kv[2].transpose(1, 2)]  # every dtype path, a one-row, an empty and a non-contiguous tensor
+    for threads in (1, 2, None):
+        frames = kvcore.compress_many(xs, mode=mode, threads=threads, block_bytes=65536)
+        assert frames == [kvcore.compress(x, mode=mode, block_bytes=65536) for x in xs]
+    outs = [torch.empty(x.shape, dtype=x.dtype) for x in xs]
+    kvcore.decompress_many(frames, outs)
+    for o, x in zip(outs, xs):
+        assert_bit_exact(o, x.contiguous())
+    assert kvcore.compress_many([]) == []
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress_many(xs, mode="tiny")
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress_many([kv[0], torch.zeros(4, dtype=torch.int32)])
+
+
 def test_decompress_many_rejects_overlap():
     x = torch.arange(512, dtype=torch.float32).to(torch.bfloat16).reshape(64, 8)
     f = kvcore.compress(x)

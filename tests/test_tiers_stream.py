@@ -269,25 +269,31 @@ def test_checksum64_fresh_state_ignores_leftover_memory():
     assert wrong == 0
 
 
-def test_compress_into(kv):
-    t = kv[:2, :, :256].contiguous()
-    src = kvcore.codec.tensor_span(t)
-    code = kvcore.dtypes.code_of(t.dtype)
-    bound = kvcore.max_frame_size(t.dtype, tuple(t.shape))
-    out = bytearray(bound + 10)
-    n = _native.compress_into(*src, code, list(t.shape), memoryview(out)[10:], mode=1)
-    assert bytes(out[10:10 + n]) == kvcore.compress(t, mode="fast")
+def test_compress_batch_into(kv):
+    parts = [kv[:2, :, :256].contiguous(), kv[2:3, :, :100].contiguous()]
+    srcs = [(*kvcore.codec.tensor_span(t), kvcore.dtypes.code_of(t.dtype), list(t.shape)) for t in parts]
+    bounds = [kvcore.max_frame_size(t.dtype, tuple(t.shape)) for t in parts]
+    out = bytearray(sum(bounds) + 10)
+    slots = [memoryview(out)[10:10 + bounds[0]], memoryview(out)[10 + bounds[0]:]]
+    sizes = _native.compress_batch_into(srcs, slots, mode=1)
+    for t, slot, n in zip(parts, slots, sizes):
+        assert bytes(slot[:n]) == kvcore.compress(t, mode="fast")
+    src, code, shape = srcs[0][:2], srcs[0][2], srcs[0][3]
     with pytest.raises(BufferTooSmallError):
-        _native.compress_into(*src, code, list(t.shape), bytearray(bound - 1), mode=1)
+        _native.compress_batch_into([srcs[0]], [bytearray(bounds[0] - 1)], mode=1)
     with pytest.raises(InvalidArgumentError):
-        _native.compress_into(*src, code, [3, 5], bytearray(bound), mode=1)  # shape does not match
+        _native.compress_batch_into([(*src, code, [3, 5])], [bytearray(bounds[0])])  # shape does not match
     with pytest.raises(InvalidArgumentError):
-        _native.compress_into(*src, code, list(t.shape), bytes(bound), mode=1)  # read-only output
+        _native.compress_batch_into([srcs[0]], [bytes(bounds[0])])  # read-only output
     with pytest.raises(InvalidArgumentError):
-        _native.compress_into(*src, 99, list(t.shape), bytearray(bound), mode=1)
+        _native.compress_batch_into([(*src, 99, shape)], [bytearray(bounds[0])])
     with pytest.raises(InvalidArgumentError):
-        _native.compress_into(0, 16, code, [8], bytearray(bound), mode=1)  # no data at a null address
-    assert RawCodec().encode_into(t, memoryview(bytearray(t.numel() * 2))) == t.numel() * 2
+        _native.compress_batch_into([(0, 16, code, [8])], [bytearray(bounds[0])])  # no data at a null address
+    with pytest.raises(InvalidArgumentError):
+        _native.compress_batch_into(srcs, [slots[0], slots[0]])  # two frames into one buffer
+    with pytest.raises(InvalidArgumentError):
+        _native.compress_batch_into(srcs, slots[:1])
+    assert RawCodec().encode_into(parts[0], memoryview(bytearray(parts[0].nbytes))) == parts[0].nbytes
 
 
 def test_stream_read_survives_executor_shutdown(tmp_path, kv, keys, small_pieces):

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -294,24 +295,39 @@ size_t max_frame_size(const TensorDesc& desc, uint32_t block_bytes) {
 
 size_t max_frame_size(const TensorDesc& desc) { return max_frame_size(desc, 0); }
 
-Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const EncodeOptions& o, uint8_t* dst,
-                size_t cap, size_t* written) {
-    KVCORE_RETURN_IF_ERROR(validate_desc(desc, nbytes));
-    if (o.block_bytes != 0 && (o.block_bytes > kMaxBlockBytes || o.block_bytes < 64))
-        return invalid("block_bytes must be within [64, " + std::to_string(kMaxBlockBytes) + "]");
-    if (cap < max_frame_size(desc, o.block_bytes)) return make_status(Code::kBufferTooSmall, "frame buffer too small");
-    const unsigned esize = dtype_size(desc.dtype);
-    const uint64_t n = nbytes / esize;
+namespace {
 
+// One frame being encoded: its header and layout, and the in-order commit of
+// its blocks (each block task codes one block of one frame).
+struct FrameEncoder {
+    FrameEncoder(const CompressJob& job, Header header, Layout chosen)
+        : src(job.src), dst(job.dst), cap(job.cap), h(std::move(header)), layout(std::move(chosen)),
+          commit(header_size(h)) {}
+    const uint8_t* src;
+    uint8_t* dst;
+    size_t cap;
     Header h;
-    h.dtype = desc.dtype;
-    h.shape = desc.shape;
-    h.n_elems = n;
-    h.channels = channel_count(desc.shape);
+    Layout layout;
+    OrderedCommit commit;
+    FirstError error;
+};
+
+Status check_job(const CompressJob& job, const EncodeOptions& o) {
+    KVCORE_RETURN_IF_ERROR(validate_desc(job.desc, job.nbytes));
+    if (job.cap < max_frame_size(job.desc, o.block_bytes))
+        return make_status(Code::kBufferTooSmall, "frame buffer too small");
+    return Status::ok();
+}
+
+Header plan_header(const CompressJob& job, const EncodeOptions& o, const Layout& layout) {
+    Header h;
+    h.dtype = job.desc.dtype;
+    h.shape = job.desc.shape;
+    h.n_elems = job.nbytes / dtype_size(job.desc.dtype);
+    h.channels = channel_count(job.desc.shape);
     // Blocks hold whole rows, so channel i of every block is channel i of the tensor.
-    h.block_elems = block_elems_for(o.block_bytes, o.mode, esize, h.channels);
-    h.n_blocks = static_cast<uint32_t>((n + h.block_elems - 1) / h.block_elems);
-    const Layout layout = choose_layout(src, n, desc.dtype, h.channels);
+    h.block_elems = block_elems_for(o.block_bytes, o.mode, dtype_size(h.dtype), h.channels);
+    h.n_blocks = static_cast<uint32_t>((h.n_elems + h.block_elems - 1) / h.block_elems);
     h.flags = (layout.rotate ? kFlagRotate : 0) | (o.mode == Mode::kFast ? kFlagFastMode : 0);
     if (!layout.residual.empty()) {
         h.flags |= kFlagResidual;
@@ -319,42 +335,93 @@ Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const
     }
     h.block_sizes.assign(h.n_blocks, 0);
     bind_header(&h);
-    const size_t hsize = header_size(h);
+    return h;
+}
 
-    advise_huge_pages(dst, cap);
-    FirstError error;
-    OrderedCommit commit(hsize);
-    const size_t planes_bytes = size_t(esize) * h.block_elems;
+// Codes block b of f and commits it in order (block b - 1 of the same frame
+// first; tasks are taken in (frame, block) order, so the earliest unfinished
+// one never waits).
+void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o) {
+    const Header& h = f.h;
+    const unsigned esize = dtype_size(h.dtype);
+    const uint64_t first = uint64_t(b) * h.block_elems;
+    const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
+    if (f.error.failed()) {
+        f.commit.wait_turn(b);
+        f.commit.done(0);
+        return;
+    }
     const size_t encoded_bytes = block_bound(h.block_elems, esize);
-    default_pool().parallel_for(h.n_blocks, o.threads, [&](size_t b) {
-        const uint64_t first = uint64_t(b) * h.block_elems;
-        const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, n - first));
-        size_t size = 0;
-        Status st;
-        if (!error.failed()) {
-            Scratch& s = thread_scratch(planes_bytes, encoded_bytes);
-            // In turn (always when single-threaded): code straight into the frame.
-            // The rest of the frame's capacity covers every remaining block's bound
-            // (max_frame_size), so this block's raw fallback always fits.
-            const uint64_t here = commit.offset_if_turn(b);
-            if (here != UINT64_MAX) {
-                st = encode_block(src, first, count, h, layout, o, s, dst + here,
-                                  std::min<size_t>(encoded_bytes, cap - here), &size);
-            } else {
-                st = encode_block(src, first, count, h, layout, o, s, s.encoded.data(), s.encoded.size(), &size);
-                const uint64_t at = commit.wait_turn(b);
-                if (st.is_ok()) std::memcpy(dst + at, s.encoded.data(), size);
-            }
-            if (st.is_ok()) h.block_sizes[b] = static_cast<uint32_t>(size);
-        } else {
-            commit.wait_turn(b);
-        }
-        commit.done(st.is_ok() ? size : 0);
-        if (!st.is_ok()) error.set(std::move(st));
+    Scratch& s = thread_scratch(size_t(esize) * h.block_elems, encoded_bytes);
+    size_t size = 0;
+    Status st;
+    // In turn (always when single-threaded): code straight into the frame. The
+    // rest of the frame's capacity covers every remaining block's bound
+    // (max_frame_size), so this block's raw fallback always fits.
+    const uint64_t here = f.commit.offset_if_turn(b);
+    if (here != UINT64_MAX) {
+        st = encode_block(f.src, first, count, h, f.layout, o, s, f.dst + here,
+                          std::min<size_t>(encoded_bytes, f.cap - here), &size);
+    } else {
+        st = encode_block(f.src, first, count, h, f.layout, o, s, s.encoded.data(), s.encoded.size(), &size);
+        const uint64_t at = f.commit.wait_turn(b);
+        if (st.is_ok()) std::memcpy(f.dst + at, s.encoded.data(), size);
+    }
+    if (st.is_ok()) f.h.block_sizes[b] = static_cast<uint32_t>(size);
+    f.commit.done(st.is_ok() ? size : 0);
+    if (!st.is_ok()) f.error.set(std::move(st));
+}
+
+}  // namespace
+
+Status check_options(const EncodeOptions& o) {
+    if (o.block_bytes != 0 && (o.block_bytes > kMaxBlockBytes || o.block_bytes < 64))
+        return invalid("block_bytes must be within [64, " + std::to_string(kMaxBlockBytes) + "]");
+    return Status::ok();
+}
+
+Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
+    KVCORE_RETURN_IF_ERROR(check_options(o));
+    std::vector<OutputRuns> outs(n);
+    std::vector<uintptr_t> inputs(2 * n);
+    for (size_t i = 0; i < n; ++i) {
+        KVCORE_RETURN_IF_ERROR(check_job(jobs[i], o));
+        outs[i] = OutputRuns{jobs[i].dst, jobs[i].cap};
+        inputs[2 * i] = reinterpret_cast<uintptr_t>(jobs[i].src);
+        inputs[2 * i + 1] = inputs[2 * i] + jobs[i].nbytes;
+    }
+    // Blocks are written concurrently, and an input must not change while it is read.
+    KVCORE_RETURN_IF_ERROR(check_disjoint(outs.data(), n, inputs.data(), n));
+    // Layouts are chosen for all frames at once (each reads a sample of its tensor).
+    std::vector<Layout> layouts(n);
+    default_pool().parallel_for(n, o.threads, [&](size_t i) {
+        const CompressJob& j = jobs[i];
+        layouts[i] = choose_layout(j.src, j.nbytes / dtype_size(j.desc.dtype), j.desc.dtype, channel_count(j.desc.shape));
     });
-    KVCORE_RETURN_IF_ERROR(error.take());
-    write_header(h, dst);
-    *written = commit.offset();
+    std::vector<std::unique_ptr<FrameEncoder>> frames;
+    std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block), frame-major
+    for (size_t i = 0; i < n; ++i) {
+        Header h = plan_header(jobs[i], o, layouts[i]);
+        frames.push_back(std::make_unique<FrameEncoder>(jobs[i], std::move(h), std::move(layouts[i])));
+        for (uint32_t b = 0; b < frames[i]->h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
+        advise_huge_pages(jobs[i].dst, jobs[i].cap);
+    }
+    // Every block of every frame is one task, so small frames still keep all threads busy.
+    default_pool().parallel_for(tasks.size(), o.threads,
+                                [&](size_t t) { encode_task(*frames[tasks[t].first], tasks[t].second, o); });
+    for (size_t i = 0; i < n; ++i) {
+        KVCORE_RETURN_IF_ERROR(frames[i]->error.take());
+        write_header(frames[i]->h, jobs[i].dst);
+        jobs[i].written = frames[i]->commit.offset();
+    }
+    return Status::ok();
+}
+
+Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const EncodeOptions& o, uint8_t* dst,
+                size_t cap, size_t* written) {
+    CompressJob job{src, nbytes, desc, dst, cap};
+    KVCORE_RETURN_IF_ERROR(compress_many(&job, 1, o));
+    *written = job.written;
     return Status::ok();
 }
 

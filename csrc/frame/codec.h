@@ -77,6 +77,26 @@ size_t max_frame_size(const TensorDesc& desc);
 Status compress(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const EncodeOptions& options,
                 uint8_t* dst, size_t cap, size_t* written);
 
+// kInvalidArgument for options no frame can be written with (block_bytes out
+// of range), so a caller can check them before sizing outputs.
+Status check_options(const EncodeOptions& options);
+
+// One tensor to compress (nbytes at src, described by desc) and where its frame
+// goes (cap bytes at dst, at least max_frame_size(desc, options.block_bytes)).
+struct CompressJob {
+    const uint8_t* src;
+    size_t nbytes;
+    TensorDesc desc;
+    uint8_t* dst;
+    size_t cap;
+    size_t written = 0;  // the frame's size, on success
+};
+
+// Compresses every job as compress does, the blocks of all frames spread over
+// the threads (the layers of a KV chunk, frame by frame, keep every thread
+// busy). Outputs must not overlap one another or any input (kInvalidArgument).
+Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& options);
+
 // Reads and validates the header only: what decompress will produce.
 Status read_desc(const uint8_t* frame, size_t size, TensorDesc* desc);
 

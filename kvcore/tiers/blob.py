@@ -27,7 +27,6 @@ True
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import itertools
 import struct
 import threading
@@ -203,18 +202,17 @@ def layers_per_frame(kv: torch.Tensor, frame_bytes: int = FRAME_BYTES) -> int:
 
 
 def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
-                 alloc: Optional[Callable[[int], memoryview]] = None, frame_bytes: int = FRAME_BYTES,
-                 executor: Optional[cf.Executor] = None):
+                 alloc: Optional[Callable[[int], memoryview]] = None, frame_bytes: int = FRAME_BYTES):
     """Encodes ``kv`` ([layers, 2, n, heads, dim]) into a blob.
 
     Returns bytes, or, when ``alloc(nbytes) -> writable memoryview`` is given, writes the
-    blob into the memory it returns and returns that memoryview. executor: with alloc,
-    frames are encoded on it several at once (each call spreads only its own frame's
-    blocks over the threads: a dense 4 MB frame has 4).
+    blob into the memory it returns and returns that memoryview. With alloc and a codec
+    that has encode_many (kvcore's), all frames are coded in one call, their blocks
+    spread over the threads together.
     """
     check_kv(kv)
     if alloc is not None and hasattr(codec, "encode_into"):
-        return _encode_staged(kv, codec, alloc, key, index, frame_bytes, executor)
+        return _encode_staged(kv, codec, alloc, key, index, frame_bytes)
     g, parts = _frame_slices(kv, frame_bytes)
     frames = [codec.encode(p) for p in parts]
     total = _table_end(len(frames)) + sum(len(f) for f in frames) + _TRAILER.size
@@ -224,26 +222,20 @@ def encode_chunk(kv: torch.Tensor, codec: Codec, *, key: bytes, index: int,
 
 
 def _encode_staged(kv: torch.Tensor, codec: Codec, alloc: Callable[[int], memoryview], key: bytes, index: int,
-                   frame_bytes: int, executor: Optional[cf.Executor]) -> memoryview:
+                   frame_bytes: int) -> memoryview:
     """Frames coded into their own bound-sized slots of a reusable per-thread buffer (no
     fresh pages to fault in, no per-frame objects), then the blob is assembled once in
     alloc's memory."""
     g, parts = _frame_slices(kv, frame_bytes)
     bounds = [codec.max_encoded_size(p) for p in parts]
     stage = memoryview(_staging_tensor((sum(bounds),), torch.uint8).numpy())
-    slots = list(itertools.accumulate([0, *bounds[:-1]]))
-
-    def encode(i: int) -> int:
-        return codec.encode_into(parts[i], stage[slots[i]:slots[i] + bounds[i]])
-
-    if executor is None:
-        sizes = [encode(i) for i in range(len(parts))]
+    slots = [stage[o:o + n] for o, n in zip(itertools.accumulate([0, *bounds[:-1]]), bounds)]
+    if hasattr(codec, "encode_many"):
+        sizes = codec.encode_many(parts, slots)
     else:
-        futures = [executor.submit(encode, i) for i in range(len(parts))]
-        cf.wait(futures)  # every frame done with the buffer before any error is raised
-        sizes = [f.result() for f in futures]
+        sizes = [codec.encode_into(p, slot) for p, slot in zip(parts, slots)]
     out = alloc(_table_end(len(parts)) + sum(sizes) + _TRAILER.size)
-    _seal(out, codec, kv, g, index, key, _place(out, [stage[o:o + n] for o, n in zip(slots, sizes)]))
+    _seal(out, codec, kv, g, index, key, _place(out, [slot[:n] for slot, n in zip(slots, sizes)]))
     return out
 
 

@@ -34,7 +34,8 @@ class Codec(Protocol):
     def decode_into(self, frame, out: torch.Tensor) -> None: ...
 
     # Optional (streamed writes): encode_into(t, out) -> bytes written into the
-    # writable memoryview out, which holds at least max_encoded_size(t) bytes.
+    # writable memoryview out, which holds at least max_encoded_size(t) bytes;
+    # encode_many(ts, outs) -> encode_into for each pair, in one call.
     # Optional (batched reads): decode_many(frames, outs) -> decode_into for each
     # pair, outs contiguous (or runs at one stride when decodes_into_runs).
     # Optional: decodes_into_runs = True when decode_into / decode_many write
@@ -101,13 +102,18 @@ class KvcoreCodec:
 
     def encode_into(self, t: torch.Tensor, out: memoryview) -> int:
         """Compresses t into the start of out (no allocation); returns the frame size."""
+        return self.encode_many([t], [out])[0]
+
+    def encode_many(self, ts: list[torch.Tensor], outs: list[memoryview]) -> list[int]:
+        """encode_into for every pair in one native call (the blocks of all the tensors
+        spread over the threads); returns the frame sizes."""
         from .. import _native
         from ..codec import tensor_span
         from ..dtypes import code_of
 
-        t = t.contiguous()
-        return _native.compress_into(*tensor_span(t), code_of(t.dtype), list(t.shape), out,
-                                     mode=1 if self.mode == "fast" else 0, threads=self.threads)
+        ts = [t.contiguous() for t in ts]  # held for the whole native call
+        srcs = [(*tensor_span(t), code_of(t.dtype), list(t.shape)) for t in ts]
+        return _native.compress_batch_into(srcs, outs, mode=1 if self.mode == "fast" else 0, threads=self.threads)
 
     def decode_into(self, frame, out: torch.Tensor) -> None:
         if output_runs(out) is not None:

@@ -137,9 +137,6 @@ class _Meta:
 # Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
 # _prune_meta looks for ones to drop.
 META_SLACK = 1024
-# Frames of one chunk encoded at once on store: one codec call spreads only its own
-# frame's blocks over the threads (a dense 4 MB frame has 4).
-FRAMES_ENCODED_AT_ONCE = 4
 
 # Default bandwidth guesses (bytes/s) until measured.
 _DEFAULT_BW = {"ddr": 8e9, "ssd": 1.5e9, "remote": 0.5e9, "decode": 1.5e9, "pending": 5e9}
@@ -194,7 +191,6 @@ class TierManager:
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
         self._stream_io = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvcore-stream")
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
-        self._encoders = cf.ThreadPoolExecutor(max_workers=FRAMES_ENCODED_AT_ONCE, thread_name_prefix="kvcore-encode")
         self.remote: Optional[RemoteTier] = None
         if config.remote_url is not None or config.remote is not None:
             rc = config.remote or RemoteConfig()
@@ -393,7 +389,7 @@ class TierManager:
         try:
             view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
                                 alloc=lambda n: self._alloc_blob(n, holder),
-                                frame_bytes=self.config.frame_bytes, executor=self._encoders)
+                                frame_bytes=self.config.frame_bytes)
         except BaseException:
             if "block" in holder:
                 holder["block"].free()
@@ -1206,7 +1202,6 @@ class TierManager:
         self._writer.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
         self._stream_io.shutdown(wait=False, cancel_futures=True)
-        self._encoders.shutdown(wait=False, cancel_futures=True)
         if self.ssd is not None:
             self.ssd.close()
         if self.remote is not None:
