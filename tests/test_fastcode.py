@@ -442,23 +442,12 @@ def test_property_any_bytes_decode_cleanly(stream, n, scalar):
 @pytest.mark.slow
 def test_native_sanitizer_run(tmp_path):
     """Builds tests/native/fastcode_sanitize.cpp with ASan+UBSan and runs it."""
-    import shutil
     import subprocess
-    from pathlib import Path
 
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler")
-    root = Path(__file__).resolve().parent.parent
-    exe = tmp_path / "fastcode_sanitize"
-    build = subprocess.run(
-        [cxx, "-std=c++17", "-O0", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-         f"-I{root / 'csrc'}", str(root / "tests/native/fastcode_sanitize.cpp"),
-         str(root / "csrc/entropy/fastcode.cpp"), str(root / "csrc/cpu/cpu_features.cpp"), "-o", str(exe)],
-        capture_output=True, text=True)
-    if build.returncode != 0 and "sanitize" in build.stderr:
-        pytest.skip("compiler lacks sanitizer support: " + build.stderr[-300:])
-    assert build.returncode == 0, build.stderr[-2000:]
+    from native_build import ROOT, build_harness
+
+    sources = [str(ROOT / "csrc/entropy/fastcode.cpp"), str(ROOT / "csrc/cpu/cpu_features.cpp")]
+    exe = build_harness(tmp_path, "fastcode_sanitize", sources, opt="-O0")
     run = subprocess.run([str(exe), "1500"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "corrupt" in run.stdout

@@ -5,7 +5,6 @@ The Python corruption tests cannot see a read one byte past a buffer; this one c
 Skipped when no C++ compiler with sanitizers is available.
 """
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,9 +13,7 @@ import torch
 
 import kvcore
 import kvdata
-
-ROOT = Path(__file__).resolve().parent.parent
-CORE = ["frame", "entropy", "shuffle", "lz", "checksum", "parallel", "cpu", "deflate", "qat", "copy"]
+from native_build import build_harness, codec_sources
 
 pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
 
@@ -51,20 +48,7 @@ def seed_frames(tmp_path: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_frame_decoder_under_sanitizers(tmp_path):
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no C++ compiler")
-    sources = [str(p) for d in CORE for p in sorted((ROOT / "csrc" / d).glob("*.cpp"))]
-    exe = tmp_path / "frame_fuzz"
-    cmd = [
-        cxx, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-        f"-I{ROOT / 'csrc'}", str(ROOT / "tests/native/frame_fuzz.cpp"), *sources,
-        "-lzstd", "-lxxhash", "-lisal", "-ldl", "-lpthread", "-o", str(exe),
-    ]  # fmt: skip
-    build = subprocess.run(cmd, capture_output=True, text=True)
-    if build.returncode != 0 and "sanitize" in build.stderr:
-        pytest.skip("compiler lacks sanitizer support")
-    assert build.returncode == 0, build.stderr[-3000:]
+    exe = build_harness(tmp_path, "frame_fuzz", codec_sources())
     run = subprocess.run([str(exe), "2026", "3000", *seed_frames(tmp_path)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert run.stdout.startswith("ok:")
