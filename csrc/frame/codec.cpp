@@ -186,10 +186,17 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
     // A plane that measured incompressible is split straight into its place in
     // the block (plane 0 sits at a known offset), saving a copy of it.
     const bool direct = layout.plane_entropy[0] >= kIncompressibleBits;
-    uint8_t* planes[4];
-    for (unsigned p = 0; p < esize; ++p) planes[p] = s.plane(p, h.block_elems);
-    if (direct) planes[0] = out + kBlockPrefixBytes + kPlanePrefixBytes;
-    shuffle::split(src + first * esize, n, esize, transform_of(h, first), planes);
+    const shuffle::PlaneTransform t = transform_of(h, first);
+    const uint8_t* planes[4];
+    if (esize == 1 && !direct && !t.rotate && t.residual == nullptr) {
+        planes[0] = src + first;  // one plane, untransformed: the input itself, not a copy
+    } else {
+        uint8_t* split_to[4];
+        for (unsigned p = 0; p < esize; ++p) split_to[p] = s.plane(p, h.block_elems);
+        if (direct) split_to[0] = out + kBlockPrefixBytes + kPlanePrefixBytes;
+        shuffle::split(src + first * esize, n, esize, t, split_to);
+        std::copy(split_to, split_to + esize, planes);
+    }
 
     put_u64(out, checksum64(src + first * esize, n * esize, block_seed(h, first / h.block_elems)));
     size_t pos = kBlockPrefixBytes;
