@@ -39,7 +39,8 @@ class Codec(Protocol):
     # Optional (batched reads): decode_many(frames, outs) -> decode_into for each
     # pair, outs contiguous (or runs at one stride when decodes_into_runs).
     # Optional: decodes_into_runs = True when decode_into / decode_many write
-    # straight into views of equal contiguous runs at one stride (kvcore.runs).
+    # straight into views of equal contiguous runs at one stride (kvcore.runs),
+    # or any CPU view (raw), so the blob decoder needs no staging copy for them.
 
 
 def _bytes_view(t: torch.Tensor) -> torch.Tensor:
@@ -51,6 +52,7 @@ class RawCodec:
 
     code = 0
     name = "raw"
+    decodes_into_runs = True  # decode_into copies into any CPU view
 
     def encode(self, t: torch.Tensor) -> bytes:
         return _bytes_view(t.contiguous()).numpy().tobytes()
