@@ -196,6 +196,21 @@ def test_chunks_decode_straight_into_out_and_layers_in_one_call(kv, monkeypatch,
         assert calls == [4] * kv.shape[0]  # each layer: its frame of each of the 4 chunks, at once
 
 
+@pytest.mark.parametrize("codec", ["auto", "raw"])
+def test_retrieve_into_an_out_of_any_layout(kv, codec):
+    """An out whose chunk slices are not runs at one stride (here its heads and tokens are
+    swapped in memory) is filled through the staging buffer, whole and layer by layer."""
+    toks = tokens_for(1024, 9)
+    layers, _, tokens, heads, dim = kv.shape
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, codec=codec) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        out = torch.zeros(layers, 2, heads, tokens, dim, dtype=kv.dtype).transpose(2, 3)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+        out.zero_()
+        assert tm.retrieve(toks, out, on_layer=lambda l: None) == 1024 and same(out, kv)
+
+
 def test_pending_chunks_are_retrievable(kv):
     toks = tokens_for(1024, 6)
     with TierManager(ddr_bytes=64 << 20, namespace=NS, queue_chunks=1) as tm:
