@@ -1422,7 +1422,8 @@ PYBIND11_MODULE(_native, m) {
         m.def(
             "compress_batch_into",
             [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs,
-               const std::vector<py::buffer>& outs, uint8_t mode, const py::object& threads) {
+               const std::vector<py::buffer>& outs, uint8_t mode, uint8_t backend, bool deflate, uint32_t block_bytes,
+               const py::object& threads) {
                 if (srcs.size() != outs.size()) throw NativeError{Code::kInvalidArgument, "srcs and outs differ in length"};
                 std::vector<py::buffer_info> keep(outs.size());
                 std::vector<fr::CompressJob> jobs;
@@ -1433,7 +1434,7 @@ PYBIND11_MODULE(_native, m) {
                     jobs.back().dst = dst.data;
                     jobs.back().cap = dst.size;
                 }
-                const fr::EncodeOptions options = encode_options(mode, 0, false, 0, threads);
+                const fr::EncodeOptions options = encode_options(mode, backend, deflate, block_bytes, threads);
                 Status st;
                 {
                     py::gil_scoped_release release;
@@ -1446,7 +1447,8 @@ PYBIND11_MODULE(_native, m) {
                 for (const auto& j : jobs) written.push_back(j.written);
                 return written;
             },
-            py::arg("srcs"), py::arg("outs"), py::arg("mode") = 0, py::arg("threads") = py::none(),
+            py::arg("srcs"), py::arg("outs"), py::arg("mode") = 0, py::arg("backend") = 0, py::arg("deflate") = false,
+            py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
             "Compresses every srcs[i] = (address, bytes, dtype code, shape) into the start of outs[i] (at least\n"
             "max_frame_size bytes), the blocks of all of them spread over the threads; returns the frames' sizes.");
     }

@@ -63,7 +63,8 @@ def compress(
     threads: Optional[int] = None,
     block_bytes: Optional[int] = None,
     backend: Optional[str] = None,
-) -> bytes:
+    out: Optional[Any] = None,
+) -> Union[bytes, memoryview]:
     """Compress a tensor losslessly into a self-describing frame.
 
     x: a torch tensor (any device; non-CPU tensors are copied to the host first)
@@ -77,6 +78,10 @@ def compress(
     "qat" or "auto" code them as raw DEFLATE instead (plane method 4, readable by
     any inflater; docs/QAT.md): with ISA-L, with QAT hardware (UnsupportedError
     without it), or with QAT where present and the piece is large enough.
+    out: a writable C-contiguous buffer (bytearray, numpy array, CPU tensor...) of at
+    least max_frame_size(x.dtype, x.shape) bytes: the frame is written at its start and
+    a memoryview of it is returned (repeated compressions into one buffer skip the
+    allocation, its page faults and a copy of the frame).
 
     >>> import torch, kvcore
     >>> x = torch.zeros(64, 8, dtype=torch.float16)  # 1 KiB of one value
@@ -85,10 +90,29 @@ def compress(
     True
     >>> torch.equal(kvcore.decompress(frame), x)
     True
+    >>> buf = bytearray(kvcore.max_frame_size(x.dtype, x.shape))
+    >>> kvcore.compress(x, mode="fast", out=buf) == frame
+    True
     """
     t = _source(x)
-    return _native.compress(*tensor_span(t), code_of(t.dtype), list(t.shape),
-                            **_encode_options(mode, threads, block_bytes, backend))
+    options = _encode_options(mode, threads, block_bytes, backend)
+    if out is None:
+        return _native.compress(*tensor_span(t), code_of(t.dtype), list(t.shape), **options)
+    view = _writable_bytes(out)
+    (n,) = _native.compress_batch_into([(*tensor_span(t), code_of(t.dtype), list(t.shape))], [view], **options)
+    return view[:n]
+
+
+def _writable_bytes(out: Any) -> memoryview:
+    """out's bytes as a memoryview: a buffer object, or a contiguous CPU torch tensor."""
+    if isinstance(out, torch.Tensor):
+        if not out.is_cpu or not out.is_contiguous():
+            raise InvalidArgumentError("out must be a contiguous CPU tensor")
+        out = out.reshape(-1).view(torch.uint8).numpy()
+    try:
+        return memoryview(out).cast("B")
+    except TypeError as e:
+        raise InvalidArgumentError(f"out must be a writable C-contiguous buffer: {e}") from None
 
 
 def compress_many(

@@ -344,6 +344,25 @@ def test_decompress_many_round_trip_and_errors():
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_compress_into_a_reused_buffer(mode):
+    kv = kvdata.stacked("stories260k_text_kv_fp16.safetensors")[:2]
+    buf = torch.full((kvcore.max_frame_size(kv.dtype, tuple(kv.shape)) + 7,), 0xEE, dtype=torch.uint8)
+    for x in (kv, kv[1:], kv.float().to(torch.float8_e5m2)):  # smaller frames into the same buffer
+        frame = kvcore.compress(x, mode=mode, out=buf)
+        assert isinstance(frame, memoryview) and bytes(frame) == kvcore.compress(x, mode=mode)
+        assert_bit_exact(kvcore.decompress(frame), x)
+    raw = np.zeros(buf.numel(), dtype=np.uint8)
+    assert bytes(kvcore.compress(kv, out=raw, backend="software")) == kvcore.compress(kv, backend="software")
+    with pytest.raises(kvcore.BufferTooSmallError):
+        kvcore.compress(kv, out=bytearray(100))
+    for bad in (bytes(buf.numel()), 7, np.zeros((64, 4096), dtype=np.uint8)[:, ::2], buf[::2]):
+        with pytest.raises(kvcore.InvalidArgumentError):
+            kvcore.compress(kv, out=bad)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress(kv, out=buf, block_bytes=8)  # options are checked before anything is written
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_compress_many_gives_the_frames_of_compress(mode):
     kv = kvdata.stacked("minilm_l6_kv_bf16.safetensors")
     xs = [kv[0], kv[1:3], kv[3, 0].half(), kv[4].float().to(torch.float8_e4m3fn), kv[5, 1, :1], kv[:0],
