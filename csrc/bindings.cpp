@@ -822,17 +822,6 @@ PYBIND11_MODULE(_native, m) {
         },
         py::arg("dtype"), py::arg("shape"), py::arg("block_bytes") = 0);
     m.def(
-        "compress",
-        [](uint64_t src_addr, uint64_t src_bytes, uint8_t dtype, std::vector<uint64_t> shape, uint8_t mode,
-           uint8_t backend, bool deflate, uint32_t block_bytes, const py::object& threads) {
-            std::vector<fr::CompressJob> jobs{
-                compress_job(src_addr, src_bytes, dtype, std::move(shape))};
-            return compress_to_bytes(jobs, encode_options(mode, backend, deflate, block_bytes, threads))[0];
-        },
-        py::arg("src_addr"), py::arg("src_bytes"), py::arg("dtype"), py::arg("shape"), py::arg("mode") = 0,
-        py::arg("backend") = 0,
-        py::arg("deflate") = false, py::arg("block_bytes") = 0, py::arg("threads") = py::none());
-    m.def(
         "compress_batch",
         [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs, uint8_t mode,
            uint8_t backend, bool deflate, uint32_t block_bytes, const py::object& threads) {

@@ -50,6 +50,12 @@ def tensor_span(t: torch.Tensor) -> tuple[int, int]:
     return t.data_ptr(), t.nbytes
 
 
+def tensor_source(t: torch.Tensor) -> tuple[int, int, int, list[int]]:
+    """(address, bytes, dtype code, shape) of a contiguous CPU tensor, as the native
+    compress calls take each input (the caller keeps t alive across the call)."""
+    return (*tensor_span(t), code_of(t.dtype), list(t.shape))
+
+
 def _threads(threads: Optional[int]) -> Optional[int]:
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidArgumentError(f"threads must be a positive int or None, got {threads!r}")
@@ -97,9 +103,9 @@ def compress(
     t = _source(x)
     options = _encode_options(mode, threads, block_bytes, backend)
     if out is None:
-        return _native.compress(*tensor_span(t), code_of(t.dtype), list(t.shape), **options)
+        return _native.compress_batch([tensor_source(t)], **options)[0]
     view = _writable_bytes(out)
-    (n,) = _native.compress_batch_into([(*tensor_span(t), code_of(t.dtype), list(t.shape))], [view], **options)
+    (n,) = _native.compress_batch_into([tensor_source(t)], [view], **options)
     return view[:n]
 
 
@@ -137,7 +143,7 @@ def compress_many(
     """
     options = _encode_options(mode, threads, block_bytes, backend)
     ts = [_source(x) for x in xs]  # held for the whole native call
-    return _native.compress_batch([(*tensor_span(t), code_of(t.dtype), list(t.shape)) for t in ts], **options)
+    return _native.compress_batch([tensor_source(t) for t in ts], **options)
 
 
 def _source(x: TensorLike) -> torch.Tensor:

@@ -389,16 +389,13 @@ Status check_options(const EncodeOptions& o) {
 
 Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
     KVCORE_RETURN_IF_ERROR(check_options(o));
-    std::vector<OutputRuns> outs(n);
-    std::vector<uintptr_t> inputs(2 * n);
+    BatchBuffers buffers;
     for (size_t i = 0; i < n; ++i) {
         KVCORE_RETURN_IF_ERROR(check_job(jobs[i], o));
-        outs[i] = OutputRuns{jobs[i].dst, jobs[i].cap};
-        inputs[2 * i] = reinterpret_cast<uintptr_t>(jobs[i].src);
-        inputs[2 * i + 1] = inputs[2 * i] + jobs[i].nbytes;
+        buffers.add(OutputRuns{jobs[i].dst, jobs[i].cap}, jobs[i].src, jobs[i].nbytes);
     }
     // Blocks are written concurrently, and an input must not change while it is read.
-    KVCORE_RETURN_IF_ERROR(check_disjoint(outs.data(), n, inputs.data(), n));
+    KVCORE_RETURN_IF_ERROR(buffers.check_disjoint());
     // Layouts are chosen for all frames at once (each reads a sample of its tensor).
     std::vector<Layout> layouts(n);
     default_pool().parallel_for(n, o.threads, [&](size_t i) {
@@ -511,20 +508,17 @@ size_t set_stream_output_threshold(size_t bytes) { return stream_output_threshol
 Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads) {
     std::vector<PreparedFrame> frames(n);
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block)
-    std::vector<OutputRuns> outs(n);
-    std::vector<uintptr_t> inputs(2 * n);
+    BatchBuffers buffers;
     uint64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
         KVCORE_RETURN_IF_ERROR(prepare(jobs[i], &frames[i]));
         for (uint32_t b = 0; b < frames[i].h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
-        outs[i] = jobs[i].out;
-        inputs[2 * i] = reinterpret_cast<uintptr_t>(jobs[i].frame);
-        inputs[2 * i + 1] = inputs[2 * i] + jobs[i].size;
+        buffers.add(jobs[i].out, jobs[i].frame, jobs[i].size);
         total += jobs[i].out.bytes;
     }
     // Blocks are written concurrently, and a frame must not change while it is read.
-    KVCORE_RETURN_IF_ERROR(check_disjoint(outs.data(), n, inputs.data(), n));
-    for (const OutputRuns& o : outs)
+    KVCORE_RETURN_IF_ERROR(buffers.check_disjoint());
+    for (const OutputRuns& o : buffers.outputs)
         if (o.contiguous()) advise_huge_pages(o.base, o.bytes);
     // Outputs larger than the last-level cache together would be evicted before
     // anyone reads them: write them with streaming stores.

@@ -25,7 +25,9 @@ Status check_runs(const OutputRuns& out, unsigned elem_size) {
     return Status::ok();
 }
 
-Status check_disjoint(const OutputRuns* outs, size_t n, const uintptr_t* inputs, size_t n_inputs) {
+Status BatchBuffers::check_disjoint() const {
+    const OutputRuns* outs = outputs.data();
+    const size_t n = outputs.size();
     std::vector<size_t> order;
     for (size_t i = 0; i < n; ++i)
         if (outs[i].bytes != 0) order.push_back(i);
@@ -47,9 +49,9 @@ Status check_disjoint(const OutputRuns* outs, size_t n, const uintptr_t* inputs,
             }
         }
     }
-    for (size_t r = 0; r < n_inputs; ++r)
+    for (const auto& [lo, hi] : inputs)
         for (size_t i = 0; i < n; ++i)
-            if (outs[i].touches(inputs[2 * r], inputs[2 * r + 1]))
+            if (outs[i].touches(lo, hi))
                 return invalid("decompress_many: an output overlaps a frame");
     return Status::ok();
 }

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -40,9 +42,17 @@ struct OutputRuns {
 // elements of elem_size bytes and do not overlap one another.
 Status check_runs(const OutputRuns& out, unsigned elem_size);
 
-// kInvalidArgument when two outputs share a byte, or an output shares a byte
-// with one of the n_inputs ranges [inputs[2i], inputs[2i + 1]) (the frames read
-// while the outputs are written).
-Status check_disjoint(const OutputRuns* outs, size_t n, const uintptr_t* inputs, size_t n_inputs);
+// The buffers of one batch call: outputs written concurrently, and inputs read
+// meanwhile.
+struct BatchBuffers {
+    std::vector<OutputRuns> outputs;
+    std::vector<std::pair<uintptr_t, uintptr_t>> inputs;  // [start, end) addresses
+    void add(const OutputRuns& out, const uint8_t* in, size_t in_bytes) {
+        outputs.push_back(out);
+        inputs.emplace_back(reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(in) + in_bytes);
+    }
+    // kInvalidArgument when two outputs share a byte, or an output shares one with an input.
+    Status check_disjoint() const;
+};
 
 }  // namespace kvcore::frame

@@ -110,12 +110,11 @@ class KvcoreCodec:
         """encode_into for every pair in one native call (the blocks of all the tensors
         spread over the threads); returns the frame sizes."""
         from .. import _native
-        from ..codec import tensor_span
-        from ..dtypes import code_of
+        from ..codec import tensor_source
 
         ts = [t.contiguous() for t in ts]  # held for the whole native call
-        srcs = [(*tensor_span(t), code_of(t.dtype), list(t.shape)) for t in ts]
-        return _native.compress_batch_into(srcs, outs, mode=1 if self.mode == "fast" else 0, threads=self.threads)
+        return _native.compress_batch_into([tensor_source(t) for t in ts], outs, mode=1 if self.mode == "fast" else 0,
+                                           threads=self.threads)
 
     def decode_into(self, frame, out: torch.Tensor) -> None:
         if output_runs(out) is not None:

@@ -142,6 +142,14 @@ META_SLACK = 1024
 _DEFAULT_BW = {"ddr": 8e9, "ssd": 1.5e9, "remote": 0.5e9, "decode": 1.5e9, "pending": 5e9}
 
 
+def _checked_header(ck: ChunkKey, blob) -> BlobHeader:
+    """The header of a fetched blob, which must be the one stored under ck's key."""
+    header = BlobHeader.parse(blob)
+    if header.key != ck.digest:
+        raise InvalidArgumentError("stored chunk does not match its key")
+    return header
+
+
 class TierManager:
     """Keeps KV chunks in compressed DDR, a local SSD directory and Redis/Valkey.
 
@@ -755,7 +763,7 @@ class TierManager:
                     continue
                 fetched.append(item)
                 if on_layer is None:
-                    self._decode(item, out, None)
+                    self._decode(item, out)
             if on_layer is not None:
                 self._decode_by_layer(fetched, out, on_layer)
             restored = fetched[-1][0].end if fetched else 0
@@ -823,31 +831,23 @@ class TierManager:
             self._measure(tier, blob.nbytes, time.perf_counter() - t0)
         return blob
 
-    def _decode(self, item, out: torch.Tensor, frames: Optional[range]) -> None:
+    def _decode(self, item, out: torch.Tensor) -> None:
         ck, tier, data, _ = item
         t0 = time.perf_counter()
         if tier == "pending":
             out[:, :, ck.start:ck.end].copy_(data)
             return
-        header = BlobHeader.parse(data)
-        if header.key != ck.digest:
-            raise InvalidArgumentError("stored chunk does not match its key")
-        decode_into(data, header, out, self.codec, start=ck.start, frames=frames)
-        if frames is None:
-            self._measure("decode", header.raw_bytes, time.perf_counter() - t0)
+        header = _checked_header(ck, data)
+        decode_into(data, header, out, self.codec, start=ck.start)
+        self._measure("decode", header.raw_bytes, time.perf_counter() - t0)
 
     def _decode_by_layer(self, fetched: list, out: torch.Tensor, on_layer: Callable[[int], None]) -> None:
         """Completes out layer by layer for every fetched chunk and calls on_layer(l) after
         layer l: the frames holding layer l, one per chunk not yet decoded there, in one
         decode call (their blocks spread over the threads)."""
-        chunks = []  # (ck, header or None for a pending tensor, data, frames decoded)
-        for ck, tier, data, _ in fetched:
-            header = None
-            if tier != "pending":
-                header = BlobHeader.parse(data)
-                if header.key != ck.digest:
-                    raise InvalidArgumentError("stored chunk does not match its key")
-            chunks.append((ck, header, data, set()))
+        # (ck, header or None for a pending tensor, data, frames decoded)
+        chunks = [(ck, None if tier == "pending" else _checked_header(ck, data), data, set())
+                  for ck, tier, data, _ in fetched]
         for layer in range(out.shape[0]):
             parts = []
             for ck, header, data, done in chunks:
