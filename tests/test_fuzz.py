@@ -30,6 +30,9 @@ def test_fuzz_decoder_briefly(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     t = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[:, :40]
+    g = torch.Generator().manual_seed(4)  # 2 random low bits under 3 random bits: a low-bits plane
+    low_bits_plane = (torch.randint(0, 8, (5000,), generator=g) * 8 + torch.randint(0, 4, (5000,), generator=g))
+    low_bits_plane = low_bits_plane.to(torch.uint8)
     seeds = {
         "dense": kvcore.compress(t, block_bytes=512),
         "fast": kvcore.compress(t, mode="fast", block_bytes=512),
@@ -37,6 +40,7 @@ def test_fuzz_decoder_briefly(tmp_path):
         "constant": kvcore.compress(torch.zeros(64, 8, dtype=torch.bfloat16).repeat(4, 1), block_bytes=1024),
         "rows": kvcore.compress(kvdata.tensors("stories260k_text_kv_bf16.safetensors")["layer0.v"][:256],
                                 block_bytes=2048),
+        "lowbits": kvcore.compress(low_bits_plane),
     }
     for name, frame in seeds.items():
         (corpus / name).write_bytes(frame)

@@ -19,8 +19,9 @@ enum class Method : uint8_t {
     kConstant = 5,  // one byte, repeated n times
     kGrouped = 6,   // channel-grouped Huffman, entropy/channel_groups.h
     kRows = 7,      // distinct rows (coded by another method) + which rows repeat, lz/row_repeats.h
+    kLowBits = 8,   // each byte's low bits packed raw + its high bits coded by another method, shuffle/low_bits.h
 };
-constexpr unsigned kMethodCount = 8;
+constexpr unsigned kMethodCount = 9;
 const char* method_name(uint8_t method);
 
 // How the encoder chooses a plane's method.

@@ -1,0 +1,113 @@
+#include "shuffle/low_bits.h"
+
+#include <cstring>
+
+namespace kvcore::shuffle {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the packing works on little-endian 64-bit words");
+
+constexpr size_t kGroup = 64;
+constexpr uint64_t kOnes = 0x0101010101010101ull;
+
+// Every byte of a word = b.
+constexpr uint64_t bytes_of(unsigned b) { return kOnes * (b & 0xFFu); }
+
+inline uint64_t load64(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+}
+inline void store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+// One group of 64 elements. Element lane p (elements 8p..8p+7, one word) puts
+// its K low bits at bit s = K p % 8 of word j = K p / 8, spilling into word j + 1
+// when s + K > 8. All shifts stay inside byte lanes once masked.
+template <unsigned K>
+inline void split_group(const uint8_t* src, uint8_t* high, uint8_t* packed) {
+    uint64_t words[K] = {};
+    for (unsigned p = 0; p < 8; ++p) {
+        const uint64_t w = load64(src + 8 * p);
+        const uint64_t low = w & bytes_of((1u << K) - 1);
+        const unsigned j = K * p / 8, s = K * p % 8;
+        words[j] |= (low << s) & bytes_of(0xFFu << s);
+        if (s + K > 8) words[j + 1] |= (low >> (8 - s)) & bytes_of((1u << (s + K - 8)) - 1);
+        store64(high + 8 * p, (w >> K) & bytes_of(0xFFu >> K));
+    }
+    for (unsigned j = 0; j < K; ++j) store64(packed + 8 * j, words[j]);
+}
+
+// Returns the bits of the group's symbols above 8 - K (0 for a valid stream).
+template <unsigned K>
+inline uint64_t join_group(uint8_t* plane, const uint8_t* packed) {
+    uint64_t stray = 0;
+    uint64_t words[K];
+    for (unsigned j = 0; j < K; ++j) words[j] = load64(packed + 8 * j);
+    for (unsigned p = 0; p < 8; ++p) {
+        const unsigned j = K * p / 8, s = K * p % 8;
+        const unsigned here = s + K > 8 ? 8 - s : K;  // bits in word j; the rest in word j + 1
+        uint64_t low = (words[j] >> s) & bytes_of((1u << here) - 1);
+        if (s + K > 8) low |= (words[j + 1] << (8 - s)) & bytes_of(((1u << K) - 1) & ~((1u << (8 - s)) - 1));
+        const uint64_t w = load64(plane + 8 * p);
+        stray |= w & ~bytes_of(0xFFu >> K);
+        store64(plane + 8 * p, ((w << K) & ~bytes_of((1u << K) - 1)) | low);
+    }
+    return stray;
+}
+
+template <unsigned K>
+void split_k(const uint8_t* src, size_t n, uint8_t* high, uint8_t* packed) {
+    size_t i = 0;
+    for (; i + kGroup <= n; i += kGroup, packed += 8 * K) split_group<K>(src + i, high + i, packed);
+    if (i < n) {  // the last group, padded with zero bytes
+        uint8_t in[kGroup] = {}, out[kGroup];
+        std::memcpy(in, src + i, n - i);
+        split_group<K>(in, out, packed);
+        std::memcpy(high + i, out, n - i);
+    }
+}
+
+template <unsigned K>
+bool join_k(uint8_t* plane, size_t n, const uint8_t* packed) {
+    uint64_t stray = 0;
+    size_t i = 0;
+    for (; i + kGroup <= n; i += kGroup, packed += 8 * K) stray |= join_group<K>(plane + i, packed);
+    if (i < n) {
+        uint8_t tmp[kGroup] = {};
+        std::memcpy(tmp, plane + i, n - i);
+        stray |= join_group<K>(tmp, packed);
+        std::memcpy(plane + i, tmp, n - i);
+        for (size_t j = n - i; j < kGroup; ++j) stray |= tmp[j];  // the padding's low bits are 0
+    }
+    return stray == 0;
+}
+
+}  // namespace
+
+size_t low_bits_packed_size(size_t n, unsigned k) { return 8 * k * ((n + kGroup - 1) / kGroup); }
+
+void split_low_bits(const uint8_t* src, size_t n, unsigned k, uint8_t* high, uint8_t* packed) {
+    switch (k) {
+        case 1: return split_k<1>(src, n, high, packed);
+        case 2: return split_k<2>(src, n, high, packed);
+        case 3: return split_k<3>(src, n, high, packed);
+        case 4: return split_k<4>(src, n, high, packed);
+        case 5: return split_k<5>(src, n, high, packed);
+        case 6: return split_k<6>(src, n, high, packed);
+        default: return split_k<7>(src, n, high, packed);
+    }
+}
+
+bool join_low_bits(uint8_t* plane, size_t n, unsigned k, const uint8_t* packed) {
+    switch (k) {
+        case 1: return join_k<1>(plane, n, packed);
+        case 2: return join_k<2>(plane, n, packed);
+        case 3: return join_k<3>(plane, n, packed);
+        case 4: return join_k<4>(plane, n, packed);
+        case 5: return join_k<5>(plane, n, packed);
+        case 6: return join_k<6>(plane, n, packed);
+        default: return join_k<7>(plane, n, packed);
+    }
+}
+
+}  // namespace kvcore::shuffle

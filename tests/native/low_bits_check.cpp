@@ -1,0 +1,100 @@
+// Checks shuffle/low_bits.h against the packing written out bit by bit from its
+// specification (docs/FORMAT.md, method 8), for every k, plane lengths around
+// the 64-element groups, and unaligned buffers; then that join_low_bits refuses
+// symbols wider than 8 - k and nonzero padding. Run under ASan + UBSan by
+// tests/test_low_bits.py. Usage: low_bits_check <seed>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "shuffle/low_bits.h"
+
+namespace {
+
+using kvcore::shuffle::join_low_bits;
+using kvcore::shuffle::low_bits_packed_size;
+using kvcore::shuffle::split_low_bits;
+
+int failures = 0;
+
+void check(bool ok, const char* what, unsigned k, size_t n) {
+    if (!ok && failures++ < 20) std::printf("FAIL %s (k=%u n=%zu)\n", what, k, n);
+}
+
+// Bit t of element i's low bits, as the specification places it.
+size_t spec_bit_position(size_t i, unsigned k, unsigned t) {
+    const size_t g = i / 64, p = (i % 64) / 8, b = i % 8;
+    const size_t column_bit = k * p + t;  // bit of C_b
+    const size_t word = g * k + column_bit / 8;
+    return 8 * (8 * word + b) + column_bit % 8;  // bit index in the packed stream
+}
+
+std::vector<uint8_t> spec_pack(const std::vector<uint8_t>& src, unsigned k) {
+    std::vector<uint8_t> packed(low_bits_packed_size(src.size(), k), 0);
+    for (size_t i = 0; i < src.size(); ++i)
+        for (unsigned t = 0; t < k; ++t)
+            if (src[i] >> t & 1) {
+                const size_t bit = spec_bit_position(i, k, t);
+                packed[bit / 8] = static_cast<uint8_t>(packed[bit / 8] | 1u << (bit % 8));
+            }
+    return packed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::mt19937_64 rng(argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1);
+    const size_t lengths[] = {0, 1, 7, 8, 9, 63, 64, 65, 127, 128, 129, 200, 511, 1000, 4096, 4097, 70001};
+    size_t cases = 0;
+    for (unsigned k = 1; k <= 7; ++k) {
+        check(low_bits_packed_size(64, k) == 8 * k && low_bits_packed_size(65, k) == 16 * k, "packed size", k, 65);
+        for (const size_t n : lengths) {
+            for (const size_t shift : {0, 1, 3}) {  // unaligned starts
+                std::vector<uint8_t> buf(n + shift + 1), high(n + shift), packed_buf(low_bits_packed_size(n, k) + 5);
+                for (auto& b : buf) b = static_cast<uint8_t>(rng());
+                const std::vector<uint8_t> src(buf.begin() + shift, buf.begin() + shift + n);
+                uint8_t* packed = packed_buf.data() + shift;
+                split_low_bits(buf.data() + shift, n, k, high.data() + shift, packed);
+                const std::vector<uint8_t> want = spec_pack(src, k);
+                bool same = true;
+                for (size_t j = 0; j < want.size(); ++j) same = same && packed[j] == want[j];
+                check(same, "packed bits differ from the specification", k, n);
+                for (size_t i = 0; i < n; ++i) same = same && high[shift + i] == src[i] >> k;
+                check(same, "high bits", k, n);
+
+                check(join_low_bits(high.data() + shift, n, k, packed), "join refused a valid plane", k, n);
+                for (size_t i = 0; i < n; ++i) same = same && high[shift + i] == src[i];
+                check(same, "join does not restore the plane", k, n);
+
+                // In place (high == src), as the decoder and encoder may use it.
+                std::vector<uint8_t> again = src;
+                split_low_bits(again.data(), n, k, again.data(), packed);
+                check(join_low_bits(again.data(), n, k, packed) && again == src, "in-place round trip", k, n);
+
+                if (n > 0) {
+                    std::vector<uint8_t> wide(n);
+                    for (size_t i = 0; i < n; ++i) wide[i] = static_cast<uint8_t>(src[i] >> k);
+                    wide[rng() % n] |= static_cast<uint8_t>(0x80);
+                    check(!join_low_bits(wide.data(), n, k, packed), "a symbol wider than 8 - k was accepted", k, n);
+                }
+                if (n % 64 != 0) {  // set one padding bit of the last group
+                    const size_t pad = n + rng() % (64 - n % 64);
+                    const size_t bit = spec_bit_position(pad, k, static_cast<unsigned>(rng() % k));
+                    std::vector<uint8_t> bad(want);
+                    bad[bit / 8] = static_cast<uint8_t>(bad[bit / 8] | 1u << (bit % 8));
+                    std::vector<uint8_t> plane(n);
+                    for (size_t i = 0; i < n; ++i) plane[i] = static_cast<uint8_t>(src[i] >> k);
+                    check(!join_low_bits(plane.data(), n, k, bad.data()), "nonzero padding was accepted", k, n);
+                }
+                ++cases;
+            }
+        }
+    }
+    if (failures) {
+        std::printf("%d failures\n", failures);
+        return 1;
+    }
+    std::printf("ok: %zu cases\n", cases);
+    return 0;
+}
