@@ -14,7 +14,7 @@ import kvcore
 
 import kvdata
 from frame_layout import planes
-from native_build import ROOT, build_harness
+from native_build import ROOT, build_harness, codec_sources
 
 LOW_BITS = 8  # plane method id
 
@@ -24,6 +24,14 @@ def test_packing_matches_its_specification(tmp_path):
     run = subprocess.run([str(exe), "11"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert run.stdout.startswith("ok:")
+
+
+@pytest.mark.slow
+def test_dense_round_trips_under_sanitizers(tmp_path):
+    exe = build_harness(tmp_path, "dense_round_trip", codec_sources())
+    run = subprocess.run([str(exe), "2026", "400"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.startswith("ok: 400 frames")
 
 
 def split_plane(k: int, n: int, seed: int) -> np.ndarray:

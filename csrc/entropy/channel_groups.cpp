@@ -151,10 +151,11 @@ inline void transpose16x8(const uint8_t* const* column, size_t r, uint8_t* out, 
         const __m128i lo = _mm_unpacklo_epi32(u[q], u[q + 4]);
         const __m128i hi = _mm_unpackhi_epi32(u[q], u[q + 4]);
         uint8_t* row = out + size_t(4 * q) * stride;
+        // (8-byte stores at any alignment: _mm_storel_epi64 is declared for unaligned use)
         _mm_storel_epi64(reinterpret_cast<__m128i*>(row), lo);
-        _mm_storeh_pd(reinterpret_cast<double*>(row + stride), _mm_castsi128_pd(lo));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(row + stride), _mm_unpackhi_epi64(lo, lo));
         _mm_storel_epi64(reinterpret_cast<__m128i*>(row + 2 * stride), hi);
-        _mm_storeh_pd(reinterpret_cast<double*>(row + 3 * stride), _mm_castsi128_pd(hi));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(row + 3 * stride), _mm_unpackhi_epi64(hi, hi));
     }
 }
 
