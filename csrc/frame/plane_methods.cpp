@@ -83,9 +83,11 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
     return entropy::huffman_encode(plane, n, hist, dst, cap, written, exact);
 }
 
-// The largest k in 1..7 worth splitting off the plane (dense mode), or 0.
-unsigned choose_low_bits(const uint8_t* plane, size_t n) {
-    if (n < kLowBitsMinPlane) return 0;
+// The largest k in 1..7 worth splitting off the plane (dense mode), or 0. Planes
+// of frames whose estimate for the plane is below the entropy floor (bfloat16 and
+// fp32 exponents) are not sampled again block by block.
+unsigned choose_low_bits(const uint8_t* plane, size_t n, const PlanePolicy& policy) {
+    if (n < kLowBitsMinPlane || policy.entropy_bits < kLowBitsMinEntropy) return 0;
     uint32_t hist[256];
     entropy::histogram_weights(plane, n, hist);  // a sample: an estimate is all this needs
     // A Huffman code spends at least one bit per symbol, whatever the entropy.
@@ -236,7 +238,7 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
         Method m = Method::kLowBits;
         size_t size = 0;
         // (plane is dst only for planes that skip entropy coding; the split needs them apart)
-        const unsigned k = policy.mode == Mode::kDense && plane != dst ? choose_low_bits(plane, n) : 0;
+        const unsigned k = policy.mode == Mode::kDense && plane != dst ? choose_low_bits(plane, n, policy) : 0;
         const Status st = k ? encode_low_bits(plane, n, k, policy, dst, best - 1, &size)
                             : entropy_encode(plane, n, policy, dst, best - 1, &m, &size, &constant);
         if (st.is_ok() && !constant) {
