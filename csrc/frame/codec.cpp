@@ -206,7 +206,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.deflate = o.deflate;
         policy.backend = o.backend;
         policy.try_entropy = layout.plane_entropy[p] < kIncompressibleBits;
-        policy.entropy_bits = static_cast<float>(layout.plane_entropy[p]);
+        policy.estimated_entropy = static_cast<float>(layout.plane_entropy[p]);
         const RowRepeats repeats = repeated_rows(planes[p], n, h.channels);
         policy.try_lz = repeats.share * 16 >= 1;
         policy.row_bytes = static_cast<uint32_t>(repeats.row_bytes);

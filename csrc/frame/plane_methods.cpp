@@ -87,7 +87,7 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
 // of frames whose estimate for the plane is below the entropy floor (bfloat16 and
 // fp32 exponents) are not sampled again block by block.
 unsigned choose_low_bits(const uint8_t* plane, size_t n, const PlanePolicy& policy) {
-    if (n < kLowBitsMinPlane || policy.entropy_bits < kLowBitsMinEntropy) return 0;
+    if (n < kLowBitsMinPlane || policy.estimated_entropy < kLowBitsMinEntropy) return 0;
     uint32_t hist[256];
     entropy::histogram_weights(plane, n, hist);  // a sample: an estimate is all this needs
     // A Huffman code spends at least one bit per symbol, whatever the entropy.

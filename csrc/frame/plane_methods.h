@@ -28,7 +28,7 @@ const char* method_name(uint8_t method);
 struct PlanePolicy {
     Mode mode = Mode::kDense;
     bool try_entropy = true;  // false: the plane looks incompressible (mantissa bytes)
-    float entropy_bits = 8;   // the frame's estimate of this plane's order-0 entropy (bits per byte)
+    float estimated_entropy = 8;  // the frame's estimate of this plane's order-0 entropy (bits per byte)
     bool try_lz = false;      // the plane repeats rows: also try the rows method, and zstd where they repeat in part
     uint32_t row_bytes = 0;   // length of the rows the repeat detector compared (a multiple of channels)
     float prefix_repeats = 0; // share of the rows it sampled whose leading bytes repeat an earlier row's
