@@ -235,10 +235,10 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     // Coding the whole plane is skipped where enough rows repeat whole that
     // coding only the distinct ones is smaller anyway.
     if (!constant && policy.try_entropy && n > 1 && best > 1 && whole_rows < kRowsWin) {
-        Method m = Method::kLowBits;
-        size_t size = 0;
         // (plane is dst only for planes that skip entropy coding; the split needs them apart)
         const unsigned k = policy.mode == Mode::kDense && plane != dst ? choose_low_bits(plane, n, policy) : 0;
+        Method m = Method::kLowBits;  // entropy_encode sets its own method
+        size_t size = 0;
         const Status st = k ? encode_low_bits(plane, n, k, policy, dst, best - 1, &size)
                             : entropy_encode(plane, n, policy, dst, best - 1, &m, &size, &constant);
         if (st.is_ok() && !constant) {
@@ -328,7 +328,7 @@ Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t 
                 decode_plane(inner, payload + 2 + packed, size - 2 - packed, n, channels, scratch, &high));
             if (high != scratch) std::memcpy(scratch, high, n);  // a raw inner plane points into the payload
             if (!shuffle::join_low_bits(scratch, n, k, payload + 1))
-                return corrupt("low bits plane: a symbol wider than 8 - k bits");
+                return corrupt("low bits plane: a symbol wider than 8 - k bits, or padding bits set");
             return Status::ok();
         }
     }
