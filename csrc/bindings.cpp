@@ -27,6 +27,7 @@
 #include "dsa/dsa_engine.h"
 #include "entropy/fastcode.h"
 #include "entropy/huffman.h"
+#include "frame/batch_progress.h"
 #include "frame/codec.h"
 #include "frame/plane_methods.h"
 #include "parallel/thread_pool.h"
@@ -406,6 +407,23 @@ struct FrameOut {
             if (obj == nullptr) throw py::error_already_set();
         }
         return py::reinterpret_borrow<py::bytes>(obj);
+    }
+};
+
+// A decompress_many batch running on the mover's threads: it holds the frames'
+// buffer views and waits for the batch before they are released, so dropping
+// it early never leaves native code reading freed memory.
+struct DecodeBatch {
+    std::vector<py::buffer_info> keep;
+    std::shared_ptr<kvcore::frame::BatchProgress> progress;
+    std::shared_ptr<kvcore::mover::Completion> running;
+    DecodeBatch() = default;
+    DecodeBatch(const DecodeBatch&) = delete;
+    DecodeBatch& operator=(const DecodeBatch&) = delete;
+    ~DecodeBatch() {
+        if (!running) return;
+        py::gil_scoped_release release;
+        running->wait(-1);
     }
 };
 
@@ -879,6 +897,50 @@ PYBIND11_MODULE(_native, m) {
         py::arg("frames"), py::arg("outs"), py::arg("threads") = py::none(),
         "Decodes frames[i] into outs[i] = (address, bytes, run_bytes, run_stride) (as decompress_into) for every\n"
         "i, the blocks of all frames spread over the threads.");
+    py::class_<DecodeBatch>(m, "DecodeBatch")
+        .def("wait", [](const DecodeBatch& b, size_t frame, double timeout_s) {
+            return wait_in_slices(timeout_s, [&](int64_t slice_ms) {
+                return b.progress->wait(frame, slice_ms) ? Status::ok() : make_status(Code::kTimeout, "");
+            }).is_ok();
+        }, py::arg("frame"), py::arg("timeout_s") = -1.0,
+        "Waits for frame to settle (decoded and verified, or failed); True once it has.")
+        .def("check", [](const DecodeBatch& b, size_t frame) { check(b.progress->status(frame)); },
+             py::arg("frame"), "Raises the settled frame's error, if any.")
+        .def("wait_all", [](const DecodeBatch& b) {
+            check(wait_in_slices(-1.0, [&](int64_t slice_ms) {
+                return b.running->wait(slice_ms) ? Status::ok() : make_status(Code::kTimeout, "");
+            }));
+        }, "Waits for the whole batch (every frame settled, the native call returned).")
+        .def("__len__", [](const DecodeBatch& b) { return b.progress->size(); });
+    m.def(
+        "decompress_batch_async",
+        [](const std::vector<py::buffer>& frames, const std::vector<std::array<uint64_t, 4>>& outs,
+           const py::object& threads) {
+            if (frames.size() != outs.size())
+                throw NativeError{Code::kInvalidArgument, "frames and outs differ in length"};
+            const size_t n = frames.size();
+            auto batch = std::make_unique<DecodeBatch>();
+            batch->keep.resize(n);
+            std::vector<fr::FrameJob> jobs(n);
+            for (size_t i = 0; i < n; ++i) {
+                const ByteView in = read_view(frames[i], batch->keep[i]);
+                jobs[i] = {in.data, in.size, output_runs(outs[i][0], outs[i][1], outs[i][2], outs[i][3])};
+            }
+            const unsigned n_threads = thread_count(threads);
+            batch->progress = std::make_shared<fr::BatchProgress>(n);
+            batch->running = kvcore::mover::submit(
+                [jobs = std::move(jobs), progress = batch->progress, n_threads](kvcore::mover::Completion&) {
+                    const Status st = fr::decompress_many(
+                        jobs.data(), jobs.size(), n_threads,
+                        [&](size_t i, const Status& frame_status) { progress->settle(i, frame_status); });
+                    progress->settle_rest(st);  // frames the batch never reached (a bad header, overlapping outputs)
+                    return st;
+                });
+            return batch;
+        },
+        py::arg("frames"), py::arg("outs"), py::arg("threads") = py::none(),
+        "decompress_batch on the mover's threads: returns at once with a DecodeBatch whose frames settle in\n"
+        "about frame order, each as soon as its blocks are decoded and verified.");
     m.def("frame_desc", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

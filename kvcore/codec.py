@@ -10,7 +10,7 @@ True
 """
 
 import math
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -206,6 +206,7 @@ def decompress_many(
     outs: Sequence[torch.Tensor],
     *,
     threads: Optional[int] = None,
+    on_done: Optional[Callable[[int], None]] = None,
 ) -> None:
     """Decode frames[i] into outs[i] for every i in one native call.
 
@@ -216,18 +217,40 @@ def decompress_many(
     (chunks side by side in one tensor) but share no byte. Raises CorruptFrameError
     if any frame is bad (the contents of every out are then unspecified).
 
+    on_done(i), when given, is called on the calling thread for i = 0, 1, ... in order,
+    each as soon as outs[0..i] are complete, while the native threads go on decoding
+    the later frames (blocks are taken in frame order): a caller can use layer 0 of a
+    KV chunk while the rest is still being decoded. A bad frame ends the calls before
+    its own; an exception from on_done ends them too. Either is raised once the whole
+    batch has stopped (no native thread touches frames or outs after this returns).
+
     >>> import torch, kvcore
     >>> xs = [torch.full((4, 8), float(i), dtype=torch.bfloat16) for i in range(3)]
     >>> outs = [torch.empty_like(x) for x in xs]
     >>> kvcore.decompress_many([kvcore.compress(x) for x in xs], outs)
     >>> all(torch.equal(o, x) for o, x in zip(outs, xs))
     True
+    >>> ready = []
+    >>> kvcore.decompress_many([kvcore.compress(x) for x in xs], outs, on_done=ready.append)
+    >>> ready
+    [0, 1, 2]
     """
     if len(frames) != len(outs):
         raise InvalidArgumentError(f"{len(frames)} frames but {len(outs)} outputs")
     # The checked outs stay referenced by the list for the whole native call.
     checked = [_output_for(f, o, runs=True) for f, o in zip(frames, outs)]
-    _native.decompress_batch(list(frames), [_destination(o) for o in checked], threads=_threads(threads))
+    destinations = [_destination(o) for o in checked]
+    if on_done is None:
+        _native.decompress_batch(list(frames), destinations, threads=_threads(threads))
+        return
+    batch = _native.decompress_batch_async(list(frames), destinations, threads=_threads(threads))
+    try:
+        for i in range(len(checked)):
+            batch.wait(i)
+            batch.check(i)
+            on_done(i)
+    finally:
+        batch.wait_all()
 
 
 def _destination(out: torch.Tensor) -> tuple[int, int, int, int]:

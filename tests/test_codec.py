@@ -35,6 +35,72 @@ def variant(request):
     kvcore.set_disabled_isa("")
 
 
+@pytest.mark.parametrize("threads", [1, 2, None])
+def test_decompress_many_reports_frames_in_order_as_they_complete(threads):
+    """on_done(i) comes in order, once per frame, each when outs[0..i] hold their tensors
+    (the layers of a real KV file, both modes, with an empty tensor among them)."""
+    layers = list(kvdata.tensors("minilm_l6_kv_bf16.safetensors").values())
+    xs = [t[:1024] for t in layers] + [torch.empty(0, 12, 32, dtype=torch.bfloat16)] + layers[:2]
+    frames = [kvcore.compress(x, mode="fast" if i % 2 else "dense", block_bytes=1 << 16) for i, x in enumerate(xs)]
+    outs = [torch.zeros_like(x) for x in xs]
+    seen = []
+
+    def on_done(i):
+        assert all(torch.equal(bits(outs[k]), bits(xs[k])) for k in range(i + 1))
+        seen.append(i)
+
+    kvcore.decompress_many(frames, outs, threads=threads, on_done=on_done)
+    assert seen == list(range(len(xs)))
+
+
+def test_decompress_many_on_done_stops_at_a_bad_frame_or_an_exception():
+    xs = [torch.full((4096, 8), float(i), dtype=torch.float16) + torch.arange(8, dtype=torch.float16)
+          for i in range(6)]
+    frames = [kvcore.compress(x, block_bytes=4096) for x in xs]
+    outs = [torch.empty_like(x) for x in xs]
+    bad = bytearray(frames[3])
+    bad[len(bad) - 100] ^= 0x04
+    seen = []
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.decompress_many(frames[:3] + [bytes(bad)] + frames[4:], outs, on_done=seen.append)
+    assert seen == [0, 1, 2]
+
+    def fail_at_1(i):
+        if i == 1:
+            raise RuntimeError("caller failed")
+        seen.append(i)
+
+    seen.clear()
+    with pytest.raises(RuntimeError, match="caller failed"):
+        kvcore.decompress_many(frames, outs, on_done=fail_at_1)
+    assert seen == [0]
+    seen.clear()
+    with pytest.raises(kvcore.InvalidArgumentError):  # checked before anything is decoded
+        kvcore.decompress_many(frames[:2], [outs[0], outs[0]], on_done=seen.append)
+    kvcore.decompress_many([], [], on_done=seen.append)
+    assert seen == []
+    kvcore.decompress_many(frames, outs, on_done=seen.append)  # nothing left running or held
+    assert seen == list(range(6)) and all(torch.equal(o, x) for o, x in zip(outs, xs))
+
+
+def test_a_dropped_decode_batch_finishes_before_its_frames_are_released():
+    """The native batch object waits for its decode when dropped, so nothing reads the
+    frames or writes the outputs after the last reference is gone."""
+    from kvcore import _native
+    from kvcore.runs import output_runs
+
+    xs = [torch.randn(8192, 64).to(torch.bfloat16) for _ in range(8)]
+    outs = [torch.zeros_like(x) for x in xs]
+    frames = [bytearray(kvcore.compress(x)) for x in xs]
+    dests = [(o.data_ptr(), o.nbytes, *output_runs(o)) for o in outs]
+    batch = _native.decompress_batch_async(frames, dests)
+    assert len(batch) == 8
+    del batch
+    for f in frames:
+        f[:] = bytes(len(f))  # would corrupt a decode still running
+    assert all(torch.equal(bits(o), bits(x)) for o, x in zip(outs, xs))
+
+
 def real_in_dtype(name: str, dtype: torch.dtype) -> torch.Tensor:
     t = kvdata.stacked(name)
     return t if t.dtype == dtype else t.float().to(dtype)

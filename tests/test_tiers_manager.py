@@ -159,20 +159,55 @@ def test_layerwise_retrieve(tmp_path, kv, frame_bytes):
         seen = []
 
         def on_layer(l):
-            # layer l is complete for every chunk, later layers not started
-            assert same(out[l], kv[l])
-            if l + 1 < kv.shape[0] and frame_bytes == 1:
-                assert not out[l + 1].any()
+            assert same(out[l], kv[l])  # layer l is complete for every chunk
             seen.append(l)
 
         assert tm.retrieve(toks, out, on_layer=on_layer) == 1024
         assert seen == list(range(kv.shape[0])) and same(out, kv)
 
 
+def test_layerwise_retrieve_decodes_later_layers_while_on_layer_runs(kv):
+    """on_layer(0) blocks until the last layer has been decoded: it can only return if
+    the native threads go on decoding while the engine works on layer 0."""
+    toks = tokens_for(1024, 15)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, frame_bytes=1) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        out = torch.zeros_like(kv)
+        waited = []
+
+        def on_layer(l):
+            if l == 0:
+                deadline = time.monotonic() + 60
+                while not same(out[-1], kv[-1]) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                waited.append(same(out[-1], kv[-1]))
+
+        assert tm.retrieve(toks, out, on_layer=on_layer) == 1024
+        assert waited == [True] and same(out, kv)
+
+
+def test_layerwise_retrieve_raises_what_on_layer_raises(kv):
+    toks = tokens_for(1024, 16)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, frame_bytes=1) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+
+        def on_layer(l):
+            if l == 2:
+                raise KeyError("engine failed at layer 2")
+
+        with pytest.raises(KeyError, match="layer 2"):
+            tm.retrieve(toks, torch.zeros_like(kv), on_layer=on_layer)
+        out = torch.zeros_like(kv)  # nothing stays held: the same chunks restore again
+        assert tm.retrieve(toks, out, on_layer=lambda l: None) == 1024 and same(out, kv)
+        assert tm.status()["tiers"]["ddr"]["entries"] == 4
+
+
 @pytest.mark.parametrize("codec", ["auto", "raw"])
-def test_chunks_decode_straight_into_out_and_layers_in_one_call(kv, monkeypatch, codec):
+def test_chunks_decode_straight_into_out_and_all_layers_in_one_call(kv, monkeypatch, codec):
     """A chunk's slice of out (a token range) is decoded into directly, with no staging
-    copy; layer by layer, one decode call per layer covers every chunk."""
+    copy; layer by layer, one decode call covers every layer of every chunk."""
     from kvcore.tiers import blob
 
     toks = tokens_for(1024, 8)
@@ -190,10 +225,11 @@ def test_chunks_decode_straight_into_out_and_layers_in_one_call(kv, monkeypatch,
             return
         calls = []
         decode_many = tm.codec.decode_many
-        monkeypatch.setattr(tm.codec, "decode_many", lambda fs, outs: (calls.append(len(fs)), decode_many(fs, outs)))
+        monkeypatch.setattr(tm.codec, "decode_many",
+                            lambda fs, outs, **kw: (calls.append(len(fs)), decode_many(fs, outs, **kw)))
         out.zero_()
         assert tm.retrieve(toks, out, on_layer=lambda l: None) == 1024 and same(out, kv)
-        assert calls == [4] * kv.shape[0]  # each layer: its frame of each of the 4 chunks, at once
+        assert calls == [4 * kv.shape[0]]  # every layer's frame of each of the 4 chunks, at once
 
 
 @pytest.mark.parametrize("codec", ["auto", "raw"])
@@ -209,6 +245,35 @@ def test_retrieve_into_an_out_of_any_layout(kv, codec):
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
         out.zero_()
         assert tm.retrieve(toks, out, on_layer=lambda l: None) == 1024 and same(out, kv)
+
+
+def test_layerwise_staging_is_bounded_by_windows_of_layers(kv, monkeypatch):
+    """Frames that go through staging (an out the codec cannot write into) are decoded in
+    windows of layers whose staged bytes fit STAGING_WINDOW_BYTES (at least one layer):
+    one codec call per window, layers still complete and in order."""
+    from kvcore.tiers import blob
+
+    toks = tokens_for(1024, 17)
+    layers, _, tokens, heads, dim = kv.shape
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, frame_bytes=1) as tm:
+        tm.store(toks, kv)
+        tm.flush()
+        layer_bytes = kv[0].nbytes  # one layer of all 4 chunks
+        monkeypatch.setattr(blob, "STAGING_WINDOW_BYTES", 2 * layer_bytes)
+        calls = []
+        decode_many = tm.codec.decode_many
+        monkeypatch.setattr(tm.codec, "decode_many",
+                            lambda fs, outs, **kw: (calls.append(len(fs)), decode_many(fs, outs, **kw)))
+        out = torch.zeros(layers, 2, heads, tokens, dim, dtype=kv.dtype).transpose(2, 3)
+        seen = []
+
+        def on_layer(l):
+            assert same(out[l], kv[l])
+            seen.append(l)
+
+        assert tm.retrieve(toks, out, on_layer=on_layer) == 1024 and same(out, kv)
+        assert seen == list(range(layers))
+        assert calls == [8] * (layers // 2) + [4] * (layers % 2)  # 2 layers x 4 chunks a window
 
 
 def test_pending_chunks_are_retrievable(kv):

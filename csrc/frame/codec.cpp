@@ -506,7 +506,7 @@ std::atomic<size_t> stream_output_threshold{0};
 
 size_t set_stream_output_threshold(size_t bytes) { return stream_output_threshold.exchange(bytes); }
 
-Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads) {
+Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const FrameDone& on_frame) {
     std::vector<PreparedFrame> frames(n);
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block)
     BatchBuffers buffers;
@@ -526,17 +526,41 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads) {
     const size_t threshold = stream_output_threshold.load(std::memory_order_relaxed);
     const bool stream_output = total > (threshold ? threshold : copy::llc_bytes());
     FirstError error;
+    // Per frame, for on_frame: blocks not yet settled, and the first error (written
+    // by the one thread that wins `failed`, read by the thread that settles the
+    // frame last: the acq_rel countdown orders the two).
+    struct Countdown {
+        std::atomic<uint32_t> left{0};
+        std::atomic<bool> failed{false};
+        Status error;
+    };
+    std::unique_ptr<Countdown[]> settle;
+    if (on_frame) {
+        settle = std::make_unique<Countdown[]>(n);
+        for (size_t i = 0; i < n; ++i) {
+            settle[i].left.store(frames[i].h.n_blocks, std::memory_order_relaxed);
+            if (frames[i].h.n_blocks == 0) on_frame(i, Status::ok());  // an empty tensor
+        }
+    }
     // Every block of every frame is one task, so small frames still keep all threads busy.
     default_pool().parallel_for(tasks.size(), threads, [&](size_t t) {
-        if (error.failed()) return;
         const auto [i, b] = tasks[t];
-        const Header& h = frames[i].h;
-        const uint64_t first = uint64_t(b) * h.block_elems;
-        const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
-        Scratch& s = thread_scratch(size_t(dtype_size(h.dtype)) * h.block_elems, 0);
-        Status st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h,
-                                 jobs[i].out, s.planes.data(), stream_output);
-        if (!st.is_ok()) error.set(std::move(st));
+        Status st;
+        if (error.failed()) {
+            st = error.take();  // skipped: another frame failed
+        } else {
+            const Header& h = frames[i].h;
+            const uint64_t first = uint64_t(b) * h.block_elems;
+            const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
+            Scratch& s = thread_scratch(size_t(dtype_size(h.dtype)) * h.block_elems, 0);
+            st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h, jobs[i].out,
+                              s.planes.data(), stream_output);
+            if (!st.is_ok()) error.set(st);
+        }
+        if (!on_frame) return;
+        Countdown& c = settle[i];
+        if (!st.is_ok() && !c.failed.exchange(true, std::memory_order_relaxed)) c.error = std::move(st);
+        if (c.left.fetch_sub(1, std::memory_order_acq_rel) == 1) on_frame(i, c.error);
     });
     return error.take();
 }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -114,11 +115,20 @@ struct FrameJob {
     OutputRuns out;
 };
 
+// Called once for each frame of a decompress_many batch as soon as the frame is
+// settled: every block decoded and verified (status ok), or not (the frame's
+// first error; a frame skipped after another frame failed gets that error). It
+// runs on whichever pool thread settled the frame, so it must be quick and
+// thread-safe.
+using FrameDone = std::function<void(size_t frame, const Status& status)>;
+
 // Decodes every job as decompress does, the blocks of all frames spread over
-// the threads (many small frames keep every thread busy). Every header and
-// output layout is checked before any block is decoded; outputs must not
-// overlap one another or any frame (kInvalidArgument).
-Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads);
+// the threads (many small frames keep every thread busy) and taken in frame
+// order, so earlier frames settle first. Every header and output layout is
+// checked before any block is decoded (on such an error no frame is settled
+// and nothing is written); outputs must not overlap one another or any frame
+// (kInvalidArgument). on_frame (optional) reports each frame as it settles.
+Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const FrameDone& on_frame = {});
 
 // Decoded outputs larger than this many bytes in all are written with streaming
 // stores (0, the default: the last-level cache size). Returns the previous value.

@@ -31,7 +31,7 @@ import itertools
 import struct
 import threading
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import xxhash
@@ -338,35 +338,134 @@ def _staging_tensor(shape, dtype, pinned: bool = False) -> torch.Tensor:
 def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, start: int = 0,
                 frames: Optional[range] = None) -> None:
     """Decodes the blob's frames (all, or the given frame numbers) into
-    ``out[l0:l1, :, start:start+ntokens]``: directly when that slice is CPU memory the
-    codec writes into (contiguous, or one run per layer and K/V at one stride, as a
-    token range of a contiguous out is), else through a reusable staging tensor (pinned
-    when out is on a CUDA device: the frames are copied on the current stream and have
-    arrived when this returns)."""
-    decode_parts_into([(blob, header, start, frames)], out, codec)
+    ``out[l0:l1, :, start:start+ntokens]`` in one codec call (their blocks spread over
+    the threads): directly when that slice is CPU memory the codec writes into
+    (contiguous, or one run per layer and K/V at one stride, as a token range of a
+    contiguous out is), else through a reusable staging tensor (pinned when out is on a
+    CUDA device: the frames are copied on the current stream and have arrived when this
+    returns)."""
+    _check_out(header, out, start)
+    c = codec if codec.code == header.codec else codec_for_code(header.codec)
+    view = memoryview(blob).cast("B")
+    direct, staged = [], []
+    for i in (frames if frames is not None else range(len(header.frames))):
+        off, length = header.frames[i]
+        l0, l1 = header.frame_layers(i)
+        dst = out[l0:l1, :, start:start + header.ntokens]
+        (direct if _writes_into(c, dst) else staged).append((view[off:off + length], dst))
+    _decode_direct(direct, c)
+    if staged:
+        _decode_staged(staged, c, out.device)
 
 
-def decode_parts_into(parts: list, out: torch.Tensor, codec: Codec) -> None:
-    """decode_into for several blobs at once: parts holds (blob, header, start, frames)
-    (the chunks of one sequence, say, a layer of each), and their frames are decoded in
-    one codec call per codec (the blocks of all of them spread over the threads)."""
-    by_codec: dict = {}  # codec code -> (codec, direct pairs, staged pairs)
-    for blob, header, start, frames in parts:
+def decode_layers_into(parts: list, out: torch.Tensor, codec: Codec, on_layer: Callable[[int], None],
+                       before_layer: Optional[Callable[[int], None]] = None) -> None:
+    """Decodes every frame of parts ((blob, header, start) per chunk) into out and calls
+    on_layer(l) for l = 0, 1, ... as soon as layer l of every chunk is complete
+    (before_layer(l) runs just before it: the caller's own copies into layer l).
+
+    The frames go to the codec in one call, in order of their first layer, where it can
+    report them as they finish (kvcore's decode_many with on_done): every thread works
+    on the frames of later layers while on_layer runs, instead of one layer's few blocks
+    at a time. Frames of other codecs are decoded when their first layer comes. A frame
+    whose destination is not CPU memory the codec writes into (a CUDA out) decodes into
+    its own part of a staging tensor (pinned for CUDA) and is copied out when its first
+    layer comes; on a CUDA device asynchronously on the current stream, waited for
+    before on_layer, so a layer has arrived when its call comes. Staging is bounded
+    (STAGING_WINDOW_BYTES, or one layer's frames if more): beyond it the layers are
+    decoded in consecutive windows, one codec call each.
+    """
+    jobs: list[_LayerJob] = []
+    codecs: dict = {}
+    for blob, header, start in parts:
         _check_out(header, out, start)
-        if header.codec not in by_codec:
-            c = codec if codec.code == header.codec else codec_for_code(header.codec)
-            by_codec[header.codec] = (c, [], [])
-        c, direct, staged = by_codec[header.codec]
+        if header.codec not in codecs:
+            codecs[header.codec] = codec if codec.code == header.codec else codec_for_code(header.codec)
         view = memoryview(blob).cast("B")
-        for i in (frames if frames is not None else range(len(header.frames))):
-            off, length = header.frames[i]
+        for i, (off, length) in enumerate(header.frames):
             l0, l1 = header.frame_layers(i)
             dst = out[l0:l1, :, start:start + header.ntokens]
-            (direct if _writes_into(c, dst) else staged).append((view[off:off + length], dst))
-    for c, direct, staged in by_codec.values():
-        _decode_direct(direct, c)
-        if staged:
-            _decode_staged(staged, c, out.device)
+            staged = not _writes_into(codecs[header.codec], dst)
+            jobs.append(_LayerJob(l0, header.codec, view[off:off + length], dst, dst.nbytes if staged else 0))
+    jobs.sort(key=lambda j: j.first_layer)  # stable: chunks stay in order within a layer
+    layers = out.shape[0]
+    staged_bytes = [0] * layers
+    for j in jobs:
+        staged_bytes[j.first_layer] += j.staged_bytes
+    lo = 0
+    while lo < layers:
+        hi, window = lo + 1, staged_bytes[lo]
+        while hi < layers and window + staged_bytes[hi] <= STAGING_WINDOW_BYTES:
+            window += staged_bytes[hi]
+            hi += 1
+        _decode_layer_window([j for j in jobs if lo <= j.first_layer < hi], range(lo, hi), window, out.device,
+                             codecs, on_layer, before_layer)
+        lo = hi
+
+
+STAGING_WINDOW_BYTES = 256 << 20
+
+
+class _LayerJob(NamedTuple):
+    """A frame of decode_layers_into: decoded into dst, or through staging (staged_bytes > 0)."""
+    first_layer: int
+    code: int
+    frame: memoryview
+    dst: torch.Tensor
+    staged_bytes: int
+
+
+def _decode_layer_window(jobs: list[_LayerJob], layers: range, staged_total: int, device: torch.device,
+                         codecs: dict, on_layer: Callable[[int], None],
+                         before_layer: Optional[Callable[[int], None]]) -> None:
+    """decode_layers_into for the frames whose first layer is in layers (jobs, in order of
+    first layer)."""
+    cuda = device.type == "cuda"
+    stage = _staging_tensor((staged_total,), torch.uint8, pinned=cuda)
+    into, pos = [], 0  # where each job decodes to: its destination or its part of stage
+    for j in jobs:
+        into.append(stage[pos:pos + j.staged_bytes].view(j.dst.dtype).view(j.dst.shape) if j.staged_bytes else j.dst)
+        pos += j.staged_bytes
+    batch_code = next((code for code, c in codecs.items() if hasattr(c, "decode_many")), None)
+    batch = [k for k, j in enumerate(jobs) if j.code == batch_code]
+    # need[l]: how many of the batch's frames (in batch order) layer l waits for
+    starts = [0] * len(layers)
+    for k in batch:
+        starts[jobs[k].first_layer - layers.start] += 1
+    need = list(itertools.accumulate(starts))
+    at_layer: dict = {}
+    for k, j in enumerate(jobs):
+        at_layer.setdefault(j.first_layer, []).append(k)
+    next_layer = 0  # within the window
+
+    def complete(layer: int) -> None:
+        copied = False
+        for k in at_layer.get(layer, ()):
+            j = jobs[k]
+            if j.code != batch_code:
+                codecs[j.code].decode_into(j.frame, into[k])
+            if j.staged_bytes:
+                j.dst.copy_(into[k], non_blocking=cuda)
+                copied = True
+        if before_layer is not None:
+            before_layer(layer)
+        if copied and cuda:
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(device))
+            done.synchronize()
+        on_layer(layer)
+
+    def advance(settled: int) -> None:
+        nonlocal next_layer
+        while next_layer < len(need) and need[next_layer] <= settled:
+            complete(layers.start + next_layer)
+            next_layer += 1
+
+    advance(0)
+    if batch:
+        codecs[batch_code].decode_many([jobs[k].frame for k in batch], [into[k] for k in batch],
+                                       on_done=lambda i: advance(i + 1))
+    advance(len(batch))
 
 
 def _check_out(header: BlobHeader, out: torch.Tensor, start: int) -> None:
@@ -417,7 +516,3 @@ def _decode_staged(pairs: list, codec: Codec, device: torch.device) -> None:
         done = torch.cuda.Event()
         done.record(torch.cuda.current_stream(device))
         done.synchronize()
-
-
-def frame_of_layer(header: BlobHeader, layer: int) -> int:
-    return layer // header.layers_per_frame

@@ -16,7 +16,7 @@ True
 from __future__ import annotations
 
 import warnings
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 import torch
@@ -36,8 +36,9 @@ class Codec(Protocol):
     # Optional (streamed writes): encode_into(t, out) -> bytes written into the
     # writable memoryview out, which holds at least max_encoded_size(t) bytes;
     # encode_many(ts, outs) -> encode_into for each pair, in one call.
-    # Optional (batched reads): decode_many(frames, outs) -> decode_into for each
-    # pair, outs contiguous (or runs at one stride when decodes_into_runs).
+    # Optional (batched reads): decode_many(frames, outs, on_done=None) -> decode_into
+    # for each pair, outs contiguous (or runs at one stride when decodes_into_runs);
+    # on_done(i) as kvcore.decompress_many's (frames 0..i complete, called in order).
     # Optional: decodes_into_runs = True when decode_into / decode_many write
     # straight into views of equal contiguous runs at one stride (kvcore.runs),
     # or any CPU view (raw), so the blob decoder needs no staging copy for them.
@@ -122,9 +123,11 @@ class KvcoreCodec:
         else:
             out.copy_(self._kvcore.decompress(frame, threads=self.threads))
 
-    def decode_many(self, frames: list, outs: list[torch.Tensor]) -> None:
-        """A chunk's frames in one native call (their blocks spread over the threads)."""
-        self._kvcore.decompress_many(frames, outs, threads=self.threads)
+    def decode_many(self, frames: list, outs: list[torch.Tensor],
+                    on_done: Optional[Callable[[int], None]] = None) -> None:
+        """A chunk's frames in one native call (their blocks spread over the threads);
+        on_done(i) as kvcore.decompress_many's."""
+        self._kvcore.decompress_many(frames, outs, threads=self.threads, on_done=on_done)
 
 
 def native_codec_available() -> bool:

@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 import torch
 
 from ..errors import InvalidArgumentError, PoolExhausted
-from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_parts_into, encode_chunk,
+from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_layers_into, encode_chunk,
                    encode_chunk_into, host_copy)
 from .codecs import Codec, make_codec
 from .ddr import DDRTier, make_allocator
@@ -842,25 +842,17 @@ class TierManager:
         self._measure("decode", header.raw_bytes, time.perf_counter() - t0)
 
     def _decode_by_layer(self, fetched: list, out: torch.Tensor, on_layer: Callable[[int], None]) -> None:
-        """Completes out layer by layer for every fetched chunk and calls on_layer(l) after
-        layer l: the frames holding layer l, one per chunk not yet decoded there, in one
-        decode call (their blocks spread over the threads)."""
-        # (ck, header or None for a pending tensor, data, frames decoded)
-        chunks = [(ck, None if tier == "pending" else _checked_header(ck, data), data, set())
-                  for ck, tier, data, _ in fetched]
-        for layer in range(out.shape[0]):
-            parts = []
-            for ck, header, data, done in chunks:
-                if header is None:
-                    out[layer, :, ck.start:ck.end].copy_(data[layer])
-                    continue
-                f = layer // header.layers_per_frame
-                if f not in done:
-                    parts.append((data, header, ck.start, range(f, f + 1)))
-                    done.add(f)
-            if parts:
-                decode_parts_into(parts, out, self.codec)
-            on_layer(layer)
+        """Completes out for every fetched chunk, calling on_layer(l) as soon as layer l of
+        every chunk is complete: all the frames are decoded in one call, in layer order,
+        so later layers decode while on_layer runs (blob.decode_layers_into)."""
+        pending = [(ck, data) for ck, tier, data, _ in fetched if tier == "pending"]
+
+        def copy_pending(layer: int) -> None:
+            for ck, data in pending:
+                out[layer, :, ck.start:ck.end].copy_(data[layer])
+
+        parts = [(data, _checked_header(ck, data), ck.start) for ck, tier, data, _ in fetched if tier != "pending"]
+        decode_layers_into(parts, out, self.codec, on_layer, before_layer=copy_pending)
 
     # ------------------------------------------------------------------ restore vs recompute
     def _restore_s(self, tier: str, blob_bytes: int, ntokens: int) -> float:

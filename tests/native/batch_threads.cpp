@@ -1,9 +1,12 @@
 // Thread-sanitizer harness for the batch calls: compress_many codes the blocks
 // of several frames at once (each frame commits its blocks in order while
 // other frames' blocks run), decompress_many decodes them side by side into
-// interleaved runs of one buffer. Every batch must give compress()'s frames
-// and decode bit-exactly; ThreadSanitizer (or AddressSanitizer) reports any
+// interleaved runs of one buffer, then again reporting each frame as it settles
+// (on_frame). Every batch must give compress()'s frames and decode bit-exactly,
+// each frame complete when reported; ThreadSanitizer (or AddressSanitizer) reports any
 // race or bad access. Usage: batch_threads SEED ITERATIONS
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -63,14 +66,46 @@ bool run_batch(std::mt19937_64& rng) {
         at += cols[i] * esize;
     }
     if (!fr::decompress_many(decodes.data(), n, o.threads).is_ok()) return fail("decompress_many failed");
-    at = 0;
-    for (size_t i = 0; i < n; ++i) {
+    std::vector<size_t> offset(n);
+    for (size_t i = 1; i < n; ++i) offset[i] = offset[i - 1] + cols[i - 1] * esize;
+    auto decoded = [&](size_t i) {
         const size_t run = cols[i] * esize;
         for (uint64_t r = 0; r < rows; ++r)
-            if (std::memcmp(shared.data() + r * row_bytes + at, src[i].data() + r * run, run) != 0)
-                return fail("a decoded run differs from its tensor's row");
-        at += run;
-    }
+            if (std::memcmp(shared.data() + r * row_bytes + offset[i], src[i].data() + r * run, run) != 0) return false;
+        return true;
+    };
+    for (size_t i = 0; i < n; ++i)
+        if (!decoded(i)) return fail("a decoded run differs from its tensor's row");
+
+    // Again with on_frame: each frame settles once, ok, with its runs complete (read
+    // on the settling pool thread while other frames' runs are still being written).
+    std::fill(shared.begin(), shared.end(), 0);
+    std::vector<std::atomic<int>> settled(n);
+    std::atomic<bool> early{false};
+    const kvcore::Status st = fr::decompress_many(decodes.data(), n, o.threads, [&](size_t i, const kvcore::Status& s) {
+        settled[i].fetch_add(1);
+        if (!s.is_ok() || !decoded(i)) early = true;
+    });
+    if (!st.is_ok()) return fail("decompress_many with on_frame failed");
+    if (early) return fail("a frame settled before its runs were decoded");
+    for (size_t i = 0; i < n; ++i)
+        if (settled[i].load() != 1) return fail("a frame did not settle exactly once");
+
+    // A damaged frame (its last block's last byte): still every frame settles once,
+    // and that one with an error (the others may be skipped, with the same error).
+    if (rows == 0) return true;
+    const size_t k = rng() % n;
+    dst[k][decodes[k].size - 1] ^= 0x5a;
+    std::vector<std::atomic<int>> again(n);
+    std::atomic<bool> damaged_ok{false};
+    const kvcore::Status bad = fr::decompress_many(decodes.data(), n, o.threads, [&](size_t i, const kvcore::Status& s) {
+        again[i].fetch_add(1);
+        if (i == k && s.is_ok()) damaged_ok = true;
+    });
+    dst[k][decodes[k].size - 1] ^= 0x5a;
+    if (bad.is_ok() || damaged_ok) return fail("a damaged frame was not reported");
+    for (size_t i = 0; i < n; ++i)
+        if (again[i].load() != 1) return fail("with a damaged frame, a frame did not settle exactly once");
     return true;
 }
 
