@@ -62,7 +62,12 @@ def test_gpu_kv_round_trip(kv, tmp_path, tier):
         assert tm.flush(30) and tm.lookup(toks).tiers == [tier, tier]
         out = torch.zeros_like(dev)
         layers = []
-        assert tm.retrieve(toks, out, on_layer=layers.append) == 512
+
+        def on_layer(l):  # layer l is on the device when its call comes
+            assert same(out[l], dev_bits[l])
+            layers.append(l)
+
+        assert tm.retrieve(toks, out, on_layer=on_layer) == 512
         assert same(out, dev_bits) and layers == list(range(kv.shape[0]))
         out.zero_()
         assert tm.retrieve(toks, out) == 512 and same(out, dev_bits)

@@ -193,6 +193,9 @@ def host_copy(part: torch.Tensor) -> torch.Tensor:
 
 
 FRAME_BYTES = 4 << 20
+# Pinned staging a layer-by-layer restore into a CUDA out holds at most (one layer's frames if more):
+# about what a whole-chunk restore of a 38 MB chunk stages.
+STAGING_WINDOW_BYTES = 64 << 20
 
 
 def layers_per_frame(kv: torch.Tensor, frame_bytes: int = FRAME_BYTES) -> int:
@@ -402,8 +405,6 @@ def decode_layers_into(parts: list, out: torch.Tensor, codec: Codec, on_layer: C
                              codecs, on_layer, before_layer)
         lo = hi
 
-
-STAGING_WINDOW_BYTES = 256 << 20
 
 
 class _LayerJob(NamedTuple):
