@@ -410,6 +410,21 @@ struct FrameOut {
     }
 };
 
+// The decode jobs of a batch: frames[i] (buffer views kept in *keep) into outs[i] =
+// (address, bytes, run_bytes, run_stride).
+std::vector<kvcore::frame::FrameJob> frame_jobs(const std::vector<py::buffer>& frames,
+                                                const std::vector<std::array<uint64_t, 4>>& outs,
+                                                std::vector<py::buffer_info>* keep) {
+    if (frames.size() != outs.size()) throw NativeError{Code::kInvalidArgument, "frames and outs differ in length"};
+    keep->resize(frames.size());
+    std::vector<kvcore::frame::FrameJob> jobs(frames.size());
+    for (size_t i = 0; i < frames.size(); ++i) {
+        const ByteView in = read_view(frames[i], (*keep)[i]);
+        jobs[i] = {in.data, in.size, output_runs(outs[i][0], outs[i][1], outs[i][2], outs[i][3])};
+    }
+    return jobs;
+}
+
 // A decompress_many batch running on the mover's threads: it holds the frames'
 // buffer views and waits for the batch before they are released, so dropping
 // it early never leaves native code reading freed memory.
@@ -877,20 +892,13 @@ PYBIND11_MODULE(_native, m) {
         "decompress_batch",
         [](const std::vector<py::buffer>& frames, const std::vector<std::array<uint64_t, 4>>& outs,
            const py::object& threads) {
-            if (frames.size() != outs.size())
-                throw NativeError{Code::kInvalidArgument, "frames and outs differ in length"};
-            const size_t n = frames.size();
-            std::vector<py::buffer_info> keep(n);
-            std::vector<fr::FrameJob> jobs(n);
-            for (size_t i = 0; i < n; ++i) {
-                const ByteView in = read_view(frames[i], keep[i]);
-                jobs[i] = {in.data, in.size, output_runs(outs[i][0], outs[i][1], outs[i][2], outs[i][3])};
-            }
+            std::vector<py::buffer_info> keep;
+            const std::vector<fr::FrameJob> jobs = frame_jobs(frames, outs, &keep);
             const unsigned n_threads = thread_count(threads);
             Status st;
             {
                 py::gil_scoped_release release;
-                st = fr::decompress_many(jobs.data(), n, n_threads);
+                st = fr::decompress_many(jobs.data(), jobs.size(), n_threads);
             }
             check(st);
         },
@@ -916,18 +924,10 @@ PYBIND11_MODULE(_native, m) {
         "decompress_batch_async",
         [](const std::vector<py::buffer>& frames, const std::vector<std::array<uint64_t, 4>>& outs,
            const py::object& threads) {
-            if (frames.size() != outs.size())
-                throw NativeError{Code::kInvalidArgument, "frames and outs differ in length"};
-            const size_t n = frames.size();
             auto batch = std::make_unique<DecodeBatch>();
-            batch->keep.resize(n);
-            std::vector<fr::FrameJob> jobs(n);
-            for (size_t i = 0; i < n; ++i) {
-                const ByteView in = read_view(frames[i], batch->keep[i]);
-                jobs[i] = {in.data, in.size, output_runs(outs[i][0], outs[i][1], outs[i][2], outs[i][3])};
-            }
+            std::vector<fr::FrameJob> jobs = frame_jobs(frames, outs, &batch->keep);
             const unsigned n_threads = thread_count(threads);
-            batch->progress = std::make_shared<fr::BatchProgress>(n);
+            batch->progress = std::make_shared<fr::BatchProgress>(jobs.size());
             batch->running = kvcore::mover::submit(
                 [jobs = std::move(jobs), progress = batch->progress, n_threads](kvcore::mover::Completion&) {
                     const Status st = fr::decompress_many(
