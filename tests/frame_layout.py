@@ -13,19 +13,39 @@ def header_length(frame: bytes) -> int:
     return 24 + 8 * ndim + 4 + residual + 4 * n_blocks + 4
 
 
-def planes(frame: bytes) -> list[tuple[int, int, int]]:
-    """(method, payload offset, payload size) of every plane, in frame order."""
+def block_planes(frame: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(block index, offset of the plane's method byte, method, payload) of every plane,
+    in frame order."""
     n_blocks = struct.unpack_from("<I", frame, 12)[0]
     h = header_length(frame)
     sizes = struct.unpack_from(f"<{n_blocks}I", frame, h - 4 - 4 * n_blocks)
     out, pos = [], h
-    for size in sizes:
+    for b, size in enumerate(sizes):
         at, end = pos + 8, pos + size
         while at < end:
             method, payload = frame[at], struct.unpack_from("<I", frame, at + 1)[0]
-            out.append((method, at + 5, payload))
+            out.append((b, at, method, bytes(frame[at + 5:at + 5 + payload])))
             at += 5 + payload
+        assert at == end
         pos = end
+    assert pos == len(frame)
+    return out
+
+
+def planes(frame: bytes) -> list[tuple[int, int, int]]:
+    """(method, payload offset, payload size) of every plane, in frame order."""
+    return [(method, at + 5, len(payload)) for _b, at, method, payload in block_planes(frame)]
+
+
+def deflate_pieces(payload: bytes) -> list[tuple[int, bytes]]:
+    """(original size, raw DEFLATE piece) of each piece of a deflate plane's payload."""
+    (count,) = struct.unpack_from("<I", payload)
+    table = [struct.unpack_from("<II", payload, 4 + 8 * i) for i in range(count)]
+    pos, out = 4 + 8 * count, []
+    for orig, comp in table:
+        out.append((orig, payload[pos:pos + comp]))
+        pos += comp
+    assert pos == len(payload)
     return out
 
 

@@ -15,64 +15,26 @@ import torch
 import xxhash
 
 import kvcore
+from frame_layout import block_planes, deflate_pieces, header_length
 from qat_double import double, double_path  # noqa: F401  (fixtures)
 
 DEFLATE = 4
-ELEMENT_SIZE = {1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 2, 7: 4}
-
-
-def header_size(frame: bytes) -> int:
-    """Where the header ends: the first offset whose 4 bytes are the checksum of all before."""
-    for h in range(28, len(frame) + 1):
-        if struct.unpack_from("<I", frame, h - 4)[0] == xxhash.xxh3_64_intdigest(frame[: h - 4]) & 0xFFFFFFFF:
-            return h
-    raise AssertionError("no header checksum found")
-
-
-def planes(frame: bytes):
-    """(block index, offset of the plane's method byte, method, payload) for every plane."""
-    h = header_size(frame)
-    n_blocks = struct.unpack_from("<I", frame, 12)[0]
-    table = h - 4 - 4 * n_blocks
-    sizes = struct.unpack_from(f"<{n_blocks}I", frame, table)
-    esize = ELEMENT_SIZE[frame[5]]
-    pos = h
-    for b, size in enumerate(sizes):
-        p = pos + 8
-        for _ in range(esize):
-            method = frame[p]
-            n = struct.unpack_from("<I", frame, p + 1)[0]
-            yield b, p, method, frame[p + 5 : p + 5 + n]
-            p += 5 + n
-        assert p == pos + size
-        pos += size
-    assert pos == len(frame)
-
-
-def pieces(payload: bytes) -> list[tuple[int, bytes]]:
-    (count,) = struct.unpack_from("<I", payload)
-    table = [struct.unpack_from("<II", payload, 4 + 8 * i) for i in range(count)]
-    pos, out = 4 + 8 * count, []
-    for orig, comp in table:
-        out.append((orig, payload[pos : pos + comp]))
-        pos += comp
-    return out
 
 
 def rebuild_with_zlib(frame: bytes, level: int) -> bytes:
     """The same frame with every DEFLATE piece re-made by zlib (sizes and checksums updated)."""
-    h = header_size(frame)
+    h = header_length(frame)
     n_blocks = struct.unpack_from("<I", frame, 12)[0]
     table = h - 4 - 4 * n_blocks
     blocks: list[bytearray] = [bytearray() for _ in range(n_blocks)]
     starts = {}
-    for b, off, method, payload in planes(frame):
+    for b, off, method, payload in block_planes(frame):
         if b not in starts:
             starts[b] = off - 8
             blocks[b] += frame[off - 8 : off]  # the block checksum
         if method == DEFLATE:
             new = []
-            for orig, piece in pieces(payload):
+            for orig, piece in deflate_pieces(payload):
                 data = zlib.decompress(piece, -15)
                 assert len(data) == orig
                 c = zlib.compressobj(level, zlib.DEFLATED, -15)
@@ -110,10 +72,10 @@ def test_real_kv_round_trip_and_pieces_decode_with_zlib(kvdata_dir, name):
     info = kvcore.frame_info(frame)
     assert info["methods"]["deflate"]["planes"] >= 1
     n_deflate = 0
-    for _b, _off, method, payload in planes(frame):
+    for _b, _off, method, payload in block_planes(frame):
         if method == DEFLATE:
             n_deflate += 1
-            for orig, piece in pieces(payload):
+            for orig, piece in deflate_pieces(payload):
                 assert len(zlib.decompress(piece, -15)) == orig
     assert n_deflate == info["methods"]["deflate"]["planes"]
     assert len(frame) < t.numel() * t.element_size()
@@ -173,7 +135,7 @@ def test_every_corruption_is_caught(kvdata_dir):
         with pytest.raises(kvcore.CorruptFrameError):
             kvcore.decompress(frame[:cut])
     # flips inside DEFLATE payloads only (most decode to wrong bytes: the checksum catches them)
-    deflate_ranges = [(off + 5, off + 5 + len(p)) for _b, off, m, p in planes(frame) if m == DEFLATE]
+    deflate_ranges = [(off + 5, off + 5 + len(p)) for _b, off, m, p in block_planes(frame) if m == DEFLATE]
     assert deflate_ranges
     for _ in range(100):
         lo, hi = rng.choice(deflate_ranges)

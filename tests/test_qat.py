@@ -22,6 +22,7 @@ import kvcore
 from kvcore import _native
 from kvcore.qat import QatConfig
 
+from frame_layout import deflate_pieces
 from qat_double import (  # noqa: F401  (fixtures)
     OP_COMPRESS, OP_DECOMPRESS, OP_INIT, OP_SETUP, QZ_BUF_ERROR, QZ_DATA_ERROR, QZ_DEFLATE_RAW, QZ_FAIL,
     QZ_NOSW_NO_HW, QZ_NOSW_UNSUPPORTED_FMT, QZ_TIMEOUT, double, double_path,
@@ -37,17 +38,6 @@ def counters() -> dict:
 def sample(n: int, seed: int = 0) -> bytes:
     rng = np.random.default_rng(seed)
     return rng.choice(np.arange(118, 127, dtype=np.uint8), size=n).tobytes()
-
-
-def parse(payload: bytes) -> list[tuple[int, bytes]]:
-    (count,) = struct.unpack_from("<I", payload)
-    table = [struct.unpack_from("<II", payload, 4 + 8 * i) for i in range(count)]
-    pos, out = 4 + 8 * count, []
-    for orig, comp in table:
-        out.append((orig, payload[pos : pos + comp]))
-        pos += comp
-    assert pos == len(payload)
-    return out
 
 
 # ---- loading and probing ----
@@ -109,7 +99,7 @@ def test_qat_written_is_software_readable(double):
     assert c["hw_compress_calls"] == 6 and c["hw_bytes_in"] == n
     assert double.stat("compress_calls") == 6
     assert double.stat("max_src_len") == PIECE  # split at the hardware buffer size
-    pieces = parse(payload)
+    pieces = deflate_pieces(payload)
     assert [o for o, _ in pieces] == [PIECE] * 5 + [1000]
     assert b"".join(isal_zlib.decompress(p, wbits=-15) for _o, p in pieces) == data
     assert b"".join(zlib.decompress(p, -15) for _o, p in pieces) == data
@@ -298,7 +288,7 @@ def test_system_qatzip_round_trip():
         payload, rep = _native.deflate_plane_encode_report(data, backend=backend)
         if st["hardware"]:
             assert rep["qat_pieces"] >= 4
-        assert b"".join(zlib.decompress(p, -15) for _o, p in parse(payload)) == data
+        assert b"".join(zlib.decompress(p, -15) for _o, p in deflate_pieces(payload)) == data
         kvcore.qat.unload()
         assert _native.deflate_plane_decode(payload, len(data)) == data
     finally:
