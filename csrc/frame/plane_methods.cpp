@@ -151,8 +151,8 @@ Status encode_rows(const uint8_t* plane, size_t n, const PlanePolicy& policy, si
     const size_t rb = policy.row_bytes;
     if (rb == 0 || n % rb) return make_status(Code::kBufferTooSmall, "rows: not whole rows");
     const size_t rows = n / rb;
-    // The largest row table (32-bit indices), the method byte, the distinct rows.
-    uint8_t* out = thread_candidate_scratch(8 + (rows + 7) / 8 + 4 * rows + 1 + n, 0);
+    // The largest row table, the method byte, the distinct rows.
+    uint8_t* out = thread_candidate_scratch(lz::row_table_bound(rows) + 1 + n, 0);
     uint8_t* distinct = thread_candidate_scratch(n, 2);
     *result = out;
     size_t table = 0;

@@ -95,9 +95,7 @@ Status bad(const std::string& what) { return corrupt("rows plane: " + what); }
 
 }  // namespace
 
-size_t row_table_size(size_t rows, size_t copies) {
-    return kTableHead + bitmap_bytes(rows) + index_bytes(copies, index_width(rows - copies));
-}
+size_t row_table_bound(size_t rows) { return kTableHead + bitmap_bytes(rows) + 4 * rows; }
 
 size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* distinct, uint8_t* table,
                   size_t* table_size) {
@@ -179,23 +177,31 @@ Status parse_row_table(const uint8_t* payload, size_t size, size_t n, RowTable* 
 }
 
 Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
-    const size_t rb = t.row_bytes, ib = index_bytes(t.copies, t.width);
-    size_t next = 0, run = 0, pos = 0;  // next distinct row; new rows pending; index bit position
-    for (size_t r = 0; r < t.rows; ++r) {
-        if (!((t.bitmap[r >> 3] >> (r & 7)) & 1)) {
-            ++run;
-            continue;
+    const size_t rb = t.row_bytes, bm = bitmap_bytes(t.rows), ib = index_bytes(t.copies, t.width);
+    size_t next = 0, r = 0, pos = 0;  // next distinct row; first row not yet written; index bit position
+    // The bitmap 64 rows at a time: the rows before each repeat are new rows, which
+    // are the next distinct rows in order (one copy for the run).
+    for (size_t word = 0; word * 8 < bm; ++word) {
+        uint64_t bits = 0;
+        if (word * 8 + 8 <= bm) {
+            std::memcpy(&bits, t.bitmap + word * 8, 8);
+        } else {
+            for (size_t i = word * 8; i < bm; ++i) bits |= uint64_t(t.bitmap[i]) << (8 * (i - word * 8));
         }
-        // A run of new rows is the next distinct rows, in order: one copy.
-        std::memcpy(out + (r - run) * rb, distinct + next * rb, run * rb);
-        next += run;
-        run = 0;
-        const uint32_t i = t.width ? read_index(t.indices, ib, pos, t.width) : 0;
-        pos += t.width;
-        if (i >= t.distinct) return bad("a row repeats a row that does not exist");
-        copy_row(out + r * rb, distinct + size_t(i) * rb, rb);
+        for (; bits; bits &= bits - 1) {
+            const size_t rep = word * 64 + size_t(__builtin_ctzll(bits));
+            if (rep > r) {
+                std::memcpy(out + r * rb, distinct + next * rb, (rep - r) * rb);
+                next += rep - r;
+            }
+            const uint32_t i = t.width ? read_index(t.indices, ib, pos, t.width) : 0;
+            pos += t.width;
+            if (i >= t.distinct) return bad("a row repeats a row that does not exist");
+            copy_row(out + rep * rb, distinct + size_t(i) * rb, rb);
+            r = rep + 1;
+        }
     }
-    std::memcpy(out + (t.rows - run) * rb, distinct + next * rb, run * rb);
+    std::memcpy(out + r * rb, distinct + next * rb, (t.rows - r) * rb);
     return Status::ok();
 }
 

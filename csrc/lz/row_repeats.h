@@ -23,12 +23,12 @@
 
 namespace kvcore::lz {
 
-// Bytes of a row table with these counts.
-size_t row_table_size(size_t rows, size_t copies);
+// Room a row table for a plane of `rows` rows may need (indices of at most 32 bits).
+size_t row_table_bound(size_t rows);
 
 // Splits plane[0, n) (whole rows of row_bytes >= 1) into its distinct rows, in
 // order, written to distinct (room for n bytes), and the row table, written to
-// table (room for row_table_size(rows, rows) bytes). Returns the number of rows
+// table (room for row_table_bound(rows) bytes). Returns the number of rows
 // that repeat an earlier row; *table_size = bytes of the table.
 size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* distinct, uint8_t* table,
                   size_t* table_size);
