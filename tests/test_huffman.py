@@ -271,6 +271,12 @@ def test_histogram_estimate(variant):
         d = skew.copy()
         d[rng.integers(0, len(d), len(rare))] = np.array(rare, np.int8).view(np.uint8)
         assert not _check_weights(d)
+    # Outliers leaving 9-32 values of the range unseen (looked for 8 at a time), some of
+    # them present: still estimated, every present value weighted, no absent one.
+    for far, present in ((20, [13]), (30, [12, 17, 25]), (40, [15, 16, 33, 38])):
+        d = skew.copy()
+        d[[17, 1000, 5000, 9000, 40001][: len(present) + 1]] = [far, *present]
+        assert not _check_weights(d)
     # A far outlier leaves too many values of the range unseen: counted exactly.
     d = skew.copy()
     d[17] = 100
