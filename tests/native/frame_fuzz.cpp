@@ -8,6 +8,8 @@
 // and reach the block decoders (whose checksums then fail, after decoding).
 // Every other mutant decodes into runs of one row (channels elements) with a
 // 13-byte gap after each, filled with a canary that must survive any outcome.
+// A mutant that decodes must be its seed again (edits that cancel out): the
+// format leaves no byte that can change without a CorruptFrameError.
 // Usage: frame_fuzz SEED ITERATIONS FRAME_FILE...
 #include <algorithm>
 #include <cstdio>
@@ -114,24 +116,30 @@ int main(int argc, char** argv) {
         kvcore::cpu::set_disabled_isa(it & 1 ? kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512 : 0);
         const size_t pick = rng() % seeds.size();
         std::vector<uint8_t> f = seeds[pick];
+        Outcome outcome;
         if (it % 3 == 2) {
             edit_header(f, headers[pick], rng);
-            ++outcomes[decode(f, it % 2 == 0)];
-            continue;
-        }
-        const int edits = 1 + int(rng() % 4);
-        for (int e = 0; e < edits && !f.empty(); ++e) {
-            const size_t pos = rng() % f.size();
-            switch (rng() % 5) {
-                case 0: f[pos] ^= uint8_t(1u << (rng() % 8)); break;
-                case 1: f[pos] = uint8_t(rng()); break;
-                case 2: f.resize(pos); break;
-                case 3: f.insert(f.begin() + pos, uint8_t(rng())); break;
-                default:
-                    for (size_t k = pos; k < std::min(f.size(), pos + 16); ++k) f[k] = uint8_t(rng());
+            outcome = decode(f, it % 2 == 0);
+        } else {
+            const int edits = 1 + int(rng() % 4);
+            for (int e = 0; e < edits && !f.empty(); ++e) {
+                const size_t pos = rng() % f.size();
+                switch (rng() % 5) {
+                    case 0: f[pos] ^= uint8_t(1u << (rng() % 8)); break;
+                    case 1: f[pos] = uint8_t(rng()); break;
+                    case 2: f.resize(pos); break;
+                    case 3: f.insert(f.begin() + pos, uint8_t(rng())); break;
+                    default:
+                        for (size_t k = pos; k < std::min(f.size(), pos + 16); ++k) f[k] = uint8_t(rng());
+                }
             }
+            outcome = decode(f, it % 4 < 2);
         }
-        ++outcomes[decode(f, it % 4 < 2)];
+        if (outcome == kDecoded && f != seeds[pick]) {
+            std::fprintf(stderr, "an edited frame decoded without an error (mutant %ld)\n", it);
+            return 1;
+        }
+        ++outcomes[outcome];
     }
     std::printf("ok: %ld mutants, %ld past the header, %ld decoded\n", iterations,
                 outcomes[kBlocksRefused] + outcomes[kDecoded], outcomes[kDecoded]);
