@@ -697,9 +697,10 @@ class TierManager:
         out: [layers, 2, >= n tokens, kv_heads, head_dim], decoded into directly; on a
         GPU, each frame is decoded into pinned host memory and copied on the current
         stream (it has arrived when its layer's on_layer call comes or this returns).
-        on_layer(l): when given, all chunks are fetched first, then decoded layer by
-        layer, and on_layer(l) is called as soon as layer l is complete (an engine can
-        start computing layer 0 while later layers load).
+        on_layer(l): when given, all chunks are fetched first (SSD and remote ones read
+        whole), then all their frames are decoded in one call, in layer order, and
+        on_layer(l) is called as soon as layer l is complete while later layers go on
+        decoding (an engine can start computing layer 0 while later layers load).
         prefill_s_per_token: when given, chunks are restored only while restoring them
         is estimated to be faster than recomputing them (see estimate()).
         """
