@@ -4,7 +4,7 @@
 
 namespace kvcore::frame {
 
-BatchProgress::BatchProgress(size_t frames) : settled_(frames, 0), status_(frames), unsettled_(frames) {}
+BatchProgress::BatchProgress(size_t frames) : settled_(frames, 0), status_(frames) {}
 
 void BatchProgress::settle(size_t frame, const Status& status) {
     {
@@ -12,7 +12,6 @@ void BatchProgress::settle(size_t frame, const Status& status) {
         if (frame >= settled_.size() || settled_[frame]) return;
         settled_[frame] = 1;
         status_[frame] = status;
-        --unsettled_;
     }
     cv_.notify_all();
 }
@@ -25,28 +24,19 @@ void BatchProgress::settle_rest(const Status& status) {
             settled_[i] = 1;
             status_[i] = status;
         }
-        unsettled_ = 0;
     }
     cv_.notify_all();
 }
 
-template <class Ready>
-bool BatchProgress::wait_for(int64_t timeout_ms, Ready ready) const {
+bool BatchProgress::wait(size_t frame, int64_t timeout_ms) const {
+    if (frame >= settled_.size()) return true;  // status() reports it
     std::unique_lock<std::mutex> lock(mutex_);
+    const auto ready = [&] { return settled_[frame] != 0; };
     if (timeout_ms < 0) {
         cv_.wait(lock, ready);
         return true;
     }
     return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
-}
-
-bool BatchProgress::wait(size_t frame, int64_t timeout_ms) const {
-    if (frame >= settled_.size()) return true;  // status() reports it
-    return wait_for(timeout_ms, [&] { return settled_[frame] != 0; });
-}
-
-bool BatchProgress::wait_all(int64_t timeout_ms) const {
-    return wait_for(timeout_ms, [&] { return unsettled_ == 0; });
 }
 
 Status BatchProgress::status(size_t frame) const {

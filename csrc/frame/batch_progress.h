@@ -26,20 +26,14 @@ public:
     size_t size() const { return settled_.size(); }
     // Waits up to timeout_ms (< 0: no limit) for frame; true once it has settled.
     bool wait(size_t frame, int64_t timeout_ms) const;
-    // Waits up to timeout_ms for every frame; true once all have settled.
-    bool wait_all(int64_t timeout_ms) const;
     // A settled frame's outcome (kInvalidArgument for one out of range or not yet settled).
     Status status(size_t frame) const;
 
 private:
-    template <class Ready>
-    bool wait_for(int64_t timeout_ms, Ready ready) const;
-
     mutable std::mutex mutex_;
     mutable std::condition_variable cv_;
     std::vector<uint8_t> settled_;
     std::vector<Status> status_;
-    size_t unsettled_;
 };
 
 }  // namespace kvcore::frame

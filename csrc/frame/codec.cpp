@@ -547,6 +547,7 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
         const auto [i, b] = tasks[t];
         Status st;
         if (error.failed()) {
+            if (!on_frame) return;
             st = error.take();  // skipped: another frame failed
         } else {
             const Header& h = frames[i].h;

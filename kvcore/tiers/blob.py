@@ -348,7 +348,7 @@ def decode_into(blob, header: BlobHeader, out: torch.Tensor, codec: Codec, *, st
     CUDA device: the frames are copied on the current stream and have arrived when this
     returns)."""
     _check_out(header, out, start)
-    c = codec if codec.code == header.codec else codec_for_code(header.codec)
+    c = _codec_of(header, codec)
     view = memoryview(blob).cast("B")
     direct, staged = [], []
     for i in (frames if frames is not None else range(len(header.frames))):
@@ -383,7 +383,7 @@ def decode_layers_into(parts: list, out: torch.Tensor, codec: Codec, on_layer: C
     for blob, header, start in parts:
         _check_out(header, out, start)
         if header.codec not in codecs:
-            codecs[header.codec] = codec if codec.code == header.codec else codec_for_code(header.codec)
+            codecs[header.codec] = _codec_of(header, codec)
         view = memoryview(blob).cast("B")
         for i, (off, length) in enumerate(header.frames):
             l0, l1 = header.frame_layers(i)
@@ -404,7 +404,6 @@ def decode_layers_into(parts: list, out: torch.Tensor, codec: Codec, on_layer: C
         _decode_layer_window([j for j in jobs if lo <= j.first_layer < hi], range(lo, hi), window, out.device,
                              codecs, on_layer, before_layer)
         lo = hi
-
 
 
 class _LayerJob(NamedTuple):
@@ -451,9 +450,7 @@ def _decode_layer_window(jobs: list[_LayerJob], layers: range, staged_total: int
         if before_layer is not None:
             before_layer(layer)
         if copied and cuda:
-            done = torch.cuda.Event()
-            done.record(torch.cuda.current_stream(device))
-            done.synchronize()
+            _wait_for_current_stream(device)
         on_layer(layer)
 
     def advance(settled: int) -> None:
@@ -467,6 +464,11 @@ def _decode_layer_window(jobs: list[_LayerJob], layers: range, staged_total: int
         codecs[batch_code].decode_many([jobs[k].frame for k in batch], [into[k] for k in batch],
                                        on_done=lambda i: advance(i + 1))
     advance(len(batch))
+
+
+def _codec_of(header: BlobHeader, codec: Codec) -> Codec:
+    """The codec that decodes header's frames: codec itself when the blob was stored with it."""
+    return codec if codec.code == header.codec else codec_for_code(header.codec)
 
 
 def _check_out(header: BlobHeader, out: torch.Tensor, start: int) -> None:
@@ -514,6 +516,12 @@ def _decode_staged(pairs: list, codec: Codec, device: torch.device) -> None:
     for (_, dst), tmp in zip(pairs, parts):
         dst.copy_(tmp, non_blocking=cuda)
     if cuda:
-        done = torch.cuda.Event()
-        done.record(torch.cuda.current_stream(device))
-        done.synchronize()
+        _wait_for_current_stream(device)
+
+
+def _wait_for_current_stream(device: torch.device) -> None:
+    """Waits until the work queued so far on device's current stream (the copies out of
+    staging) has finished, so the staging buffer can be reused."""
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(device))
+    done.synchronize()
