@@ -1,5 +1,6 @@
-"""The AVX-512 shuffle variant on machines without AVX-512: compiled against SIMDe's
-portable intrinsics (apt package libsimde-dev) and compared with the scalar reference.
+"""The AVX-512 shuffle and channel-transpose kernels on machines without AVX-512: compiled
+against SIMDe's portable intrinsics (apt package libsimde-dev) and compared with the scalar
+reference.
 
 On a machine with AVX-512 test_shuffle.py runs the real variant; this test still
 checks the same source there.
@@ -15,24 +16,30 @@ ROOT = Path(__file__).resolve().parent.parent
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 
 
-def test_avx512_variant_matches_scalar_under_emulation(tmp_path):
+def build_and_run(tmp_path, harness: str, sources: list[str]) -> str:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
     if not SIMDE.exists():
         pytest.skip("SIMDe headers missing (apt-get install libsimde-dev)")
-    exe = tmp_path / "shuffle_avx512_harness"
-    sources = [
-        ROOT / "tests/native/shuffle_avx512_harness.cpp",
-        ROOT / "csrc/shuffle/shuffle_avx512.cpp",
-        ROOT / "csrc/shuffle/shuffle_avx2.cpp",
-        ROOT / "csrc/shuffle/shuffle.cpp",
-        ROOT / "csrc/cpu/cpu_features.cpp",
-    ]
+    exe = tmp_path / harness
     cmd = [cxx, "-std=c++17", "-O1", "-w", "-DKVCORE_EMULATE_AVX512", f"-I{ROOT / 'csrc'}",
-           f"-I{ROOT / 'tests/native'}", *map(str, sources), "-o", str(exe)]
+           f"-I{ROOT / 'tests/native'}", str(ROOT / "tests/native" / f"{harness}.cpp"),
+           *(str(ROOT / "csrc" / s) for s in sources), "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "0 mismatches" in run.stdout
+    return run.stdout
+
+
+def test_avx512_variant_matches_scalar_under_emulation(tmp_path):
+    out = build_and_run(tmp_path, "shuffle_avx512_harness", [
+        "shuffle/shuffle_avx512.cpp", "shuffle/shuffle_avx2.cpp", "shuffle/shuffle.cpp", "cpu/cpu_features.cpp"])
+    assert "0 mismatches" in out
+
+
+def test_avx512_channel_transposes_match_scalar_under_emulation(tmp_path):
+    out = build_and_run(tmp_path, "channel_transpose_check", [
+        "shuffle/channel_transpose_avx512.cpp", "shuffle/channel_transpose.cpp", "cpu/cpu_features.cpp"])
+    assert out.startswith("ok:")

@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <immintrin.h>
 #include <numeric>
 #include <vector>
 
 #include "common/little_endian.h"
-#include "cpu/cpu_features.h"
 #include "entropy/huffman.h"
+#include "shuffle/channel_transpose.h"
 
 namespace kvcore::entropy {
 namespace {
@@ -24,190 +23,6 @@ void add_row(const uint8_t* __restrict row, uint32_t channels, uint32_t* __restr
 }
 
 size_t map_bytes(uint32_t channels) { return (size_t(channels) + 1) / 2; }
-
-// Columns 0-7 of a 16x16 byte transpose: x[k] interleaves the bytes of rows
-// 2k and 2k+1 (for columns 0-7 or 8-15); col[0..7] receive those columns.
-inline void transpose_half(const __m128i* x, __m128i* col) {
-    __m128i m[8];  // m[q]: 4 bytes (rows 4q..4q+3) of columns 0-3; m[q + 4]: columns 4-7
-    for (int q = 0; q < 4; ++q) {
-        m[q] = _mm_unpacklo_epi16(x[2 * q], x[2 * q + 1]);
-        m[q + 4] = _mm_unpackhi_epi16(x[2 * q], x[2 * q + 1]);
-    }
-    for (int g = 0; g < 8; g += 4) {  // columns g/4*4 .. +3
-        const __m128i n01a = _mm_unpacklo_epi32(m[g], m[g + 1]), n23a = _mm_unpackhi_epi32(m[g], m[g + 1]);
-        const __m128i n01b = _mm_unpacklo_epi32(m[g + 2], m[g + 3]), n23b = _mm_unpackhi_epi32(m[g + 2], m[g + 3]);
-        col[g + 0] = _mm_unpacklo_epi64(n01a, n01b);
-        col[g + 1] = _mm_unpackhi_epi64(n01a, n01b);
-        col[g + 2] = _mm_unpacklo_epi64(n23a, n23b);
-        col[g + 3] = _mm_unpackhi_epi64(n23a, n23b);
-    }
-}
-
-// 16x16 byte transpose: row[i] (16 bytes) -> col[j] (16 bytes).
-inline void transpose16x16(const __m128i* row, __m128i* col) {
-    __m128i lo[8], hi[8];
-    for (int k = 0; k < 8; ++k) {
-        lo[k] = _mm_unpacklo_epi8(row[2 * k], row[2 * k + 1]);
-        hi[k] = _mm_unpackhi_epi8(row[2 * k], row[2 * k + 1]);
-    }
-    transpose_half(lo, col);
-    transpose_half(hi, col + 8);
-}
-
-// The same 16x16 transposes on 256-bit registers: unpacks work within 128-bit
-// lanes, so each lane holds its own 16x16 tile (two tiles per pass).
-#define KV_AVX2 __attribute__((target("avx2")))
-
-KV_AVX2 inline void transpose_half_avx2(const __m256i* x, __m256i* col) {
-    __m256i m[8];
-    for (int q = 0; q < 4; ++q) {
-        m[q] = _mm256_unpacklo_epi16(x[2 * q], x[2 * q + 1]);
-        m[q + 4] = _mm256_unpackhi_epi16(x[2 * q], x[2 * q + 1]);
-    }
-    for (int g = 0; g < 8; g += 4) {
-        const __m256i n01a = _mm256_unpacklo_epi32(m[g], m[g + 1]), n23a = _mm256_unpackhi_epi32(m[g], m[g + 1]);
-        const __m256i n01b = _mm256_unpacklo_epi32(m[g + 2], m[g + 3]), n23b = _mm256_unpackhi_epi32(m[g + 2], m[g + 3]);
-        col[g + 0] = _mm256_unpacklo_epi64(n01a, n01b);
-        col[g + 1] = _mm256_unpackhi_epi64(n01a, n01b);
-        col[g + 2] = _mm256_unpacklo_epi64(n23a, n23b);
-        col[g + 3] = _mm256_unpackhi_epi64(n23a, n23b);
-    }
-}
-
-KV_AVX2 inline void transpose16x16_avx2(const __m256i* row, __m256i* col) {
-    __m256i lo[8], hi[8];
-    for (int k = 0; k < 8; ++k) {
-        lo[k] = _mm256_unpacklo_epi8(row[2 * k], row[2 * k + 1]);
-        hi[k] = _mm256_unpackhi_epi8(row[2 * k], row[2 * k + 1]);
-    }
-    transpose_half_avx2(lo, col);
-    transpose_half_avx2(hi, col + 8);
-}
-
-// Row-major plane (rows x channels) -> channel-major streams: channel c's
-// symbols go to column[c] (= columns + slot[c] * rows). Channels below
-// `c_done` of the first rows & ~15 rows are already done.
-void to_channel_major_rest(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column,
-                           uint32_t c_done) {
-    const size_t r16 = rows & ~size_t(15);
-    const uint32_t c16 = channels & ~15u;
-    for (size_t r = 0; r < r16; r += 16) {
-        for (uint32_t c = c_done; c < c16; c += 16) {
-            __m128i in[16], out[16];
-            const uint8_t* p = plane + r * channels + c;
-            for (int i = 0; i < 16; ++i, p += channels) in[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-            transpose16x16(in, out);
-            for (int j = 0; j < 16; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(column[c + j] + r), out[j]);
-        }
-    }
-    for (size_t r = 0; r < rows; ++r) {
-        const uint32_t c_from = r < r16 ? c16 : 0;
-        for (uint32_t c = c_from; c < channels; ++c) column[c][r] = plane[r * channels + c];
-    }
-}
-
-// 16 rows x 32 channels per pass.
-KV_AVX2 uint32_t to_channel_major_avx2(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
-    const size_t r16 = rows & ~size_t(15);
-    const uint32_t c32 = channels & ~31u;
-    for (size_t r = 0; r < r16; r += 16) {
-        for (uint32_t c = 0; c < c32; c += 32) {
-            __m256i in[16], out[16];
-            const uint8_t* p = plane + r * channels + c;
-            for (int i = 0; i < 16; ++i, p += channels) in[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-            transpose16x16_avx2(in, out);
-            for (int j = 0; j < 16; ++j) {
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(column[c + j] + r), _mm256_castsi256_si128(out[j]));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(column[c + 16 + j] + r), _mm256_extracti128_si256(out[j], 1));
-            }
-        }
-    }
-    return c32;
-}
-
-bool use_avx2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
-
-void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
-    const uint32_t done = use_avx2() ? to_channel_major_avx2(plane, rows, channels, column) : 0;
-    to_channel_major_rest(plane, rows, channels, column, done);
-}
-
-// 16 rows x 8 channels: column[i] + r holds 16 bytes (rows r..r+15) of channel c+i;
-// row j of the result (8 bytes, channels c..c+7) goes to out + j * stride.
-inline void transpose16x8(const uint8_t* const* column, size_t r, uint8_t* out, size_t stride) {
-    __m128i a[8];
-    for (int i = 0; i < 8; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(column[i] + r));
-    __m128i t[8];
-    for (int k = 0; k < 4; ++k) {
-        t[2 * k] = _mm_unpacklo_epi8(a[2 * k], a[2 * k + 1]);      // rows 0-7, channels 2k, 2k+1
-        t[2 * k + 1] = _mm_unpackhi_epi8(a[2 * k], a[2 * k + 1]);  // rows 8-15
-    }
-    // Channels 0-3 (from t0..t3) and 4-7 (from t4..t7), four rows per register.
-    const __m128i u[8] = {_mm_unpacklo_epi16(t[0], t[2]), _mm_unpackhi_epi16(t[0], t[2]),
-                          _mm_unpacklo_epi16(t[1], t[3]), _mm_unpackhi_epi16(t[1], t[3]),
-                          _mm_unpacklo_epi16(t[4], t[6]), _mm_unpackhi_epi16(t[4], t[6]),
-                          _mm_unpacklo_epi16(t[5], t[7]), _mm_unpackhi_epi16(t[5], t[7])};
-    for (int q = 0; q < 4; ++q) {  // rows 4q .. 4q+3
-        const __m128i lo = _mm_unpacklo_epi32(u[q], u[q + 4]);
-        const __m128i hi = _mm_unpackhi_epi32(u[q], u[q + 4]);
-        uint8_t* row = out + size_t(4 * q) * stride;
-        // (8-byte stores at any alignment: _mm_storel_epi64 is declared for unaligned use)
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(row), lo);
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(row + stride), _mm_unpackhi_epi64(lo, lo));
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(row + 2 * stride), hi);
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(row + 3 * stride), _mm_unpackhi_epi64(hi, hi));
-    }
-}
-
-// Inverse of to_channel_major (the decoder's hot path): 16 rows x 16 channels
-// per full transpose, then 16 x 8 tiles, then single bytes; rows below `r_done`
-// of the first channels & ~15 channels are already done.
-void to_row_major_rest(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane, size_t r_done) {
-    const size_t r16 = rows & ~size_t(15);
-    const uint32_t c16 = channels & ~15u;
-    const uint32_t c8 = channels & ~7u;
-    for (size_t r = 0; r < r16; r += 16) {
-        uint8_t* row = plane + r * channels;
-        for (uint32_t c = r < r_done ? c16 : 0; c < c16; c += 16) {
-            __m128i in[16], out[16];
-            for (int i = 0; i < 16; ++i) in[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(column[c + i] + r));
-            transpose16x16(in, out);
-            uint8_t* p = row + c;
-            for (int j = 0; j < 16; ++j, p += channels) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), out[j]);
-        }
-        for (uint32_t c = c16; c < c8; c += 8) transpose16x8(column + c, r, row + c, channels);
-    }
-    for (size_t r = 0; r < rows; ++r) {
-        const uint32_t c_from = r < r16 ? c8 : 0;
-        for (uint32_t c = c_from; c < channels; ++c) plane[r * channels + c] = column[c][r];
-    }
-}
-
-// 32 rows x 16 channels per pass (rows r..r+15 in the low lanes, r+16.. in the high).
-KV_AVX2 size_t to_row_major_avx2(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane) {
-    const size_t r32 = rows & ~size_t(31);
-    const uint32_t c16 = channels & ~15u;
-    for (size_t r = 0; r < r32; r += 32) {
-        uint8_t* row = plane + r * channels;
-        for (uint32_t c = 0; c < c16; c += 16) {
-            __m256i in[16], out[16];
-            for (int i = 0; i < 16; ++i) in[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column[c + i] + r));
-            transpose16x16_avx2(in, out);
-            uint8_t* p = row + c;
-            uint8_t* q = p + 16 * size_t(channels);
-            for (int j = 0; j < 16; ++j, p += channels, q += channels) {
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(out[j]));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm256_extracti128_si256(out[j], 1));
-            }
-        }
-    }
-    return r32;
-}
-
-void to_row_major(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane) {
-    const size_t done = use_avx2() ? to_row_major_avx2(column, rows, channels, plane) : 0;
-    to_row_major_rest(column, rows, channels, plane, done);
-}
 
 // column[c] = where channel c's symbols start in the channel-major buffer.
 template <typename T>
@@ -318,7 +133,7 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     uint32_t count[kMaxGroups];
     order_channels(s.group.data(), channels, groups, s.slot.data(), count);
     column_starts(s.columns.data(), rows, channels, s.slot.data(), s.column.data());
-    to_channel_major(plane, rows, channels, s.column.data());
+    shuffle::to_channel_major(plane, rows, channels, s.column.data());
 
     // Weights of each fine group (sampled: counting every symbol would cost about
     // half as much as coding them); pick the coarsening with the smallest estimate.
@@ -406,7 +221,7 @@ Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t cha
         offset += len;
     }
     column_starts(columns, rows, channels, s.slot.data(), s.column.data());
-    to_row_major(s.column.data(), rows, channels, dst);
+    shuffle::to_row_major(s.column.data(), rows, channels, dst);
     return Status::ok();
 }
 
