@@ -102,10 +102,12 @@ void to_channel_major_rest(const uint8_t* plane, size_t r_begin, size_t r_end, u
             for (int j = 0; j < 16; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(column[c + j] + r), out[j]);
         }
     }
-    for (size_t r = r_begin; r < r_end; ++r) {
-        const uint32_t c_from = r < r16 ? c16 : 0;
-        for (uint32_t c = c_from; c < channels; ++c) column[c][r] = plane[r * channels + c];
-    }
+    // Single bytes: the channels past the tiles, then the rows past them.
+    if (c16 < channels)
+        for (size_t r = r_begin; r < r16; ++r)
+            for (uint32_t c = c16; c < channels; ++c) column[c][r] = plane[r * channels + c];
+    for (size_t r = r16; r < r_end; ++r)
+        for (uint32_t c = 0; c < channels; ++c) column[c][r] = plane[r * channels + c];
 }
 
 // Wide tiles, 16 rows x 32 channels, over rows [r_begin, r_begin + 16k);
@@ -194,10 +196,11 @@ void to_row_major_rest(const uint8_t* const* column, size_t r_begin, size_t r_en
         }
         for (uint32_t c = c16; c < c8; c += 8) transpose16x8(column + c, r, row + c, channels);
     }
-    for (size_t r = r_begin; r < r_end; ++r) {
-        const uint32_t c_from = r < r16 ? c8 : 0;
-        for (uint32_t c = c_from; c < channels; ++c) plane[r * channels + c] = column[c][r];
-    }
+    if (c8 < channels)
+        for (size_t r = r_begin; r < r16; ++r)
+            for (uint32_t c = c8; c < channels; ++c) plane[r * channels + c] = column[c][r];
+    for (size_t r = r16; r < r_end; ++r)
+        for (uint32_t c = 0; c < channels; ++c) plane[r * channels + c] = column[c][r];
 }
 
 // Wide tiles, 32 rows x 16 channels (rows r..r+15 in the low lanes, r+16.. in
