@@ -1,4 +1,4 @@
-"""The AVX-512 shuffle and channel-transpose kernels on machines without AVX-512: compiled
+"""The AVX-512 shuffle, channel-transpose and fastcode kernels on machines without AVX-512: compiled
 against SIMDe's portable intrinsics (apt package libsimde-dev) and compared with the scalar
 reference.
 
@@ -43,3 +43,8 @@ def test_avx512_channel_transposes_match_scalar_under_emulation(tmp_path):
     out = build_and_run(tmp_path, "channel_transpose_check", [
         "shuffle/channel_transpose_avx512.cpp", "shuffle/channel_transpose.cpp", "cpu/cpu_features.cpp"])
     assert out.startswith("ok:")
+
+
+def test_avx512_fastcode_groups_match_the_layout_under_emulation(tmp_path):
+    out = build_and_run(tmp_path, "fastcode_avx512_check", ["entropy/fastcode_avx512.cpp", "cpu/cpu_features.cpp"])
+    assert out.startswith("ok:") and not out.startswith("ok: 0 ")

@@ -27,8 +27,9 @@ uint32_t detect() {
     uint32_t isa = kIsaNone;
     const bool avx2 = ebx & (1u << 5), bmi1 = ebx & (1u << 3), bmi2 = ebx & (1u << 8);
     if (ymm_state && avx2 && bmi1 && bmi2) isa |= kIsaAvx2;
-    const bool f = ebx & (1u << 16), bw = ebx & (1u << 30), vl = ebx & (1u << 31), vbmi = ecx & (1u << 1);
-    if ((isa & kIsaAvx2) && zmm_state && f && bw && vl && vbmi) isa |= kIsaAvx512;
+    const bool f = ebx & (1u << 16), bw = ebx & (1u << 30), vl = ebx & (1u << 31), vbmi = ecx & (1u << 1),
+               vbmi2 = ecx & (1u << 6);
+    if ((isa & kIsaAvx2) && zmm_state && f && bw && vl && vbmi && vbmi2) isa |= kIsaAvx512;
     return isa;
 }
 

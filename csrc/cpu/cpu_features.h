@@ -14,7 +14,7 @@ namespace kvcore::cpu {
 enum Isa : uint32_t {
     kIsaNone = 0,
     kIsaAvx2 = 1u << 0,     // AVX2 + BMI2
-    kIsaAvx512 = 1u << 1,   // AVX-512 F/BW/VL + VBMI
+    kIsaAvx512 = 1u << 1,   // AVX-512 F/BW/VL + VBMI + VBMI2 (Ice Lake, Zen 4 and later)
 };
 
 // Features the CPU and OS support (ignores the mask).

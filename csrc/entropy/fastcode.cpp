@@ -1,6 +1,7 @@
 // "fast" mode plane coder: fixed-width codes + escape list (fastcode.h).
 // Layout in fastcode_format.h. Portable (64-bit SWAR) and AVX2 variants of the
-// encoder's packing and of the decoder; both produce identical bytes.
+// encoder's packing and of the decoder, and an AVX-512 decoder (fastcode_avx512.cpp);
+// all produce identical bytes.
 #include "entropy/fastcode.h"
 
 #include <immintrin.h>
@@ -381,6 +382,12 @@ KV_AVX2_INLINE void decode_patch_group(const __m256i* V, const __m256i* T, __m25
     (decode_patch_store<W, kRows, I>(V, T, marker, out, lit, k), ...);
 }
 
+Status decode_groups_avx512(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
+    if (!fastcode_detail::decode_groups_avx512(p.w, t.rows, p.codes, p.groups, t.full, p.lit, p.nexc, k_io, dst))
+        return corrupt("fastcode: more escapes than literals");
+    return Status::ok();
+}
+
 template <unsigned W, bool kRows = false>
 KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
     __m256i T[8];
@@ -569,7 +576,9 @@ using DecodeFn = Status (*)(const Parsed&, const Table&, uint64_t*, uint8_t*);
 using EncodeFn = bool (*)(const uint8_t*, size_t, const uint8_t*, uint8_t*, uint64_t, uint64_t*, uint8_t*);
 
 // rows: the table is row-progressive (the AVX2 variants have a faster path for it).
-DecodeFn pick_decoder(unsigned w, bool avx2, bool rows) {
+DecodeFn pick_decoder(unsigned w, uint32_t isa, bool rows) {
+    if (isa & cpu::kIsaAvx512) return decode_groups_avx512;
+    const bool avx2 = (isa & cpu::kIsaAvx2) != 0;
     static const DecodeFn scalar[8] = {nullptr,
                                        decode_groups_scalar<1>,
                                        decode_groups_scalar<2>,
@@ -916,9 +925,8 @@ Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t
     KVCORE_RETURN_IF_ERROR(parse(src, src_size, n, &p));
     Table t;
     build_table(p.w, p.table, &t);
-    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
     uint64_t k = 0;
-    KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, avx2, t.rows)(p, t, &k, dst));
+    KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, cpu::active_isa(), t.rows)(p, t, &k, dst));
     KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, dst + p.groups * kGroup));
     if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
     return Status::ok();
@@ -933,8 +941,9 @@ Status fastcode_decode_merge16(const uint8_t* src, size_t src_size, const uint8_
     KVCORE_RETURN_IF_ERROR(parse(src, src_size, n, &p));
     Table t;
     build_table(p.w, p.table, &t);
-    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
-    const DecodeFn decode = pick_decoder(p.w, avx2, t.rows);
+    const uint32_t isa = cpu::active_isa();
+    const bool avx2 = (isa & cpu::kIsaAvx2) != 0;
+    const DecodeFn decode = pick_decoder(p.w, isa, t.rows);
     const auto merge = avx2 ? merge16_avx2 : merge16_scalar;
     // Decode 4 KiB at a time into an L1-resident scratch, then merge.
     constexpr size_t kChunkGroups = 16;

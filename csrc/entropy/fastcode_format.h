@@ -54,4 +54,12 @@ inline size_t stream_size(unsigned w, size_t n, uint64_t nexc) {
     return header_size(w, nexc) + nexc + code_bytes(w, n);
 }
 
+// The AVX-512 group decoder (fastcode_avx512.cpp; needs F, BW, VBMI, VBMI2): the
+// codes of `groups` whole groups into dst (256 symbols each). table: the 128 symbols
+// of the codes (entry 2^w - 1, the escape, is don't-care); rows: row-progressive
+// (row j starts at table[16 j]). Escapes take literals lit[*k_io, nexc) in order;
+// false when the groups hold more escapes than that (dst then partly written).
+bool decode_groups_avx512(unsigned w, bool rows, const uint8_t* codes, size_t groups, const uint8_t* table,
+                          const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst);
+
 }  // namespace kvcore::entropy::fastcode_detail

@@ -22,3 +22,18 @@ static inline __m512i _mm512_shuffle_i64x2(__m512i a, __m512i b, int imm) {
     return out;
 }
 #endif
+
+#ifndef _mm512_mask_expandloadu_epi8
+// Older SIMDe lacks VBMI2's expand-load. Bytes of src where mask bit j is set are
+// replaced, in order, by consecutive bytes read from p (popcount(mask) of them).
+static inline __m512i _mm512_mask_expandloadu_epi8(__m512i src, uint64_t mask, const void* p) {
+    uint8_t r[64];
+    std::memcpy(r, &src, 64);
+    const uint8_t* in = static_cast<const uint8_t*>(p);
+    for (int j = 0; j < 64; ++j)
+        if ((mask >> j) & 1) r[j] = *in++;
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif

@@ -11,6 +11,8 @@
 #include "entropy/fastcode.h"
 #include "cpu/cpu_features.h"
 using namespace kvcore;
+// The variants run: portable, AVX2, and the widest the CPU has.
+constexpr uint32_t kMasks[3] = {cpu::kIsaAvx2 | cpu::kIsaAvx512, cpu::kIsaAvx512, 0};
 int main(int argc, char** argv) {
     const int iters = argc > 1 ? std::atoi(argv[1]) : 4000;
     std::mt19937_64 rng(1);
@@ -22,7 +24,7 @@ int main(int argc, char** argv) {
         std::geometric_distribution<int> g(0.2 + (rng() % 7) * 0.1);
         for (auto& v : x) v = uint8_t(100 + g(rng));
         unsigned w = rng() % 8;
-        cpu::set_disabled_isa(rng() & 1 ? cpu::kIsaAvx2 : 0);
+        cpu::set_disabled_isa(kMasks[rng() % 3]);
         std::vector<uint8_t> s(entropy::fastcode_bound(n));
         size_t len = 0;
         Status st = entropy::fastcode_encode_width(x.data(), n, nullptr, w, s.data(), s.size(), &len);
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
             const size_t cap = (rng() & 1) ? entropy::fastcode_bound(n) : n;
             std::vector<uint8_t> s3(cap ? cap : 1);
             size_t len3 = 0;
-            cpu::set_disabled_isa(rng() & 1 ? cpu::kIsaAvx2 : 0);
+            cpu::set_disabled_isa(kMasks[rng() % 3]);
             st = entropy::fastcode_encode_estimated(x.data(), n, weights, s3.data(), cap, &len3);
             if (st.is_ok()) {
                 std::vector<uint8_t> in3(s3.begin(), s3.begin() + len3), out3(n);
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
         }
         // exact-size heap copies so ASan sees any overread
         std::vector<uint8_t> in(s.begin(), s.begin() + len), out(n);
-        cpu::set_disabled_isa(rng() & 1 ? cpu::kIsaAvx2 : 0);
+        cpu::set_disabled_isa(kMasks[rng() % 3]);
         st = entropy::fastcode_decode(in.data(), in.size(), out.data(), n);
         if (!st.is_ok() || out != x) { printf("round trip failed n=%zu w=%u\n", n, w); return 1; }
         std::vector<uint8_t> other(n), merged(2 * n);
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < body; ++i) s.push_back(all_escapes ? 0xff : uint8_t(rng()));
         if (all_escapes && (n % 256) * w % 8) s.back() &= uint8_t(0xff >> (8 - (n % 256) * w % 8));
         std::vector<uint8_t> o(n);
-        cpu::set_disabled_isa(iter % 4 < 2 ? 0 : cpu::kIsaAvx2);
+        cpu::set_disabled_isa(kMasks[iter % 3]);
         const Status st = entropy::fastcode_decode(s.data(), s.size(), o.data(), n);
         if (all_escapes && st.is_ok()) { printf("all-escape stream accepted\n"); return 1; }
         (st.is_ok() ? ok : bad)++;

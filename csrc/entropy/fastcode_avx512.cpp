@@ -1,0 +1,135 @@
+// "fast" plane coder, AVX-512 group decoder (F, BW, VBMI, VBMI2); layout in
+// fastcode_format.h. 64 symbols (output vectors i = 2J and 2J + 1 of a group) per
+// register: each code component is one 32-byte vector of the group, broadcast to
+// both halves and shifted by a different count in each; the symbol table is one
+// byte permute (up to 128 entries); escapes are a mask, filled from the literals
+// by one expand-load. No marker byte and no second pass.
+#ifdef KVCORE_EMULATE_AVX512
+// Tests only (tests/test_shuffle_avx512_emulated.py): compiled against SIMDe's
+// portable AVX-512, so that machines without AVX-512 check it.
+#include "avx512_emulation.h"
+#define KV_AVX512
+#else
+#include <immintrin.h>
+#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,avx2,popcnt")))
+#endif
+
+#include "entropy/fastcode_format.h"
+
+// GCC 12 reports its own _mm512_undefined_*() placeholders inside the insert
+// intrinsics as maybe-uninitialized (a false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace kvcore::entropy::fastcode_detail {
+namespace {
+
+constexpr bool has_comp(unsigned w, unsigned c) { return (w & c) != 0; }
+constexpr unsigned comp_offset(unsigned w, unsigned c) { return c == 4 ? 0 : c == 2 ? (w & 4) : (w & 6); }
+
+// Component (C bits at code offset o) of output vectors 2J, 2J + 1, placed at code offset o.
+template <unsigned W, unsigned C, unsigned J>
+KV_AVX512 inline __m512i component(const uint8_t* g) {
+    constexpr unsigned o = comp_offset(W, C), per = 8 / C, f = (2 * J) % per;
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * (o + 2 * J / per)));
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1);
+    const __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16(short(C * f)), _mm256_set1_epi16(short(C * f + C)), 1);
+    const __m512i field = _mm512_and_si512(_mm512_srlv_epi16(both, counts), _mm512_set1_epi8(char((1u << C) - 1)));
+    return o ? _mm512_slli_epi16(field, o) : field;  // o + C <= 8: no bit crosses into the next byte
+}
+
+template <unsigned W, unsigned J>
+KV_AVX512 inline __m512i codes_of(const uint8_t* g) {
+    // (each component in a local: the emulation's intrinsics are macros, which split template arguments)
+    __m512i code = _mm512_setzero_si512();
+    if constexpr (has_comp(W, 4)) {
+        const __m512i part = component<W, 4, J>(g);
+        code = _mm512_or_si512(code, part);
+    }
+    if constexpr (has_comp(W, 2)) {
+        const __m512i part = component<W, 2, J>(g);
+        code = _mm512_or_si512(code, part);
+    }
+    if constexpr (has_comp(W, 1)) {
+        const __m512i part = component<W, 1, J>(g);
+        code = _mm512_or_si512(code, part);
+    }
+    return code;
+}
+
+// The symbols of 64 codes (escapes: don't-care). T0 = table[0, 64), T1 = table[64, 128);
+// for row-progressive tables T0 holds the row starts.
+template <unsigned W, bool kRows>
+KV_AVX512 inline __m512i symbols(__m512i code, __m512i T0, __m512i T1) {
+    if constexpr (kRows) {
+        const __m512i row = _mm512_and_si512(_mm512_srli_epi16(code, 4), _mm512_set1_epi8(0x0f));
+        return _mm512_add_epi8(_mm512_permutexvar_epi8(row, T0), _mm512_and_si512(code, _mm512_set1_epi8(0x0f)));
+    } else if constexpr (W == 7) {
+        return _mm512_permutex2var_epi8(T0, code, T1);
+    } else {
+        return _mm512_permutexvar_epi8(code, T0);
+    }
+}
+
+template <unsigned W, bool kRows>
+KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
+                             uint64_t nexc, uint64_t* k_io, uint8_t* dst) {
+    __m512i T0, T1 = _mm512_setzero_si512();
+    if constexpr (kRows) {
+        alignas(64) uint8_t starts[64] = {};
+        for (unsigned j = 0; j < (1u << (W - 4)); ++j) starts[j] = table[16 * j];
+        T0 = _mm512_load_si512(starts);
+    } else {
+        T0 = _mm512_loadu_si512(table);
+        if constexpr (W == 7) T1 = _mm512_loadu_si512(table + 64);
+    }
+    const __m512i esc = _mm512_set1_epi8(char((1u << W) - 1));
+    uint64_t k = *k_io;
+    for (size_t gi = 0; gi < groups; ++gi) {
+        const uint8_t* g = codes + gi * 32 * W;
+        uint8_t* out = dst + gi * kGroup;
+        const __m512i c0 = codes_of<W, 0>(g), c1 = codes_of<W, 1>(g), c2 = codes_of<W, 2>(g), c3 = codes_of<W, 3>(g);
+        __m512i r[4] = {symbols<W, kRows>(c0, T0, T1), symbols<W, kRows>(c1, T0, T1),
+                        symbols<W, kRows>(c2, T0, T1), symbols<W, kRows>(c3, T0, T1)};
+        const uint64_t m[4] = {_mm512_cmpeq_epi8_mask(c0, esc), _mm512_cmpeq_epi8_mask(c1, esc),
+                                _mm512_cmpeq_epi8_mask(c2, esc), _mm512_cmpeq_epi8_mask(c3, esc)};
+        if ((m[0] | m[1] | m[2] | m[3]) != 0) {
+            const uint64_t n0 = uint64_t(__builtin_popcountll(m[0])), n1 = uint64_t(__builtin_popcountll(m[1]));
+            const uint64_t n2 = uint64_t(__builtin_popcountll(m[2])), n3 = uint64_t(__builtin_popcountll(m[3]));
+            if (n0 + n1 + n2 + n3 > nexc - k) return false;
+            // Reads exactly the literals taken: lit[k, k + n) with k + n <= nexc.
+            r[0] = _mm512_mask_expandloadu_epi8(r[0], m[0], lit + k);
+            r[1] = _mm512_mask_expandloadu_epi8(r[1], m[1], lit + k + n0);
+            r[2] = _mm512_mask_expandloadu_epi8(r[2], m[2], lit + k + n0 + n1);
+            r[3] = _mm512_mask_expandloadu_epi8(r[3], m[3], lit + k + n0 + n1 + n2);
+            k += n0 + n1 + n2 + n3;
+        }
+        for (unsigned j = 0; j < 4; ++j) _mm512_storeu_si512(out + 64 * j, r[j]);
+    }
+    *k_io = k;
+    return true;
+}
+
+using GroupsFn = bool (*)(const uint8_t*, size_t, const uint8_t*, const uint8_t*, uint64_t, uint64_t*, uint8_t*);
+
+}  // namespace
+
+bool decode_groups_avx512(unsigned w, bool rows, const uint8_t* codes, size_t groups, const uint8_t* table,
+                          const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst) {
+    static const GroupsFn any[8] = {nullptr,
+                                    decode_groups<1, false>,
+                                    decode_groups<2, false>,
+                                    decode_groups<3, false>,
+                                    decode_groups<4, false>,
+                                    decode_groups<5, false>,
+                                    decode_groups<6, false>,
+                                    decode_groups<7, false>};
+    static const GroupsFn by_rows[8] = {nullptr, nullptr, nullptr, nullptr, nullptr,
+                                        decode_groups<5, true>,
+                                        decode_groups<6, true>,
+                                        decode_groups<7, true>};
+    if (w < 1 || w > kMaxWidth) return false;
+    const GroupsFn fn = rows && by_rows[w] ? by_rows[w] : any[w];
+    return fn(codes, groups, table, lit, nexc, k_io, dst);
+}
+
+}  // namespace kvcore::entropy::fastcode_detail
