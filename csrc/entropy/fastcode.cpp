@@ -1,7 +1,7 @@
 // "fast" mode plane coder: fixed-width codes + escape list (fastcode.h).
-// Layout in fastcode_format.h. Portable (64-bit SWAR) and AVX2 variants of the
-// encoder's packing and of the decoder, and an AVX-512 decoder (fastcode_avx512.cpp);
-// all produce identical bytes.
+// Layout in fastcode_format.h. Portable (64-bit SWAR), AVX2 and AVX-512
+// (fastcode_avx512.cpp) variants of the encoder's packing and of the decoder; all
+// produce identical bytes.
 #include "entropy/fastcode.h"
 
 #include <immintrin.h>
@@ -603,7 +603,23 @@ DecodeFn pick_decoder(unsigned w, uint32_t isa, bool rows) {
     return avx2 ? simd[w] : scalar[w];
 }
 
-EncodeFn pick_encoder(unsigned w, bool avx2) {
+template <unsigned W>
+bool encode_groups_avx512(const uint8_t* src, size_t groups, const uint8_t* code_of, uint8_t* lit, uint64_t nexc,
+                          uint64_t* k_io, uint8_t* out) {
+    return fastcode_detail::encode_groups_avx512(W, src, groups, code_of, lit, nexc, k_io, out);
+}
+
+EncodeFn pick_encoder(unsigned w, uint32_t isa) {
+    static const EncodeFn wide[8] = {nullptr,
+                                     encode_groups_avx512<1>,
+                                     encode_groups_avx512<2>,
+                                     encode_groups_avx512<3>,
+                                     encode_groups_avx512<4>,
+                                     encode_groups_avx512<5>,
+                                     encode_groups_avx512<6>,
+                                     encode_groups_avx512<7>};
+    if (isa & cpu::kIsaAvx512) return wide[w];
+    const bool avx2 = (isa & cpu::kIsaAvx2) != 0;
     static const EncodeFn scalar[8] = {nullptr,
                                        encode_groups_scalar<1>,
                                        encode_groups_scalar<2>,
@@ -820,10 +836,10 @@ Status encode_planned(const uint8_t* src, size_t n, const Plan& plan, bool nexc_
         codes_out = lit + n;
         lit_cap = n;
     }
-    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
+    const uint32_t isa = cpu::active_isa();
     uint64_t k = 0;
     const size_t groups = n / kGroup;
-    if (!pick_encoder(w, avx2)(src, groups, code_of, lit, lit_cap, &k, codes_out))
+    if (!pick_encoder(w, isa)(src, groups, code_of, lit, lit_cap, &k, codes_out))
         return invalid("fastcode: histogram does not match the data");
     const size_t r = n % kGroup;
     if (r) {

@@ -1,9 +1,13 @@
-// "fast" plane coder, AVX-512 group decoder (F, BW, VBMI, VBMI2); layout in
-// fastcode_format.h. 64 symbols (output vectors i = 2J and 2J + 1 of a group) per
-// register: each code component is one 32-byte vector of the group, broadcast to
+// "fast" plane coder, AVX-512 group decoder and encoder (F, BW, VBMI, VBMI2);
+// layout in fastcode_format.h. 64 symbols (output vectors i = 2J and 2J + 1 of a
+// group) per register.
+// Decoder: each code component is one 32-byte vector of the group, broadcast to
 // both halves and shifted by a different count in each; the symbol table is one
 // byte permute (up to 128 entries); escapes are a mask, filled from the literals
 // by one expand-load. No marker byte and no second pass.
+// Encoder: a byte's code is two 128-entry permutes and a blend; each component
+// is shifted into place per half and the halves OR-ed into one 32-byte vector;
+// escaped bytes leave by one compress per register.
 #ifdef KVCORE_EMULATE_AVX512
 // Tests only (tests/test_shuffle_avx512_emulated.py): compiled against SIMDe's
 // portable AVX-512, so that machines without AVX-512 check it.
@@ -13,6 +17,8 @@
 #include <immintrin.h>
 #define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,avx2,popcnt")))
 #endif
+
+#include <cstring>
 
 #include "entropy/fastcode_format.h"
 
@@ -111,7 +117,102 @@ KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t*
 
 using GroupsFn = bool (*)(const uint8_t*, size_t, const uint8_t*, const uint8_t*, uint64_t, uint64_t*, uint8_t*);
 
+// ---- encoder
+
+// The code of each of 64 bytes: code_of as four 64-entry tables, the top bit choosing
+// between the lower and the upper pair.
+KV_AVX512 inline __m512i lookup256(__m512i x, const __m512i* CT) {
+    const __m512i lo = _mm512_permutex2var_epi8(CT[0], x, CT[1]);
+    const __m512i hi = _mm512_permutex2var_epi8(CT[2], x, CT[3]);
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), lo, hi);
+}
+
+// Bits [O, O + C) of each code, at bit C * f of its byte, where f is the code's
+// output vector (32 codes each) modulo 8 / C: register J holds vectors 2J, 2J + 1.
+template <unsigned C, unsigned O, unsigned J>
+KV_AVX512 inline __m512i placed(__m512i code) {
+    constexpr unsigned per = 8 / C, f = (2 * J) % per;
+    const __m512i field = _mm512_and_si512(_mm512_srli_epi16(code, O), _mm512_set1_epi8(char((1u << C) - 1)));
+    const __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16(short(C * f)), _mm256_set1_epi16(short(C * f + C)), 1);
+    return _mm512_sllv_epi16(field, counts);  // C * f + C <= 8: no bit crosses into the next byte
+}
+
+KV_AVX512 inline __m256i fold(__m512i x) {
+    return _mm256_or_si256(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
+}
+
+KV_AVX512 inline void store32(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+
+// Packs the 256 codes of a group (code[J]: codes 64J .. 64J + 63) into its 32 * W bytes.
+template <unsigned W>
+KV_AVX512 inline void pack_group(const __m512i* code, uint8_t* g) {
+    if constexpr (has_comp(W, 4)) {  // vector o + j: output vectors 2j (low nibbles) and 2j + 1
+        constexpr unsigned o = comp_offset(W, 4);
+        store32(g + 32 * (o + 0), fold(placed<4, o, 0>(code[0])));
+        store32(g + 32 * (o + 1), fold(placed<4, o, 1>(code[1])));
+        store32(g + 32 * (o + 2), fold(placed<4, o, 2>(code[2])));
+        store32(g + 32 * (o + 3), fold(placed<4, o, 3>(code[3])));
+    }
+    // (parts in locals: the emulation's intrinsics are macros, which split template arguments)
+    if constexpr (has_comp(W, 2)) {  // vector o + j: output vectors 4j .. 4j + 3
+        constexpr unsigned o = comp_offset(W, 2);
+        const __m512i p0 = placed<2, o, 0>(code[0]), p1 = placed<2, o, 1>(code[1]);
+        const __m512i p2 = placed<2, o, 2>(code[2]), p3 = placed<2, o, 3>(code[3]);
+        store32(g + 32 * (o + 0), fold(_mm512_or_si512(p0, p1)));
+        store32(g + 32 * (o + 1), fold(_mm512_or_si512(p2, p3)));
+    }
+    if constexpr (has_comp(W, 1)) {  // vector o: all 8 output vectors
+        constexpr unsigned o = comp_offset(W, 1);
+        const __m512i p0 = placed<1, o, 0>(code[0]), p1 = placed<1, o, 1>(code[1]);
+        const __m512i p2 = placed<1, o, 2>(code[2]), p3 = placed<1, o, 3>(code[3]);
+        store32(g + 32 * o, fold(_mm512_or_si512(_mm512_or_si512(p0, p1), _mm512_or_si512(p2, p3))));
+    }
+}
+
+template <unsigned W>
+KV_AVX512 bool encode_groups(const uint8_t* src, size_t groups, const uint8_t* code_of, uint8_t* lit, uint64_t nexc,
+                             uint64_t* k_io, uint8_t* out) {
+    __m512i CT[4];
+    for (unsigned t = 0; t < 4; ++t) CT[t] = _mm512_loadu_si512(code_of + 64 * t);
+    const __m512i esc = _mm512_set1_epi8(char((1u << W) - 1));
+    alignas(64) uint8_t lbuf[kGroup + 64];  // a group's escaped bytes (each compress stores 64)
+    uint64_t k = *k_io;
+    for (size_t gi = 0; gi < groups; ++gi) {
+        const uint8_t* s = src + gi * kGroup;
+        __m512i x[4], code[4];
+        uint64_t m[4];
+        for (unsigned j = 0; j < 4; ++j) {
+            x[j] = _mm512_loadu_si512(s + 64 * j);
+            code[j] = lookup256(x[j], CT);
+            m[j] = _mm512_cmpeq_epi8_mask(code[j], esc);
+        }
+        if ((m[0] | m[1] | m[2] | m[3]) != 0) {
+            size_t e = 0;
+            for (unsigned j = 0; j < 4; ++j) {
+                _mm512_storeu_si512(lbuf + e, _mm512_maskz_compress_epi8(m[j], x[j]));
+                e += size_t(__builtin_popcountll(m[j]));
+            }
+            if (e > nexc - k) return false;
+            std::memcpy(lit + k, lbuf, e);
+            k += e;
+        }
+        pack_group<W>(code, out + gi * 32 * W);
+    }
+    *k_io = k;
+    return true;
+}
+
+using EncodeGroupsFn = bool (*)(const uint8_t*, size_t, const uint8_t*, uint8_t*, uint64_t, uint64_t*, uint8_t*);
+
 }  // namespace
+
+bool encode_groups_avx512(unsigned w, const uint8_t* src, size_t groups, const uint8_t* code_of, uint8_t* lit,
+                          uint64_t nexc, uint64_t* k_io, uint8_t* out) {
+    static const EncodeGroupsFn by_width[8] = {nullptr,          encode_groups<1>, encode_groups<2>, encode_groups<3>,
+                                               encode_groups<4>, encode_groups<5>, encode_groups<6>, encode_groups<7>};
+    if (w < 1 || w > kMaxWidth) return false;
+    return by_width[w](src, groups, code_of, lit, nexc, k_io, out);
+}
 
 bool decode_groups_avx512(unsigned w, bool rows, const uint8_t* codes, size_t groups, const uint8_t* table,
                           const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst) {

@@ -62,4 +62,10 @@ inline size_t stream_size(unsigned w, size_t n, uint64_t nexc) {
 bool decode_groups_avx512(unsigned w, bool rows, const uint8_t* codes, size_t groups, const uint8_t* table,
                           const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst);
 
+// The AVX-512 group encoder: `groups` groups of src into their codes at out, with
+// code_of[byte] the code of each byte value (2^w - 1: escaped); escaped bytes go
+// to lit[*k_io, nexc) in order. False when there are more of them than that.
+bool encode_groups_avx512(unsigned w, const uint8_t* src, size_t groups, const uint8_t* code_of, uint8_t* lit,
+                          uint64_t nexc, uint64_t* k_io, uint8_t* out);
+
 }  // namespace kvcore::entropy::fastcode_detail

@@ -37,3 +37,18 @@ static inline __m512i _mm512_mask_expandloadu_epi8(__m512i src, uint64_t mask, c
     return out;
 }
 #endif
+
+#ifndef _mm512_maskz_compress_epi8
+// Older SIMDe lacks VBMI2's compress: the bytes of a where mask bit j is set, in
+// order, at the start of the result; zeros after them.
+static inline __m512i _mm512_maskz_compress_epi8(uint64_t mask, __m512i a) {
+    uint8_t in[64], r[64] = {};
+    std::memcpy(in, &a, 64);
+    int n = 0;
+    for (int j = 0; j < 64; ++j)
+        if ((mask >> j) & 1) r[n++] = in[j];
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif
