@@ -147,7 +147,8 @@ private:
 };
 
 // Blocks are encoded in parallel but must land in the frame in order: each
-// waits for its predecessor, then copies its bytes (still hot in cache) in place.
+// waits for its predecessor's size, which gives its offset, then commits its own
+// size and copies its bytes (still hot in cache) in place.
 class OrderedCommit {
 public:
     explicit OrderedCommit(uint64_t start) : offset_(start) {}
@@ -373,7 +374,15 @@ void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o) {
     } else {
         st = encode_block(f.src, first, count, h, f.layout, o, s, s.encoded.data(), s.encoded.size(), &size);
         const uint64_t at = f.commit.wait_turn(b);
-        if (st.is_ok()) std::memcpy(f.dst + at, s.encoded.data(), size);
+        if (st.is_ok()) {
+            // The next block's offset needs this one's size, not its bytes: commit
+            // first, then copy (first touches of the frame's pages included) while
+            // later blocks commit and copy too.
+            f.h.block_sizes[b] = static_cast<uint32_t>(size);
+            f.commit.done(size);
+            std::memcpy(f.dst + at, s.encoded.data(), size);
+            return;
+        }
     }
     if (st.is_ok()) f.h.block_sizes[b] = static_cast<uint32_t>(size);
     f.commit.done(st.is_ok() ? size : 0);
