@@ -13,7 +13,8 @@ from native_build import ROOT, build_harness
 
 @pytest.mark.slow
 def test_huffman_decode_under_sanitizers(tmp_path):
-    sources = [str(ROOT / "csrc" / f) for f in ("entropy/huffman.cpp", "entropy/histogram.cpp", "cpu/cpu_features.cpp")]
+    sources = [str(ROOT / "csrc" / f) for f in (
+        "entropy/huffman.cpp", "entropy/histogram.cpp", "entropy/histogram_avx512.cpp", "cpu/cpu_features.cpp")]
     exe = build_harness(tmp_path, "huffman_fuzz", sources)
     run = subprocess.run([str(exe), "12345", "6000"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr

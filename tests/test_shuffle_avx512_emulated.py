@@ -1,4 +1,4 @@
-"""The AVX-512 shuffle, channel-transpose and fastcode kernels on machines without AVX-512: compiled
+"""The AVX-512 shuffle, channel-transpose, fastcode and presence kernels on machines without AVX-512: compiled
 against SIMDe's portable intrinsics (apt package libsimde-dev) and compared with the scalar
 reference.
 
@@ -47,4 +47,10 @@ def test_avx512_channel_transposes_match_scalar_under_emulation(tmp_path):
 
 def test_avx512_fastcode_groups_match_the_layout_under_emulation(tmp_path):
     out = build_and_run(tmp_path, "fastcode_avx512_check", ["entropy/fastcode_avx512.cpp", "cpu/cpu_features.cpp"])
+    assert out.startswith("ok:") and not out.startswith("ok: 0 ")
+
+
+def test_avx512_presence_scan_matches_scalar_under_emulation(tmp_path):
+    out = build_and_run(tmp_path, "histogram_avx512_check", [
+        "entropy/histogram_avx512.cpp", "entropy/histogram.cpp", "cpu/cpu_features.cpp"])
     assert out.startswith("ok:") and not out.startswith("ok: 0 ")

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "cpu/cpu_features.h"
+#include "entropy/histogram_internal.h"
 
 #if defined(__GNUC__)
 #define KV_ALWAYS_INLINE inline __attribute__((always_inline))
@@ -22,10 +23,12 @@ constexpr size_t kSampleMin = 32768;   // smaller planes are counted exactly
 // 128 would count the same 16 channels of every row of 32 or 384 bytes.
 constexpr size_t kSamplePeriod = 136;
 constexpr size_t kSampleTaken = 16;
-// Values in range that the sample missed, at most, before counting exactly. They
-// are looked for 8 at a time with vector compares that stop once all 8 have
-// turned up: a pass costs a fraction of an exact count up to about 32 values.
-constexpr unsigned kMaxUnseen = 32;
+// Values in range that the sample missed are looked for in the plane. AVX2 looks
+// for 8 at a time, with vector compares that stop once all 8 have turned up: a
+// pass costs a fraction of an exact count up to about kMaxBatched values; past
+// that it counts exactly and keeps only which values occur (so that every variant
+// gives the same weights). AVX-512 takes any number in one pass.
+constexpr unsigned kMaxBatched = 32;
 constexpr unsigned kPresentBatch = 8;
 
 // Eight count tables: runs of one value (common in skewed planes) would otherwise
@@ -121,14 +124,6 @@ __attribute__((target("avx2"))) Range range_avx2(const uint8_t* src, size_t n) {
     return r;
 }
 
-// Which of the k candidate values occur in src: bit j of the result for cand[j].
-uint32_t present_scalar(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k) {
-    bool seen[256] = {};
-    for (size_t i = 0; i < n; ++i) seen[src[i]] = true;
-    uint32_t mask = 0;
-    for (unsigned j = 0; j < k; ++j) mask |= uint32_t(seen[cand[j]]) << j;
-    return mask;
-}
 
 // present_avx2 for at most kPresentBatch candidates.
 __attribute__((target("avx2"))) uint32_t present_batch_avx2(const uint8_t* src, size_t n, const uint8_t* cand,
@@ -156,12 +151,6 @@ __attribute__((target("avx2"))) uint32_t present_batch_avx2(const uint8_t* src, 
     return mask;
 }
 
-uint32_t present_avx2(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k) {
-    uint32_t mask = 0;
-    for (unsigned j = 0; j < k; j += kPresentBatch)
-        mask |= present_batch_avx2(src, n, cand + j, std::min(kPresentBatch, k - j)) << j;
-    return mask;
-}
 
 void histogram_scalar(const uint8_t* src, size_t n, uint32_t* hist) { histogram_impl(src, n, hist); }
 __attribute__((target("avx2,bmi,bmi2"))) void histogram_bmi2(const uint8_t* src, size_t n, uint32_t* hist) {
@@ -173,6 +162,13 @@ __attribute__((target("avx2,bmi,bmi2"))) size_t sampled_bmi2(const uint8_t* src,
 }
 
 bool use_avx2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
+
+void find_values(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k, bool* found) {
+    const uint32_t isa = cpu::active_isa();
+    if (isa & cpu::kIsaAvx512) return detail::find_values_avx512(src, n, cand, k, found);
+    if (isa & cpu::kIsaAvx2) return detail::find_values_avx2(src, n, cand, k, found);
+    detail::find_values_scalar(src, n, cand, k, found);
+}
 
 // What both estimates start with: small planes are counted exactly, and a plane
 // whose exact value range is one value is constant. Returns true when hist then
@@ -200,6 +196,30 @@ size_t sampled(const uint8_t* src, size_t n, uint32_t* hist) {
 
 }  // namespace
 
+namespace detail {
+
+void find_values_scalar(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k, bool* found) {
+    bool seen[256] = {};
+    for (size_t i = 0; i < n; ++i) seen[src[i]] = true;
+    for (unsigned j = 0; j < k; ++j) found[j] = seen[cand[j]];
+}
+
+void find_values_avx2(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k, bool* found) {
+    if (k > kMaxBatched) {
+        uint32_t counts[256];
+        histogram(src, n, counts);
+        for (unsigned j = 0; j < k; ++j) found[j] = counts[cand[j]] != 0;
+        return;
+    }
+    for (unsigned j = 0; j < k; j += kPresentBatch) {
+        const unsigned batch = std::min(kPresentBatch, k - j);
+        const uint32_t mask = present_batch_avx2(src, n, cand + j, batch);
+        for (unsigned b = 0; b < batch; ++b) found[j + b] = (mask >> b) & 1;
+    }
+}
+
+}  // namespace detail
+
 void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
     if (use_avx2())
         histogram_bmi2(src, n, hist);
@@ -218,7 +238,6 @@ bool histogram_weights(const uint8_t* src, size_t n, uint32_t* hist) {
 bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
     Range r;
     if (exact_if_small_or_constant(src, n, hist, &r)) return true;
-    const bool avx2 = use_avx2();
     // The narrower of the two ranges holds every value; a signed one wraps through 0.
     const unsigned uwidth = unsigned(r.umax) - r.umin + 1;
     const unsigned swidth = unsigned(int(r.smax) - int(r.smin) + 1);
@@ -226,29 +245,23 @@ bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
     const unsigned width = uwidth <= swidth ? uwidth : swidth;
 
     const size_t taken = sampled(src, n, hist);
-    uint8_t unseen[kMaxUnseen];
+    uint8_t unseen[256];
     unsigned k_unseen = 0;
     // The range's ends occur by definition: only values inside it can be missing.
     const uint8_t ends[2] = {lo, uint8_t(lo + width - 1)};
     const bool end_unseen[2] = {hist[ends[0]] == 0, hist[ends[1]] == 0};
     for (unsigned k = 1; k + 1 < width; ++k) {
         const uint8_t v = uint8_t(lo + k);
-        if (hist[v]) continue;
-        if (k_unseen == kMaxUnseen) {
-            histogram(src, n, hist);
-            return true;
-        }
-        unseen[k_unseen++] = v;
+        if (!hist[v]) unseen[k_unseen++] = v;
     }
     // Scale to about n; a value the sample missed is rare: weight 1 when it occurs
     // at all (a value coded but absent would waste code space).
     for (unsigned k = 0; k < width; ++k) hist[uint8_t(lo + k)] = scaled(hist[uint8_t(lo + k)], n, taken);
     for (int e = 0; e < 2; ++e)
         if (end_unseen[e]) hist[ends[e]] = 1;
-    const uint32_t present = k_unseen == 0 ? 0
-                             : avx2        ? present_avx2(src, n, unseen, k_unseen)
-                                           : present_scalar(src, n, unseen, k_unseen);
-    for (unsigned j = 0; j < k_unseen; ++j) hist[unseen[j]] = (present >> j) & 1;
+    bool found[256];
+    if (k_unseen) find_values(src, n, unseen, k_unseen, found);
+    for (unsigned j = 0; j < k_unseen; ++j) hist[unseen[j]] = found[j] ? 1 : 0;
     return false;
 }
 
