@@ -20,7 +20,8 @@ LOW_BITS = 8  # plane method id
 
 
 def test_packing_matches_its_specification(tmp_path):
-    exe = build_harness(tmp_path, "low_bits_check", [str(ROOT / "csrc" / "shuffle" / "low_bits.cpp")])
+    sources = [str(ROOT / "csrc" / f) for f in ("shuffle/low_bits.cpp", "shuffle/low_bits_avx512.cpp", "cpu/cpu_features.cpp")]
+    exe = build_harness(tmp_path, "low_bits_check", sources)
     run = subprocess.run([str(exe), "11"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert run.stdout.startswith("ok:")

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "cpu/cpu_features.h"
+
 namespace kvcore::shuffle {
 namespace {
 
@@ -71,6 +73,11 @@ template <unsigned K>
 bool join_k(uint8_t* plane, size_t n, const uint8_t* packed) {
     uint64_t stray = 0;
     size_t i = 0;
+    if (cpu::active_isa() & cpu::kIsaAvx512) {
+        i = n / kGroup * kGroup;
+        stray = !detail::join_low_bits_groups_avx512(plane, n / kGroup, K, packed);
+        packed += 8 * K * (n / kGroup);
+    }
     for (; i + kGroup <= n; i += kGroup, packed += 8 * K) stray |= join_group<K>(plane + i, packed);
     if (i < n) {
         uint8_t tmp[kGroup] = {};

@@ -34,4 +34,10 @@ void split_low_bits(const uint8_t* src, size_t n, unsigned k, uint8_t* high, uin
 // not 0 (never in a valid stream).
 bool join_low_bits(uint8_t* plane, size_t n, unsigned k, const uint8_t* packed);
 
+namespace detail {
+// The AVX-512 join (low_bits_avx512.cpp) of whole groups of 64 elements; the
+// same contract as join_low_bits for n = 64 * groups.
+bool join_low_bits_groups_avx512(uint8_t* plane, size_t groups, unsigned k, const uint8_t* packed);
+}  // namespace detail
+
 }  // namespace kvcore::shuffle

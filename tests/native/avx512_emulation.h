@@ -52,3 +52,16 @@ static inline __m512i _mm512_maskz_compress_epi8(uint64_t mask, __m512i a) {
     return out;
 }
 #endif
+
+#ifndef _mm512_maskz_loadu_epi64
+// Older SIMDe lacks the masked load: qword j read from p where mask bit j is set
+// (and only those read), zero elsewhere.
+static inline __m512i _mm512_maskz_loadu_epi64(uint8_t mask, const void* p) {
+    uint64_t r[8] = {};
+    for (int j = 0; j < 8; ++j)
+        if ((mask >> j) & 1) std::memcpy(&r[j], static_cast<const uint8_t*>(p) + 8 * j, 8);
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif

@@ -1,18 +1,32 @@
 // Checks shuffle/low_bits.h against the packing written out bit by bit from its
 // specification (docs/FORMAT.md, method 8), for every k, plane lengths around
 // the 64-element groups, and unaligned buffers; then that join_low_bits refuses
-// symbols wider than 8 - k and nonzero padding. Run under ASan + UBSan by
-// tests/test_low_bits.py. Usage: low_bits_check <seed>
+// symbols wider than 8 - k and nonzero padding. Every join variant: the portable
+// one and the widest the CPU has (under ASan + UBSan, tests/test_low_bits.py), or
+// the AVX-512 join compiled against emulated intrinsics (KVCORE_EMULATE_AVX512,
+// test_shuffle_avx512_emulated.py). Usage: low_bits_check <seed>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <vector>
 
+#include "cpu/cpu_features.h"
 #include "shuffle/low_bits.h"
 
 namespace {
 
-using kvcore::shuffle::join_low_bits;
+// The join under test: the dispatcher, or the AVX-512 groups called directly
+// (the last partial group then through the portable join, as the dispatcher does).
+bool (*join_low_bits)(uint8_t*, size_t, unsigned, const uint8_t*) = kvcore::shuffle::join_low_bits;
+
+bool join_avx512_direct(uint8_t* plane, size_t n, unsigned k, const uint8_t* packed) {
+    const size_t groups = n / 64;
+    const bool ok = kvcore::shuffle::detail::join_low_bits_groups_avx512(plane, groups, k, packed);
+    kvcore::cpu::set_disabled_isa(kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512);
+    const bool tail = kvcore::shuffle::join_low_bits(plane + 64 * groups, n - 64 * groups, k, packed + 8 * k * groups);
+    kvcore::cpu::set_disabled_isa(0);
+    return ok && tail;
+}
 using kvcore::shuffle::low_bits_packed_size;
 using kvcore::shuffle::split_low_bits;
 
@@ -47,7 +61,15 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1);
     const size_t lengths[] = {0, 1, 7, 8, 9, 63, 64, 65, 127, 128, 129, 200, 511, 1000, 4096, 4097, 70001};
     size_t cases = 0;
+#ifdef KVCORE_EMULATE_AVX512
+    join_low_bits = join_avx512_direct;
+    const uint32_t masks[] = {0};
+#else
+    const uint32_t masks[] = {kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512, 0};  // portable, widest
+#endif
+    for (const uint32_t mask : masks)
     for (unsigned k = 1; k <= 7; ++k) {
+        kvcore::cpu::set_disabled_isa(mask);
         check(low_bits_packed_size(64, k) == 8 * k && low_bits_packed_size(65, k) == 16 * k, "packed size", k, 65);
         for (const size_t n : lengths) {
             for (const size_t shift : {0, 1, 3}) {  // unaligned starts
