@@ -8,23 +8,10 @@
 // Encoder: a byte's code is two 128-entry permutes and a blend; each component
 // is shifted into place per half and the halves OR-ed into one 32-byte vector;
 // escaped bytes leave by one compress per register.
-#ifdef KVCORE_EMULATE_AVX512
-// Tests only (tests/test_shuffle_avx512_emulated.py): compiled against SIMDe's
-// portable AVX-512, so that machines without AVX-512 check it.
-#include "avx512_emulation.h"
-#define KV_AVX512
-#else
-#include <immintrin.h>
-#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,avx2,popcnt")))
-#endif
-
 #include <cstring>
 
+#include "common/avx512_target.h"
 #include "entropy/fastcode_format.h"
-
-// GCC 12 reports its own _mm512_undefined_*() placeholders inside the insert
-// intrinsics as maybe-uninitialized (a false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace kvcore::entropy::fastcode_detail {
 namespace {

@@ -3,16 +3,7 @@
 // permutes and a blend on the top bit); the rare vectors holding one are looked
 // at byte by byte, and a value found leaves the table. One pass whatever the
 // number of values, stopping once all have turned up.
-#ifdef KVCORE_EMULATE_AVX512
-// Tests only (tests/test_shuffle_avx512_emulated.py): compiled against SIMDe's
-// portable AVX-512, so that machines without AVX-512 check it.
-#include "avx512_emulation.h"
-#define KV_AVX512
-#else
-#include <immintrin.h>
-#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx2")))
-#endif
-
+#include "common/avx512_target.h"
 #include "entropy/histogram_internal.h"
 
 namespace kvcore::entropy::detail {

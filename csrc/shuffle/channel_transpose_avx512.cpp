@@ -2,21 +2,8 @@
 // tile, each 128-bit lane one 16 x 16 byte transpose (the unpacks work within
 // lanes), lane L holding rows 16L..16L+15. A channel's 64 rows are then one
 // 64-byte vector: one whole-line store (to_channel_major) or load (to_row_major).
-#ifdef KVCORE_EMULATE_AVX512
-// Tests only (tests/test_shuffle_avx512_emulated.py): compiled against SIMDe's
-// portable AVX-512, so that machines without AVX-512 check it.
-#include "avx512_emulation.h"
-#define KV_AVX512
-#else
-#include <immintrin.h>
-#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2")))
-#endif
-
+#include "common/avx512_target.h"
 #include "shuffle/channel_transpose.h"
-
-// GCC 12 reports its own _mm512_undefined_*() placeholders inside the inserti32x4 /
-// extracti32x4 intrinsics as maybe-uninitialized (a false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace kvcore::shuffle::detail {
 namespace {

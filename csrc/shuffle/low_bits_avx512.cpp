@@ -3,21 +3,8 @@
 // sit in packed word K p / 8 at bit K p % 8 (and spill into the next word), so
 // a lane's bits are two qword permutes of the group's K words, each shifted by
 // the lane's own count and masked per byte.
-#ifdef KVCORE_EMULATE_AVX512
-// Tests only (tests/test_shuffle_avx512_emulated.py): compiled against SIMDe's
-// portable AVX-512, so that machines without AVX-512 check it.
-#include "avx512_emulation.h"
-#define KV_AVX512
-#else
-#include <immintrin.h>
-#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2")))
-#endif
-
+#include "common/avx512_target.h"
 #include "shuffle/low_bits.h"
-
-// GCC 12 reports its own _mm512_undefined_*() placeholders inside the masked-load
-// and permute intrinsics as maybe-uninitialized (a false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace kvcore::shuffle::detail {
 namespace {

@@ -10,21 +10,8 @@
 // Leftover elements (fewer than a block) go through the scalar reference.
 #include <cstring>
 
+#include "common/avx512_target.h"
 #include "shuffle/shuffle_internal.h"
-
-#ifdef KVCORE_EMULATE_AVX512
-// Tests only (tests/test_shuffle_avx512_emulated.py): the same code compiled
-// against SIMDe's portable AVX-512, so that machines without AVX-512 check it.
-#include "avx512_emulation.h"
-#define KV_AVX512
-#else
-#include <immintrin.h>
-#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx2,bmi,bmi2")))
-#endif
-
-// GCC 12 reports its own _mm512_undefined_*() placeholders inside the
-// shuffle_i64x2 / rol / ror intrinsics as maybe-uninitialized (a false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace kvcore::shuffle::detail {
 namespace {
