@@ -174,7 +174,8 @@ def test_frames_are_identical_across_variants_and_threads(mode):
 @pytest.mark.parametrize("rows", [1000, 1023, 1025, 1040, 1057])
 def test_channel_grouped_planes_on_every_tile_edge(rows, channels):
     """Dense mode transposes each block's exponent plane into channel-major order and back
-    (32x16 AVX2 tiles, 16x16 and 16x8 SSE2 tiles, single bytes): frames must be identical
+    (64x16 tall tiles in AVX-512 and AVX2, 16x32 / 32x16 AVX2 tiles, 16x16 and 16x8 SSE2 tiles,
+    single bytes; tests/native/channel_transpose_check.cpp covers more shapes): frames must be identical
     across variants and decode bit-exact with every variant, whatever the rows and channels
     left over at each tile size."""
     src = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1, 384)

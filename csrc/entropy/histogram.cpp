@@ -125,7 +125,7 @@ __attribute__((target("avx2"))) Range range_avx2(const uint8_t* src, size_t n) {
 }
 
 
-// present_avx2 for at most kPresentBatch candidates.
+// Which of k <= kPresentBatch candidate values occur in src: bit j of the result for cand[j].
 __attribute__((target("avx2"))) uint32_t present_batch_avx2(const uint8_t* src, size_t n, const uint8_t* cand,
                                                               unsigned k) {
     __m256i want[kPresentBatch], hit[kPresentBatch];
