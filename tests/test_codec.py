@@ -9,10 +9,9 @@ import kvcore
 from kvcore.dtypes import SUPPORTED
 
 import kvdata
+from isa_variants import VARIANTS, use_variant
 
 MODES = ["dense", "fast"]
-VARIANTS = ["scalar", *kvcore.features()["simd_detected"]]
-_MASK_FOR = {"scalar": "avx2", "avx2": "avx512", "avx512": ""}
 
 pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
 
@@ -29,8 +28,7 @@ def assert_bit_exact(a: torch.Tensor, b: torch.Tensor) -> None:
 
 @pytest.fixture(params=VARIANTS)
 def variant(request):
-    kvcore.set_disabled_isa(_MASK_FOR[request.param])
-    assert kvcore.isa_variant() == request.param
+    use_variant(request.param)
     yield request.param
     kvcore.set_disabled_isa("")
 
@@ -156,14 +154,14 @@ def test_frames_are_identical_across_variants_and_threads(mode):
     t = kvdata.stacked("minilm_l6_kv_bf16.safetensors")[:3]
     frames = set()
     for v in VARIANTS:
-        kvcore.set_disabled_isa(_MASK_FOR[v])
+        use_variant(v)
         try:
             for threads in (1, 2):
                 frames.add(kvcore.compress(t, mode=mode, threads=threads))
             # Cross-variant: what this variant wrote, every other variant reads.
             frame = kvcore.compress(t, mode=mode)
             for reader in VARIANTS:
-                kvcore.set_disabled_isa(_MASK_FOR[reader])
+                use_variant(reader)
                 assert_bit_exact(kvcore.decompress(frame), t)
         finally:
             kvcore.set_disabled_isa("")
@@ -182,7 +180,7 @@ def test_channel_grouped_planes_on_every_tile_edge(rows, channels):
     t = src[:rows, :channels].contiguous().reshape(rows, 1, channels)
     frames = set()
     for v in VARIANTS:
-        kvcore.set_disabled_isa(_MASK_FOR[v])
+        use_variant(v)
         try:
             frames.add(kvcore.compress(t, threads=1))
         finally:
@@ -191,7 +189,7 @@ def test_channel_grouped_planes_on_every_tile_edge(rows, channels):
     (frame,) = frames
     assert "grouped" in kvcore.frame_info(frame)["methods"]
     for reader in VARIANTS:
-        kvcore.set_disabled_isa(_MASK_FOR[reader])
+        use_variant(reader)
         try:
             assert_bit_exact(kvcore.decompress(frame), t)
         finally:

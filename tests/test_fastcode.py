@@ -12,23 +12,22 @@ import kvcore
 from kvcore import _native as N
 
 from conftest import KVDATA, kvdata_files
+from isa_variants import VARIANTS, use_variant
 
-# Every SIMD variant this CPU has: the portable one, AVX2, AVX-512 (masks for set_disabled_isa).
-VARIANTS = {"scalar": "avx2", **{v: {"avx2": "avx512", "avx512": ""}[v] for v in kvcore.features()["simd_detected"]}}
 WIDTHS = range(1, 8)
 SIZES = [0, 1, 2, 3, 31, 32, 33, 255, 256, 257, 4097, 1 << 20]
 PIECE = 128 * 1024
 
 
-@pytest.fixture(params=list(VARIANTS), ids=list(VARIANTS))
+@pytest.fixture(params=VARIANTS)
 def variant(request):
-    kvcore.set_disabled_isa(VARIANTS[request.param])
+    use_variant(request.param)
     yield request.param
     kvcore.set_disabled_isa("")
 
 
 def in_variant(name: str, fn, *args):
-    kvcore.set_disabled_isa(VARIANTS[name])
+    use_variant(name)
     try:
         return fn(*args)
     finally:
@@ -427,7 +426,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 @given(data=st.binary(max_size=2000), width=st.integers(0, 7), scalar=st.booleans())
 def test_property_round_trip(data, width, scalar):
     x = np.frombuffer(data, np.uint8)
-    widest = list(VARIANTS)[-1]
+    widest = VARIANTS[-1]
     s = in_variant("scalar" if scalar else widest, encode_any, x, width)
     assert in_variant(widest if scalar else "scalar", N.fastcode_decode, s, len(x)) == data
 
@@ -435,7 +434,7 @@ def test_property_round_trip(data, width, scalar):
 @settings(max_examples=500, deadline=None)
 @given(stream=st.binary(max_size=600), n=st.integers(0, 3000), scalar=st.booleans())
 def test_property_any_bytes_decode_cleanly(stream, n, scalar):
-    in_variant("scalar" if scalar else list(VARIANTS)[-1], decode_checked, stream, n)
+    in_variant("scalar" if scalar else VARIANTS[-1], decode_checked, stream, n)
 
 
 # ----------------------------------------------------------------- sanitizers

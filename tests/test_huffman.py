@@ -18,22 +18,15 @@ import kvcore
 from kvcore import _native
 
 from conftest import KVDATA
+from isa_variants import VARIANTS, use_variant
 
 PIECE = 128 * 1024
 HEADER_MAX = 1 + 32 + 128 + 12  # tag, symbol bitmap, 256 length nibbles, 3 stream sizes
 
 
-# The ISA mask for each variant the CPU has: portable kernels, AVX2 + BMI2, AVX-512.
-_MASKS = {"scalar": "avx2", "avx2": "avx512", "avx512": ""}
-
-
-def _variants() -> list[str]:
-    return [_MASKS["scalar"], *(_MASKS[v] for v in kvcore.features()["simd_detected"])]
-
-
-@pytest.fixture(params=_variants(), ids=lambda m: next(k for k, v in _MASKS.items() if v == m))
+@pytest.fixture(params=VARIANTS)
 def variant(request):
-    kvcore.set_disabled_isa(request.param)
+    use_variant(request.param)
     yield request.param
     kvcore.set_disabled_isa("")
 

@@ -8,19 +8,12 @@ import pytest
 import kvcore
 from kvcore import _native
 
-# Variant name -> the mask that makes it the widest active one.
-_MASKS = {"scalar": "avx2", "avx2": "avx512", "avx512": ""}
-VARIANTS = ["scalar", *kvcore.features()["simd_detected"]]
+from isa_variants import VARIANTS, use_variant
 
 DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 SIZES = [0, 1, 2, 3, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000]
 # (period, phase) of the residual; None: no residual.
 RESIDUALS = [None, (1, 0), (3, 2), (32, 31), (384, 100), (65536, 40000)]
-
-
-def use_variant(name: str) -> None:
-    kvcore.set_disabled_isa(_MASKS[name])
-    assert kvcore.isa_variant() == name
 
 
 @pytest.fixture(params=VARIANTS)

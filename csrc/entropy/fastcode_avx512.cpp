@@ -19,13 +19,22 @@ namespace {
 constexpr bool has_comp(unsigned w, unsigned c) { return (w & c) != 0; }
 constexpr unsigned comp_offset(unsigned w, unsigned c) { return c == 4 ? 0 : c == 2 ? (w & 4) : (w & 6); }
 
+// Where a C-bit component of output vectors 2J and 2J + 1 sits in its byte of the
+// group's vector: bit C * f in the low half (vector 2J) and C * (f + 1) in the high
+// half, f = 2J mod 8 / C. As 16-bit shift counts, one per half.
+template <unsigned C, unsigned J>
+KV_AVX512 inline __m512i half_shifts() {
+    constexpr unsigned f = (2 * J) % (8 / C);
+    return _mm512_inserti64x4(_mm512_set1_epi16(short(C * f)), _mm256_set1_epi16(short(C * f + C)), 1);
+}
+
 // Component (C bits at code offset o) of output vectors 2J, 2J + 1, placed at code offset o.
 template <unsigned W, unsigned C, unsigned J>
 KV_AVX512 inline __m512i component(const uint8_t* g) {
-    constexpr unsigned o = comp_offset(W, C), per = 8 / C, f = (2 * J) % per;
+    constexpr unsigned o = comp_offset(W, C), per = 8 / C;
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * (o + 2 * J / per)));
     const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1);
-    const __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16(short(C * f)), _mm256_set1_epi16(short(C * f + C)), 1);
+    const __m512i counts = half_shifts<C, J>();
     const __m512i field = _mm512_and_si512(_mm512_srlv_epi16(both, counts), _mm512_set1_epi8(char((1u << C) - 1)));
     return o ? _mm512_slli_epi16(field, o) : field;  // o + C <= 8: no bit crosses into the next byte
 }
@@ -118,9 +127,8 @@ KV_AVX512 inline __m512i lookup256(__m512i x, const __m512i* CT) {
 // output vector (32 codes each) modulo 8 / C: register J holds vectors 2J, 2J + 1.
 template <unsigned C, unsigned O, unsigned J>
 KV_AVX512 inline __m512i placed(__m512i code) {
-    constexpr unsigned per = 8 / C, f = (2 * J) % per;
     const __m512i field = _mm512_and_si512(_mm512_srli_epi16(code, O), _mm512_set1_epi8(char((1u << C) - 1)));
-    const __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16(short(C * f)), _mm256_set1_epi16(short(C * f + C)), 1);
+    const __m512i counts = half_shifts<C, J>();
     return _mm512_sllv_epi16(field, counts);  // C * f + C <= 8: no bit crosses into the next byte
 }
 

@@ -124,7 +124,6 @@ __attribute__((target("avx2"))) Range range_avx2(const uint8_t* src, size_t n) {
     return r;
 }
 
-
 // Which of k <= kPresentBatch candidate values occur in src: bit j of the result for cand[j].
 __attribute__((target("avx2"))) uint32_t present_batch_avx2(const uint8_t* src, size_t n, const uint8_t* cand,
                                                               unsigned k) {
@@ -150,7 +149,6 @@ __attribute__((target("avx2"))) uint32_t present_batch_avx2(const uint8_t* src, 
         for (unsigned j = 0; j < k; ++j) mask |= uint32_t(src[i] == cand[j]) << j;
     return mask;
 }
-
 
 void histogram_scalar(const uint8_t* src, size_t n, uint32_t* hist) { histogram_impl(src, n, hist); }
 __attribute__((target("avx2,bmi,bmi2"))) void histogram_bmi2(const uint8_t* src, size_t n, uint32_t* hist) {

@@ -367,26 +367,25 @@ void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o) {
     // In turn (always when single-threaded): code straight into the frame. The
     // rest of the frame's capacity covers every remaining block's bound
     // (max_frame_size), so this block's raw fallback always fits.
-    const uint64_t here = f.commit.offset_if_turn(b);
-    if (here != UINT64_MAX) {
-        st = encode_block(f.src, first, count, h, f.layout, o, s, f.dst + here,
-                          std::min<size_t>(encoded_bytes, f.cap - here), &size);
+    uint64_t at = f.commit.offset_if_turn(b);
+    const bool in_place = at != UINT64_MAX;
+    if (in_place) {
+        st = encode_block(f.src, first, count, h, f.layout, o, s, f.dst + at,
+                          std::min<size_t>(encoded_bytes, f.cap - at), &size);
     } else {
         st = encode_block(f.src, first, count, h, f.layout, o, s, s.encoded.data(), s.encoded.size(), &size);
-        const uint64_t at = f.commit.wait_turn(b);
-        if (st.is_ok()) {
-            // The next block's offset needs this one's size, not its bytes: commit
-            // first, then copy (first touches of the frame's pages included) while
-            // later blocks commit and copy too.
-            f.h.block_sizes[b] = static_cast<uint32_t>(size);
-            f.commit.done(size);
-            std::memcpy(f.dst + at, s.encoded.data(), size);
-            return;
-        }
+        at = f.commit.wait_turn(b);
     }
     if (st.is_ok()) f.h.block_sizes[b] = static_cast<uint32_t>(size);
     f.commit.done(st.is_ok() ? size : 0);
-    if (!st.is_ok()) f.error.set(std::move(st));
+    if (!st.is_ok()) {
+        f.error.set(std::move(st));
+        return;
+    }
+    // The next block's offset needs this one's size, not its bytes: the copy (first
+    // touches of the frame's pages included) comes after the commit, while later
+    // blocks commit and copy too.
+    if (!in_place) std::memcpy(f.dst + at, s.encoded.data(), size);
 }
 
 }  // namespace
