@@ -1,6 +1,7 @@
 """Walks the frame format of docs/FORMAT.md, for tests that edit frames."""
 
 import struct
+from typing import Optional
 
 import xxhash
 
@@ -54,3 +55,13 @@ def reseal(frame: bytearray) -> bytes:
     end = header_length(bytes(frame)) - 4
     struct.pack_into("<I", frame, end, xxhash.xxh3_64_intdigest(bytes(frame[:end])) & 0xFFFFFFFF)
     return bytes(frame)
+
+
+def residual(frame: bytes) -> Optional[bytes]:
+    """The per-channel bytes of the RESIDUAL layout, or None when the frame has none."""
+    ndim = frame[6]
+    if not frame[7] & 2:
+        return None
+    at = 24 + 8 * ndim
+    period = struct.unpack_from("<I", frame, at)[0]
+    return bytes(frame[at + 4:at + 4 + period])

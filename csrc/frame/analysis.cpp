@@ -5,112 +5,158 @@
 #include <cmath>
 #include <cstring>
 
+#include <emmintrin.h>
+
+#include "entropy/histogram.h"
 #include "frame/format.h"
+#include "shuffle/channel_transpose.h"
+#include "shuffle/shuffle.h"
 
 namespace kvcore::frame {
 namespace {
 
 constexpr uint64_t kSampleElems = 1u << 14;  // elements looked at, at most
 constexpr uint64_t kMinRowsForResidual = 64;  // residual table must pay for itself
-constexpr uint64_t kResidualRows = 64;        // rows sampled per channel (fits one-byte counts)
+constexpr uint64_t kResidualRows = 64;        // rows sampled per channel
+static_assert(kMinRowsForResidual >= kResidualRows, "the residual's sample takes distinct rows");
 
 bool is_float(DType d) {
     return d == DType::kFloat8E4M3 || d == DType::kFloat8E5M2 || d == DType::kFloat16 || d == DType::kBFloat16 ||
            d == DType::kFloat32;
 }
 
-template <unsigned E>
-uint32_t element(const uint8_t* src, uint64_t i) {
-    if constexpr (E == 1) {
-        return src[i];
-    } else if constexpr (E == 2) {
-        uint16_t v;
-        std::memcpy(&v, src + 2 * i, 2);
-        return v;
-    } else {
-        uint32_t v;
-        std::memcpy(&v, src + 4 * i, 4);
-        return v;
-    }
-}
+using PlaneCounts = std::array<uint32_t, 256>;
 
-template <unsigned E>
-uint32_t rotate_left1(uint32_t v) {
-    constexpr unsigned bits = 8 * E;
-    constexpr uint32_t mask = bits == 32 ? 0xffffffffu : ((1u << bits) - 1);
-    return ((v << 1) | (v >> (bits - 1))) & mask;
-}
-
-// Histograms of one layout over the sampled rows.
-struct LayoutStats {
-    std::vector<std::array<uint32_t, 256>> planes;  // per plane
-};
-
-template <unsigned E>
-void sample_stats(const uint8_t* src, uint64_t n_elems, bool rotate, uint64_t sample_rows, uint64_t stride,
-                  uint64_t row_len, LayoutStats* st) {
+// Symbol counts of each byte plane (split as the encoder splits: the SIMD
+// shuffle) over sample_rows rows of row_len elements, stride rows apart.
+void sample_counts(const uint8_t* src, uint64_t n_elems, unsigned esize, bool rotate, uint64_t sample_rows,
+                   uint64_t stride, uint64_t row_len, std::vector<uint8_t>* scratch, PlaneCounts* counts) {
+    auto row_start = [&](uint64_t r) { return r * stride * row_len; };
+    auto row_elems = [&](uint64_t r) { return std::min(n_elems, row_start(r) + row_len) - row_start(r); };
+    uint64_t total = 0;
+    for (uint64_t r = 0; r < sample_rows; ++r) total += row_elems(r);
+    scratch->resize(size_t(total) * esize);
+    uint8_t* planes[4];
+    for (unsigned p = 0; p < esize; ++p) planes[p] = scratch->data() + p * total;
+    shuffle::PlaneTransform t;
+    t.rotate = rotate;
     for (uint64_t r = 0; r < sample_rows; ++r) {
-        const uint64_t base = (r * stride) * row_len;
-        const uint64_t end = std::min(n_elems, base + row_len);
-        for (uint64_t i = base; i < end; ++i) {
-            uint32_t v = element<E>(src, i);
-            if (rotate) v = rotate_left1<E>(v);
-            for (unsigned p = 0; p < E; ++p) ++st->planes[p][(v >> (8 * p)) & 0xff];
-        }
+        const uint64_t len = row_elems(r);
+        shuffle::split(src + row_start(r) * esize, len, esize, t, planes);
+        for (unsigned p = 0; p < esize; ++p) planes[p] += len;
     }
+    for (unsigned p = 0; p < esize; ++p) entropy::histogram(scratch->data() + p * total, total, counts[p].data());
 }
 
-// The top bytes of kResidualRows rows spread over the tensor, row-major
-// (taken x channels); returns how many rows were taken.
-template <unsigned E>
-uint64_t gather_tops(const uint8_t* src, uint64_t rows, uint32_t channels, bool rotate, std::vector<uint8_t>* tops) {
-    const uint64_t step = std::max<uint64_t>(1, rows / kResidualRows);
-    const uint64_t taken = std::min<uint64_t>(kResidualRows, (rows + step - 1) / step);
-    tops->resize(size_t(taken) * channels);
-    uint8_t* out = tops->data();
-    for (uint64_t k = 0; k < taken; ++k) {
-        const uint64_t r = k * step;
-        for (uint32_t c = 0; c < channels; ++c) {
-            uint32_t v = element<E>(src, r * channels + c);
-            if (rotate) v = rotate_left1<E>(v);
-            *out++ = static_cast<uint8_t>(v >> (8 * (E - 1)));
-        }
+// The top bytes of kResidualRows rows spread over the tensor (rows >=
+// kResidualRows), channel-major: channel c's bytes at c * kResidualRows.
+void gather_tops(const uint8_t* src, uint64_t rows, uint32_t channels, unsigned esize, bool rotate,
+                 std::vector<uint8_t>* tops) {
+    const uint64_t step = rows / kResidualRows;
+    std::vector<uint8_t> row_planes(size_t(channels) * esize), row_major(size_t(kResidualRows) * channels);
+    uint8_t* planes[4];
+    for (unsigned p = 0; p < esize; ++p) planes[p] = row_planes.data() + p * channels;
+    // The top plane is the last: each row is split into the scratch, its top plane into row_major.
+    planes[esize - 1] = row_major.data();
+    shuffle::PlaneTransform t;
+    t.rotate = rotate;
+    for (uint64_t k = 0; k < kResidualRows; ++k) {
+        shuffle::split(src + (k * step) * channels * esize, channels, esize, t, planes);
+        planes[esize - 1] += channels;
     }
-    return taken;
+    tops->resize(size_t(kResidualRows) * channels);
+    std::vector<uint8_t*> column(channels);
+    for (uint32_t c = 0; c < channels; ++c) column[c] = tops->data() + size_t(c) * kResidualRows;
+    shuffle::to_channel_major(row_major.data(), kResidualRows, channels, column.data());
 }
 
-// Each channel's mode (the most common top byte, the smallest on ties) and the
-// counts over all channels. One channel at a time with small count tables that
-// stay in L1 (a table per channel would not, for thousands of channels). The
-// mode is tracked as the counts grow: a value's last occurrence sees its full
-// count, so the largest (count, 255 - value) key seen is the mode's. Two count
-// tables (even and odd rows) halve the chain of increments a common value makes.
-void channel_modes(const uint8_t* tops, uint64_t taken, uint32_t channels, uint32_t* plain, uint8_t* mode) {
-    uint32_t sums[4][256] = {};
+// A channel's distinct bytes and their counts, in increasing order of value: the
+// two ways below give the same lists. Returns how many there are.
+static_assert(kResidualRows == 64, "a channel's bytes are four SSE2 registers");
+static_assert(kResidualRows < 256, "a value's counts must add up within a byte");
+
+// Compares the channel's bytes with each value of [lo, hi] in turn: no memory
+// writes, so this is the fast way while the range is narrow.
+unsigned count_by_compare(const __m128i* v, unsigned lo, unsigned hi, uint8_t* value, uint8_t* count) {
+    const __m128i zero = _mm_setzero_si128(), one = _mm_set1_epi8(1);
+    __m128i x = _mm_set1_epi8(static_cast<char>(lo));
+    unsigned distinct = 0;
+    for (unsigned t = lo; t <= hi; ++t, x = _mm_add_epi8(x, one)) {
+        // Each equal byte is -1 in one of four masks: their negated sum, summed by psadbw.
+        const __m128i eq = _mm_add_epi8(_mm_add_epi8(_mm_cmpeq_epi8(v[0], x), _mm_cmpeq_epi8(v[1], x)),
+                                        _mm_add_epi8(_mm_cmpeq_epi8(v[2], x), _mm_cmpeq_epi8(v[3], x)));
+        const __m128i sums = _mm_sad_epu8(_mm_sub_epi8(zero, eq), zero);
+        const unsigned n = static_cast<unsigned>(_mm_cvtsi128_si32(_mm_add_epi32(sums, _mm_srli_si128(sums, 8))));
+        if (n == 0) continue;
+        value[distinct] = static_cast<uint8_t>(t);
+        count[distinct++] = static_cast<uint8_t>(n);
+    }
+    return distinct;
+}
+
+// Counts the bytes in four tables (a common value makes four short chains of
+// increments, not one long one), then reads [lo, hi] back eight counts at a time
+// from each and clears it, so the tables are clean for the next channel.
+unsigned count_by_table(const uint8_t* v, unsigned lo, unsigned hi, uint8_t (*tables)[256 + 8], uint8_t* value,
+                        uint8_t* count) {
+    for (uint64_t k = 0; k < kResidualRows; ++k) ++tables[k & 3][v[k]];
+    unsigned distinct = 0;
+    for (unsigned t = lo; t <= hi; t += 8) {
+        uint64_t w = 0;
+        for (unsigned j = 0; j < 4; ++j) {
+            uint64_t x;
+            std::memcpy(&x, tables[j] + t, 8);
+            w += x;  // bytewise: the sums stay below 256, so no carry crosses a byte
+            std::memset(tables[j] + t, 0, 8);
+        }
+        while (w) {
+            const unsigned byte = unsigned(__builtin_ctzll(w)) / 8;
+            value[distinct] = static_cast<uint8_t>(t + byte);
+            count[distinct++] = static_cast<uint8_t>(w >> (8 * byte));
+            w &= ~(uint64_t(0xff) << (8 * byte));
+        }
+    }
+    return distinct;
+}
+
+// Ranges up to this many values are counted by compare; wider ones (outliers,
+// integer data) by table, which costs about as much as this many compares.
+constexpr unsigned kCompareRange = 24;
+
+// Each channel's mode (its most common top byte, the smallest on ties), and the
+// counts over all channels of the top bytes (plain) and of the top bytes less
+// their channel's mode (shifted). Each distinct value of a channel updates the
+// histograms once: a channel's top bytes span a few values (exponents).
+void channel_statistics(const uint8_t* tops, uint32_t channels, uint8_t* mode, uint32_t* plain, uint32_t* shifted) {
+    alignas(8) uint8_t tables[4][256 + 8] = {};  // 8 spare bytes: a word read at 255 stays inside
+    uint8_t value[kResidualRows], count[kResidualRows];
     for (uint32_t c = 0; c < channels; ++c) {
-        uint8_t counts[2][256] = {};  // <= kResidualRows per value
-        uint32_t best = 0;
-        for (uint64_t k = 0; k < taken; ++k) {
-            const uint8_t t = tops[k * channels + c];
-            const uint32_t n = uint32_t(++counts[k & 1][t]) + counts[~k & 1][t];
-            const uint32_t key = n << 8 | (255u - t);
-            best = key > best ? key : best;
-            ++sums[k & 3][t];
+        const uint8_t* bytes = tops + size_t(c) * kResidualRows;
+        __m128i v[4], lo = _mm_set1_epi8(-1), hi = _mm_setzero_si128();
+        for (unsigned i = 0; i < 4; ++i) {
+            v[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16 * i));
+            lo = _mm_min_epu8(lo, v[i]);
+            hi = _mm_max_epu8(hi, v[i]);
         }
-        mode[c] = static_cast<uint8_t>(255u - (best & 0xff));
+        lo = _mm_min_epu8(lo, _mm_srli_si128(lo, 8));
+        hi = _mm_max_epu8(hi, _mm_srli_si128(hi, 8));
+        lo = _mm_min_epu8(lo, _mm_srli_si128(lo, 4));
+        hi = _mm_max_epu8(hi, _mm_srli_si128(hi, 4));
+        lo = _mm_min_epu8(lo, _mm_srli_si128(lo, 2));
+        hi = _mm_max_epu8(hi, _mm_srli_si128(hi, 2));
+        lo = _mm_min_epu8(lo, _mm_srli_si128(lo, 1));
+        hi = _mm_max_epu8(hi, _mm_srli_si128(hi, 1));
+        const unsigned first = unsigned(_mm_cvtsi128_si32(lo)) & 0xff, last = unsigned(_mm_cvtsi128_si32(hi)) & 0xff;
+        const unsigned distinct = last - first < kCompareRange ? count_by_compare(v, first, last, value, count)
+                                                               : count_by_table(bytes, first, last, tables, value, count);
+        unsigned best = 0;  // increasing values: the first of the largest counts wins ties
+        for (unsigned i = 1; i < distinct; ++i) best = count[i] > count[best] ? i : best;
+        mode[c] = value[best];
+        for (unsigned i = 0; i < distinct; ++i) {
+            plain[value[i]] += count[i];
+            shifted[static_cast<uint8_t>(value[i] - value[best])] += count[i];
+        }
     }
-    for (int t = 0; t < 256; ++t) plain[t] += sums[0][t] + sums[1][t] + sums[2][t] + sums[3][t];
-}
-
-// Counts of the top bytes less each channel's residual (four tables, as above).
-void residual_counts(const uint8_t* tops, uint64_t taken, uint32_t channels, const uint8_t* residual,
-                     uint32_t* shifted) {
-    uint32_t sums[4][256] = {};
-    for (uint64_t k = 0; k < taken; ++k) {
-        const uint8_t* row = tops + k * channels;
-        for (uint32_t c = 0; c < channels; ++c) ++sums[c & 3][static_cast<uint8_t>(row[c] - residual[c])];
-    }
-    for (int t = 0; t < 256; ++t) shifted[t] += sums[0][t] + sums[1][t] + sums[2][t] + sums[3][t];
 }
 
 }  // namespace
@@ -148,20 +194,16 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     const uint64_t sample_rows = std::max<uint64_t>(1, std::min<uint64_t>(n_rows, kSampleElems / row_len));
     const uint64_t stride = std::max<uint64_t>(1, n_rows / sample_rows);
     double best_bits = 1e300;
+    std::vector<uint8_t> scratch;
     for (int rotate = 0; rotate <= (is_float(dtype) ? 1 : 0); ++rotate) {
-        LayoutStats st;
-        st.planes.assign(esize, {});
-        switch (esize) {
-            case 1: sample_stats<1>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
-            case 2: sample_stats<2>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
-            default: sample_stats<4>(src, n_elems, rotate, sample_rows, stride, row_len, &st); break;
-        }
+        PlaneCounts counts[4];
+        sample_counts(src, n_elems, esize, rotate != 0, sample_rows, stride, row_len, &scratch, counts);
         Layout cand;
         cand.rotate = rotate != 0;
         cand.plane_entropy.resize(esize);
         double bits = 0;
         for (unsigned p = 0; p < esize; ++p) {
-            cand.plane_entropy[p] = entropy_bits(st.planes[p].data());
+            cand.plane_entropy[p] = entropy_bits(counts[p].data());
             bits += std::min(8.0, cand.plane_entropy[p]);
         }
         if (bits < best_bits - 1e-9) {
@@ -175,17 +217,10 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     const uint64_t rows = n_elems / channels;
     if (channels < 2 || rows < kMinRowsForResidual) return best;
     std::vector<uint8_t> tops;
-    uint64_t taken = 0;
-    switch (esize) {
-        case 1: taken = gather_tops<1>(src, rows, channels, best.rotate, &tops); break;
-        case 2: taken = gather_tops<2>(src, rows, channels, best.rotate, &tops); break;
-        default: taken = gather_tops<4>(src, rows, channels, best.rotate, &tops); break;
-    }
-    std::array<uint32_t, 256> plain{};
+    gather_tops(src, rows, channels, esize, best.rotate, &tops);
     std::vector<uint8_t> residual(channels, 0);
-    channel_modes(tops.data(), taken, channels, plain.data(), residual.data());
-    std::array<uint32_t, 256> shifted{};
-    residual_counts(tops.data(), taken, channels, residual.data(), shifted.data());
+    PlaneCounts plain{}, shifted{};
+    channel_statistics(tops.data(), channels, residual.data(), plain.data(), shifted.data());
     const double top_plain = entropy_bits(plain.data());
     const double top_res = entropy_bits(shifted.data());
     // Keep it when the saving over the whole tensor beats the table's size.
