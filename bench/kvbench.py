@@ -126,6 +126,7 @@ def _factor(a: Optional[Row], b: Optional[Row], best: bool = False) -> Optional[
 
 
 THREADS_DATA = "threads-64MB"
+CHUNK_FRAMES_DATA = "qwen-chunk/frames"  # 72 frames of 512 KiB, one call each (test_chunk_frames)
 
 
 def summary_lines(rows: list[Row]) -> list[str]:

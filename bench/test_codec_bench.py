@@ -1,4 +1,5 @@
-"""kvcore against its peers on real KV data, single thread, plus 1 vs 2 threads on 64 MB.
+"""kvcore against its peers on real KV data, single thread, plus 1 vs 2 threads on 64 MB and
+the frames of one Qwen3-8B-shaped chunk coded one call each.
 
 Every input x codec x direction is one benchmark in the group "<model>-<dtype> <direction>",
 so pytest-benchmark's tables compare like with like. Each decompression benchmark checks once,
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvbench import THREADS_DATA, KVInput, Row, kv_inputs, load_input, record
+from kvbench import CHUNK_FRAMES_DATA, QWEN_CHUNK_SHAPE, THREADS_DATA, KVInput, Row, kv_inputs, load_input, qwen_chunk, record
 from kvcore.bench.codecs import MODES, KvcoreCodec, frame_summary, kvcore_codec_available
 from kvcore.bench.peers import PEER_NAMES, Bound, Codec, missing_peers, peer_codecs
 
@@ -144,3 +145,37 @@ def test_threads(
         benchmark.pedantic(b.decompress, args=(payload,), rounds=rounds_for(t_d), iterations=1)
     record(kv_results, benchmark,
            Row(THREADS_DATA, "bf16", f"threads={threads}", direction, b.original_bytes, size))
+
+
+FRAME_CODECS = ["kvcore-dense", "kvcore-fast", "memcpy", "zipnn", "zstd-1+shuffle"]
+
+
+@pytest.fixture(scope="module")
+def chunk_frames() -> list:
+    """The 72 [256 tokens, 8 heads, 128 dims] bf16 frames (512 KiB each) of one chunk: the unit a
+    KV store codes, where a codec's fixed cost per call shows."""
+    chunk = qwen_chunk()
+    return [chunk[l, j].contiguous() for l in range(QWEN_CHUNK_SHAPE[0]) for j in range(2)]
+
+
+@pytest.mark.parametrize("direction", ["compress", "decompress"])
+@pytest.mark.parametrize("name", FRAME_CODECS)
+def test_chunk_frames(benchmark: Any, kv_results: list, chunk_frames: list, name: str, direction: str) -> None:
+    """One round codes every frame of the chunk, one call per frame, single thread."""
+    bound = []
+    for frame in chunk_frames:
+        codec = get_codec(name)
+        bound.append(codec.bind(frame))
+    payloads = [b.compress() for b in bound]
+    original = sum(b.original_bytes for b in bound)
+    size = sum(b.size(p) for b, p in zip(bound, payloads))
+    benchmark.group = f"{CHUNK_FRAMES_DATA} {direction}"
+    benchmark.extra_info.update(codec=name, data=CHUNK_FRAMES_DATA, dtype="bf16", frames=len(bound),
+                                original_bytes=original, compressed_bytes=size, ratio=round(size / original, 6))
+    if direction == "compress":
+        benchmark.pedantic(lambda: [b.compress() for b in bound], rounds=MAX_ROUNDS, iterations=1)
+    else:
+        assert all(b.equal(b.decompress(p)) for b, p in zip(bound, payloads)), f"{name}: not bit-exact"
+        benchmark.pedantic(lambda: [b.decompress(p) for b, p in zip(bound, payloads)], rounds=MAX_ROUNDS,
+                           iterations=1)
+    record(kv_results, benchmark, Row(CHUNK_FRAMES_DATA, "bf16", name, direction, original, size))
