@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <vector>
 
 #include "common/little_endian.h"
@@ -91,6 +90,24 @@ double coded_bits(const uint32_t* hist) {
     return bits * 1.01 + 8.0 * (48 + present / 2.0);
 }
 
+// rank = the channels in increasing order of their sums, ties in channel order:
+// a stable radix sort, a byte of the sums per pass. The sums are of at most
+// 2 * kRankRows sampled rows of bytes, so below 2^24: three passes.
+static_assert(2 * kRankRows * 255 < (1u << 24), "channel sums must fit in three bytes");
+void rank_channels(const uint32_t* sums, uint32_t channels, uint32_t* rank) {
+    std::vector<uint32_t> other(channels);
+    uint32_t* from = other.data();
+    uint32_t* to = rank;  // an odd number of passes ends here
+    for (uint32_t c = 0; c < channels; ++c) from[c] = c;
+    for (unsigned shift = 0; shift < 24; shift += 8) {
+        uint32_t start[257] = {};
+        for (uint32_t i = 0; i < channels; ++i) ++start[(sums[from[i]] >> shift & 0xff) + 1];
+        for (unsigned d = 0; d < 256; ++d) start[d + 1] += start[d];
+        for (uint32_t i = 0; i < channels; ++i) to[start[sums[from[i]] >> shift & 0xff]++] = from[i];
+        std::swap(from, to);
+    }
+}
+
 struct Scratch {
     std::vector<uint8_t> columns;
     std::vector<uint32_t> slot;
@@ -127,8 +144,7 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     const size_t step = std::max<size_t>(1, rows / kRankRows);
     for (size_t r = 0; r < rows; r += step) add_row(plane + r * channels, channels, sums.data());
     std::vector<uint32_t> rank(channels);
-    std::iota(rank.begin(), rank.end(), 0);
-    std::stable_sort(rank.begin(), rank.end(), [&](uint32_t a, uint32_t b) { return sums[a] < sums[b]; });
+    rank_channels(sums.data(), channels, rank.data());
     for (uint32_t i = 0; i < channels; ++i) s.group[rank[i]] = static_cast<uint8_t>(uint64_t(i) * groups / channels);
     uint32_t count[kMaxGroups];
     order_channels(s.group.data(), channels, groups, s.slot.data(), count);

@@ -1,0 +1,45 @@
+"""The channel-grouped coder's map (csrc/entropy/channel_groups.cpp, docs/FORMAT.md): channels
+ranked by their mean symbol over the rows it samples (every (rows // 512)-th row), ties in
+channel order, and cut into G equal fine groups by rank."""
+
+import numpy as np
+import pytest
+import torch
+
+import kvcore
+
+import frame_layout
+
+GROUPED = 6  # plane method number
+RANK_ROWS = 512
+
+
+def expected_groups(plane: np.ndarray, groups: int) -> list:
+    rows, channels = plane.shape
+    step = max(1, rows // RANK_ROWS)
+    sums = plane[::step].astype(np.int64).sum(axis=0)
+    order = np.argsort(sums, kind="stable")
+    group = [0] * channels
+    for rank, c in enumerate(order):
+        group[c] = rank * groups // channels
+    return group
+
+
+@pytest.mark.parametrize("rows,channels", [(600, 40), (2000, 96), (4096, 128)])
+def test_channels_are_grouped_by_their_rank(rows, channels):
+    """uint8 planes whose channels differ in spread (so grouping pays), with many equal
+    channel sums (ties), coded in one block."""
+    g = np.random.default_rng(rows + channels)
+    spread = g.integers(1, 64, channels)
+    spread[::4] = spread[1::4][: len(spread[::4])]  # channels with the same distribution
+    x = g.integers(0, 1 << 30, (rows, channels)) % spread
+    x[:, ::7] = 3  # constant channels: equal sums
+    t = torch.from_numpy(x.astype(np.uint8))
+    frame = bytes(kvcore.compress(t, mode="dense", threads=1, block_bytes=rows * channels))
+    planes = [p for p in frame_layout.block_planes(frame) if p[2] == GROUPED]
+    assert len(planes) == 1, kvcore.frame_info(frame)["methods"]
+    payload = planes[0][3]
+    groups = payload[0]
+    got = [(payload[2 + c // 2] >> (4 * (c & 1))) & 15 for c in range(channels)]
+    assert got == expected_groups(x.astype(np.uint8), groups)
+    assert torch.equal(kvcore.decompress(frame), t)
