@@ -139,15 +139,8 @@ kvcore::frame::CompressJob compress_job(uint64_t addr, uint64_t nbytes, uint8_t 
     namespace fr = kvcore::frame;
     const MutableView in = address_view(addr, nbytes);
     if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
-    if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
-    uint64_t elems = 1;
-    for (uint64_t d : shape) {
-        if (d != 0 && elems > UINT64_MAX / 16 / d) throw NativeError{Code::kInvalidArgument, "tensor too large"};
-        elems *= d;
-    }
     fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
-    if (elems * fr::dtype_size(desc.dtype) != in.size)
-        throw NativeError{Code::kInvalidArgument, "buffer size does not match shape and dtype"};
+    check(fr::validate_desc(desc, in.size, 0));
     return {in.data, in.size, std::move(desc), nullptr, 0};
 }
 
@@ -365,6 +358,7 @@ std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>
     namespace fr = kvcore::frame;
     std::vector<py::object> frames;
     for (fr::CompressJob& job : jobs) {
+        check(fr::validate_shape(job.desc, options.block_bytes));
         job.cap = fr::max_frame_size(job.desc, options.block_bytes);
         PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(job.cap));
         if (raw == nullptr) throw py::error_already_set();
@@ -849,9 +843,10 @@ PYBIND11_MODULE(_native, m) {
     m.def(
         "max_frame_size",
         [](uint8_t dtype, std::vector<uint64_t> shape, uint32_t block_bytes) {
-            if (!fr::dtype_valid(dtype) || shape.size() > fr::kMaxDims)
-                throw NativeError{Code::kInvalidArgument, "invalid dtype or rank"};
-            return fr::max_frame_size(fr::TensorDesc{static_cast<fr::DType>(dtype), std::move(shape)}, block_bytes);
+            if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
+            const fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
+            check(fr::validate_shape(desc, block_bytes));
+            return fr::max_frame_size(desc, block_bytes);
         },
         py::arg("dtype"), py::arg("shape"), py::arg("block_bytes") = 0);
     m.def(
@@ -1136,16 +1131,9 @@ PYBIND11_MODULE(_native, m) {
                                          uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out) {
             namespace fr = kvcore::frame;
             if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
-            if (shape.size() > fr::kMaxDims) throw NativeError{Code::kInvalidArgument, "rank above 8"};
             if (mode > 1) throw NativeError{Code::kInvalidArgument, "unknown mode"};
             fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
-            uint64_t elems = 1;
-            for (uint64_t d : desc.shape) {
-                if (d != 0 && elems > UINT64_MAX / 16 / d) throw NativeError{Code::kInvalidArgument, "tensor too large"};
-                elems *= d;
-            }
-            if (elems * fr::dtype_size(desc.dtype) != nbytes)
-                throw NativeError{Code::kInvalidArgument, "buffer size does not match shape and dtype"};
+            check(fr::validate_desc(desc, nbytes, block_bytes));
             if (out.capacity < fr::max_frame_size(desc, block_bytes))
                 throw NativeError{Code::kBufferTooSmall, "frame buffer below max_frame_size"};
             fr::EncodeOptions options;

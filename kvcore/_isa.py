@@ -9,6 +9,7 @@ masked, so that tests run every variant on one machine: call
 import os
 
 from . import _native
+from .errors import InvalidArgumentError
 
 
 def set_disabled_isa(names: str) -> None:
@@ -20,6 +21,8 @@ def set_disabled_isa(names: str) -> None:
     >>> kvcore.set_disabled_isa("avx2")   # portable C++ kernels from now on
     >>> kvcore.set_disabled_isa("")       # back to the widest variant
     """
+    if not isinstance(names, str):
+        raise InvalidArgumentError(f"names must be a str such as \"avx512,avx2\", got {type(names).__name__}")
     _native.set_disabled_isa(names)
 
 

@@ -23,8 +23,29 @@ from .runs import output_runs
 _MODES = {"dense": 0, "fast": 1}
 _BACKENDS = {"auto": 0, "software": 1, "qat": 2}
 
-FrameLike = Union[bytes, bytearray, memoryview, np.ndarray, Any]  # any C-contiguous byte buffer
+FrameLike = Union[bytes, bytearray, memoryview, np.ndarray, torch.Tensor, Any]  # C-contiguous bytes
 TensorLike = Union[torch.Tensor, np.ndarray]
+
+
+def _frame_view(frame: FrameLike) -> memoryview:
+    """A frame's bytes: any C-contiguous buffer (bytes, bytearray, memoryview, numpy
+    array) or a contiguous CPU tensor (such as a pinned buffer's)."""
+    if isinstance(frame, torch.Tensor):
+        if not frame.is_cpu or not frame.is_contiguous():
+            raise InvalidArgumentError("a frame held in a tensor must be a contiguous CPU tensor")
+        frame = frame.reshape(-1).view(torch.uint8).numpy()
+    try:
+        return memoryview(frame)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"a frame must be bytes, bytearray, memoryview, a numpy array or a CPU tensor, "
+            f"not {type(frame).__name__}") from None
+
+
+def _sequence(xs: Any, what: str) -> Sequence:
+    if not isinstance(xs, (list, tuple)):
+        raise InvalidArgumentError(f"{what} must be a list or tuple, not {type(xs).__name__}")
+    return xs
 
 
 def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
@@ -142,7 +163,7 @@ def compress_many(
     True
     """
     options = _encode_options(mode, threads, block_bytes, backend)
-    ts = [_source(x) for x in xs]  # held for the whole native call
+    ts = [_source(x) for x in _sequence(xs, "xs")]  # held for the whole native call
     return _native.compress_batch([tensor_source(t) for t in ts], **options)
 
 
@@ -159,15 +180,22 @@ def _encode_options(mode: str, threads: Optional[int], block_bytes: Optional[int
         raise InvalidArgumentError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
     if backend is not None and backend not in _BACKENDS:
         raise InvalidArgumentError(f"backend must be None or one of {sorted(_BACKENDS)}, got {backend!r}")
-    if block_bytes is not None and (not isinstance(block_bytes, int) or block_bytes <= 0):
-        raise InvalidArgumentError(f"block_bytes must be a positive int, got {block_bytes!r}")
     return dict(mode=_MODES[mode], backend=_BACKENDS[backend or "auto"], deflate=backend is not None,
-                block_bytes=block_bytes or 0, threads=_threads(threads))
+                block_bytes=_block_bytes(block_bytes), threads=_threads(threads))
+
+
+def _block_bytes(block_bytes: Optional[int]) -> int:
+    """The native block_bytes argument (0: the mode's default); its range is checked natively."""
+    if block_bytes is None:
+        return 0
+    if not isinstance(block_bytes, int) or isinstance(block_bytes, bool) or not 0 < block_bytes < 1 << 32:
+        raise InvalidArgumentError(f"block_bytes must be None or a positive int below 2**32, got {block_bytes!r}")
+    return block_bytes
 
 
 def frame_desc(frame: FrameLike) -> tuple[torch.dtype, tuple[int, ...]]:
     """The dtype and shape a frame decodes to (reads the header only)."""
-    code, shape = _native.frame_desc(frame)
+    code, shape = _native.frame_desc(_frame_view(frame))
     return torch_dtype(code), tuple(shape)
 
 
@@ -196,6 +224,7 @@ def decompress(
     >>> torch.equal(big[:, 2:6], x) and big[:, 6:].count_nonzero().item() == 0
     True
     """
+    frame = _frame_view(frame)
     out = _output_for(frame, out, runs=True)
     _native.decompress_into(frame, *_destination(out), threads=_threads(threads))
     return out
@@ -235,15 +264,18 @@ def decompress_many(
     >>> ready
     [0, 1, 2]
     """
-    if len(frames) != len(outs):
+    frames = [_frame_view(f) for f in _sequence(frames, "frames")]
+    if len(frames) != len(_sequence(outs, "outs")):
         raise InvalidArgumentError(f"{len(frames)} frames but {len(outs)} outputs")
+    if on_done is not None and not callable(on_done):
+        raise InvalidArgumentError(f"on_done must be callable, got {type(on_done).__name__}")
     # The checked outs stay referenced by the list for the whole native call.
     checked = [_output_for(f, o, runs=True) for f, o in zip(frames, outs)]
     destinations = [_destination(o) for o in checked]
     if on_done is None:
-        _native.decompress_batch(list(frames), destinations, threads=_threads(threads))
+        _native.decompress_batch(frames, destinations, threads=_threads(threads))
         return
-    batch = _native.decompress_batch_async(list(frames), destinations, threads=_threads(threads))
+    batch = _native.decompress_batch_async(frames, destinations, threads=_threads(threads))
     try:
         for i in range(len(checked)):
             batch.wait(i)
@@ -291,7 +323,7 @@ def frame_info(frame: FrameLike) -> dict[str, Any]:
     block_elems, n_blocks, layout (rotate, residual, period) and per-plane
     methods ({method: {"planes": count, "bytes": payload bytes}}).
     """
-    info = _native.frame_info(frame)
+    info = _native.frame_info(_frame_view(frame))
     flags = info.pop("flags")
     info["dtype"] = str(torch_dtype(info.pop("dtype_code"))).removeprefix("torch.")
     info["ratio"] = info["frame_bytes"] / info["original_bytes"] if info["original_bytes"] else 0.0
@@ -301,5 +333,13 @@ def frame_info(frame: FrameLike) -> dict[str, Any]:
 
 
 def max_frame_size(dtype: torch.dtype, shape: tuple[int, ...], *, block_bytes: Optional[int] = None) -> int:
-    """Upper bound of len(compress(x)) for a tensor of this dtype and shape."""
-    return _native.max_frame_size(code_of(dtype), list(shape), block_bytes or 0)
+    """Upper bound of len(compress(x)) for a tensor of this dtype and shape.
+
+    >>> import torch, kvcore
+    >>> kvcore.max_frame_size(torch.bfloat16, (256, 8, 128)) >= 256 * 8 * 128 * 2
+    True
+    """
+    dims = list(shape) if isinstance(shape, (list, tuple, torch.Size)) else None
+    if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+        raise InvalidArgumentError(f"shape must be a sequence of non-negative ints, got {shape!r}")
+    return _native.max_frame_size(code_of(dtype), [int(d) for d in dims], _block_bytes(block_bytes))

@@ -176,7 +176,9 @@ double entropy_bits(const uint32_t* hist) {
 
 uint32_t channel_count(const std::vector<uint64_t>& shape) {
     const size_t nd = shape.size();
-    if (nd >= 2 && shape[nd - 1] > 0 && shape[nd - 2] > 0 && shape[nd - 1] * shape[nd - 2] <= kMaxChannels)
+    // Each factor is checked first, so that the product cannot wrap around.
+    if (nd >= 2 && shape[nd - 1] > 0 && shape[nd - 2] > 0 && shape[nd - 1] <= kMaxChannels &&
+        shape[nd - 2] <= kMaxChannels && shape[nd - 1] * shape[nd - 2] <= kMaxChannels)
         return static_cast<uint32_t>(shape[nd - 1] * shape[nd - 2]);
     if (nd >= 1 && shape[nd - 1] > 0 && shape[nd - 1] <= kMaxChannels) return static_cast<uint32_t>(shape[nd - 1]);
     return 1;

@@ -104,19 +104,6 @@ shuffle::PlaneTransform transform_of(const Header& h, uint64_t first_elem) {
     return t;
 }
 
-Status validate_desc(const TensorDesc& desc, size_t nbytes) {
-    if (!dtype_valid(static_cast<uint8_t>(desc.dtype))) return invalid("unknown dtype");
-    if (desc.shape.size() > kMaxDims) return invalid("rank above " + std::to_string(kMaxDims));
-    unsigned __int128 n = 1;
-    for (uint64_t d : desc.shape) {
-        n *= d;
-        if (n > (UINT64_MAX >> 4)) return invalid("tensor too large");
-    }
-    if (n * dtype_size(desc.dtype) != nbytes)
-        return invalid("buffer size " + std::to_string(nbytes) + " does not match shape and dtype");
-    return Status::ok();
-}
-
 // Elements per block: the requested bytes (default by mode), rounded down to
 // whole rows (at least one).
 uint32_t block_elems_for(uint32_t block_bytes, Mode mode, unsigned esize, uint32_t channels) {
@@ -291,6 +278,32 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
 
 }  // namespace
 
+Status validate_shape(const TensorDesc& desc, uint32_t block_bytes) {
+    if (!dtype_valid(static_cast<uint8_t>(desc.dtype))) return invalid("unknown dtype");
+    if (desc.shape.size() > kMaxDims) return invalid("rank above " + std::to_string(kMaxDims));
+    if (block_bytes != 0 && (block_bytes > kMaxBlockBytes || block_bytes < 64))
+        return invalid("block_bytes must be within [64, " + std::to_string(kMaxBlockBytes) + "]");
+    unsigned __int128 n = 1;
+    for (uint64_t d : desc.shape) {
+        n *= d;
+        if (n > (UINT64_MAX >> 4)) return invalid("tensor too large");
+    }
+    // Fast mode's default blocks are the smaller: the frame's block count must fit a u32 with them.
+    const uint64_t be =
+        block_elems_for(block_bytes, Mode::kFast, dtype_size(desc.dtype), channel_count(desc.shape));
+    if ((uint64_t(n) + be - 1) / be > UINT32_MAX) return invalid("tensor needs more than 2^32 - 1 blocks");
+    return Status::ok();
+}
+
+Status validate_desc(const TensorDesc& desc, size_t nbytes, uint32_t block_bytes) {
+    KVCORE_RETURN_IF_ERROR(validate_shape(desc, block_bytes));
+    uint64_t n = 1;
+    for (uint64_t d : desc.shape) n *= d;  // validated: no overflow
+    if (n * dtype_size(desc.dtype) != nbytes)
+        return invalid("buffer size " + std::to_string(nbytes) + " does not match shape and dtype");
+    return Status::ok();
+}
+
 size_t max_frame_size(const TensorDesc& desc, uint32_t block_bytes) {
     const unsigned esize = dtype_size(desc.dtype);
     uint64_t n = 1;
@@ -322,7 +335,7 @@ struct FrameEncoder {
 };
 
 Status check_job(const CompressJob& job, const EncodeOptions& o) {
-    KVCORE_RETURN_IF_ERROR(validate_desc(job.desc, job.nbytes));
+    KVCORE_RETURN_IF_ERROR(validate_desc(job.desc, job.nbytes, o.block_bytes));
     if (job.cap < max_frame_size(job.desc, o.block_bytes))
         return make_status(Code::kBufferTooSmall, "frame buffer too small");
     return Status::ok();

@@ -68,8 +68,16 @@ struct FrameInfo {
     std::vector<uint64_t> method_bytes;
 };
 
+// kInvalidArgument unless the dtype and rank are valid, block_bytes is 0 (the
+// default) or within [64, kMaxBlockBytes], the element count is below 2^60 and
+// the frame's blocks fit its 32-bit block count. max_frame_size needs it.
+Status validate_shape(const TensorDesc& desc, uint32_t block_bytes);
+// validate_shape, and nbytes is the tensor's size.
+Status validate_desc(const TensorDesc& desc, size_t nbytes, uint32_t block_bytes);
+
 // Largest frame compress() can produce for this tensor: a function of its byte
 // size, rank and block size (block_bytes 0 = default). See docs/FORMAT.md.
+// desc must pass validate_shape.
 size_t max_frame_size(const TensorDesc& desc, uint32_t block_bytes);
 size_t max_frame_size(const TensorDesc& desc);
 

@@ -53,14 +53,13 @@ def compress_async(
 
     if mode not in codec._MODES:
         raise InvalidArgumentError(f"mode must be one of {sorted(codec._MODES)}, got {mode!r}")
-    if block_bytes is not None and (not isinstance(block_bytes, int) or block_bytes <= 0):
-        raise InvalidArgumentError(f"block_bytes must be a positive int, got {block_bytes!r}")
+    block_bytes = codec._block_bytes(block_bytes)
     t = codec._as_cpu_tensor(x).contiguous()
     code = codec.code_of(t.dtype)
     shape = [int(d) for d in t.shape]
-    out = _native.FrameOut(_native.max_frame_size(code, shape, block_bytes or 0))
+    out = _native.FrameOut(_native.max_frame_size(code, shape, block_bytes))
     native = _native.mover_compress_async(
-        *codec.tensor_span(t), code, shape, codec._MODES[mode], block_bytes or 0, _threads(threads), out
+        *codec.tensor_span(t), code, shape, codec._MODES[mode], block_bytes, _threads(threads), out
     )
     return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
 

@@ -1,0 +1,124 @@
+"""Bad arguments to the codec's public API raise a kvcore error (KVCoreError, mostly
+InvalidArgumentError), never another exception and never a native crash: objects of the
+wrong kind, out-of-range options and shapes whose size overflows."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import kvcore
+
+X = torch.randn(64, 8, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
+FRAME = kvcore.compress(X)
+
+BAD_TENSORS = {
+    "none": None, "int": 3, "str": "abc", "bytes": b"abc", "list": [1, 2],
+    "float64": torch.zeros(3, dtype=torch.float64), "complex": torch.zeros(3, dtype=torch.complex64),
+    "bool": torch.zeros(3, dtype=torch.bool), "int32": torch.zeros(3, dtype=torch.int32),
+    "numpy float64": np.zeros(3), "rank 9": torch.zeros([1] * 9),
+}
+BAD_OPTIONS = {
+    "mode": dict(mode="tiny"), "mode None": dict(mode=None), "threads 0": dict(threads=0),
+    "threads -1": dict(threads=-1), "threads float": dict(threads=1.5), "threads str": dict(threads="2"),
+    "block_bytes 0": dict(block_bytes=0), "block_bytes -5": dict(block_bytes=-5),
+    "block_bytes 63": dict(block_bytes=63), "block_bytes 2**40": dict(block_bytes=1 << 40),
+    "block_bytes 17 MiB": dict(block_bytes=17 << 20), "block_bytes bool": dict(block_bytes=True),
+    "backend": dict(backend="nope"), "out too small": dict(out=bytearray(5)),
+    "out read-only": dict(out=b"x" * 4096), "out strided": dict(out=np.zeros(8192, np.uint8)[::2]),
+    "out str": dict(out="str"),
+}
+BAD_FRAMES = {
+    "none": None, "int": 3, "str": "abc", "list": [1, 2], "empty": b"", "magic only": b"KV",
+    "truncated": FRAME[:10], "one byte short": FRAME[:-1], "one byte long": FRAME + b"x",
+    "strided view": memoryview(FRAME)[::2], "float tensor": torch.zeros(5),
+    "cuda-less meta tensor": torch.empty(16, dtype=torch.uint8, device="meta"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_TENSORS)
+def test_compress_rejects_inputs(name):
+    with pytest.raises(kvcore.KVCoreError):
+        kvcore.compress(BAD_TENSORS[name])
+
+
+@pytest.mark.parametrize("name", BAD_OPTIONS)
+def test_compress_rejects_options(name):
+    with pytest.raises(kvcore.KVCoreError):
+        kvcore.compress(X, **BAD_OPTIONS[name])
+
+
+@pytest.mark.parametrize("name", [n for n in BAD_OPTIONS if "out" not in n and n != "backend"])
+def test_compress_async_rejects_options(name):
+    with pytest.raises(kvcore.KVCoreError):
+        kvcore.compress_async(X, **BAD_OPTIONS[name]).result(timeout=30)
+
+
+@pytest.mark.parametrize("name", BAD_FRAMES)
+def test_decoders_reject_frames(name):
+    frame = BAD_FRAMES[name]
+    for call in (kvcore.decompress, kvcore.frame_info, kvcore.frame_desc,
+                 lambda f: kvcore.decompress_many([f], [torch.empty_like(X)])):
+        with pytest.raises(kvcore.KVCoreError):
+            call(frame)
+
+
+def test_a_frame_held_in_a_cpu_tensor_decodes():
+    held = torch.frombuffer(bytearray(FRAME), dtype=torch.uint8)
+    assert torch.equal(kvcore.decompress(held).view(torch.int16), X.view(torch.int16))
+    assert kvcore.frame_info(held)["shape"] == tuple(X.shape)
+
+
+@pytest.mark.parametrize("args", [
+    dict(frames=None, outs=[]), dict(frames=[FRAME], outs=None), dict(frames=[FRAME], outs=[]),
+    dict(frames=[FRAME], outs=[torch.empty_like(X)], on_done=3),
+])
+def test_decompress_many_rejects_arguments(args):
+    with pytest.raises(kvcore.KVCoreError):
+        kvcore.decompress_many(**args)
+
+
+@pytest.mark.parametrize("xs", [None, 3, X])
+def test_compress_many_rejects_a_non_list(xs):
+    with pytest.raises(kvcore.KVCoreError):
+        kvcore.compress_many(xs)
+
+
+@pytest.mark.parametrize("shape", [(-3,), (2.5,), "abc", None, (True, 3)])
+def test_max_frame_size_rejects_shapes(shape):
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.max_frame_size(torch.bfloat16, shape)
+
+
+def test_max_frame_size_of_overflowing_shapes_is_an_error_not_a_crash():
+    """A product of dimensions that wraps around 2^64 once divided by zero natively
+    (SIGFPE), also in an empty tensor's channel count; a tensor needing more than
+    2^32 - 1 blocks was truncated. Run in a child process, so that a crash shows as a
+    failure of this test alone."""
+    code = (
+        "import torch, kvcore\n"
+        "for shape, bb in [((1 << 62, 1 << 62), None), ((1 << 40, 1 << 40), None), ((1 << 63,), None),\n"
+        "                  ((1 << 40,), 64)]:\n"
+        "    try:\n"
+        "        kvcore.max_frame_size(torch.uint8, shape, block_bytes=bb)\n"
+        "    except kvcore.InvalidArgumentError:\n"
+        "        continue\n"
+        "    raise SystemExit(f'{shape} was accepted')\n"
+        "assert kvcore.max_frame_size(torch.uint8, (0, 1 << 40, 1 << 40)) < 100  # empty: a header\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
+
+
+def test_max_frame_size_bounds_real_frames():
+    for shape in [(0,), (1,), (3, 0, 5), (256, 8, 128), (4097, 33)]:
+        x = torch.zeros(shape, dtype=torch.bfloat16)
+        assert len(kvcore.compress(x, mode="fast")) <= kvcore.max_frame_size(x.dtype, x.shape)
+
+
+def test_set_disabled_isa_rejects_a_non_string():
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.set_disabled_isa(3)
