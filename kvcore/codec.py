@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from . import _native
+from ._args import int_arg
 from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
 from .errors import InvalidArgumentError
 from .runs import output_runs
@@ -188,8 +189,9 @@ def _block_bytes(block_bytes: Optional[int]) -> int:
     """The native block_bytes argument (0: the mode's default); its range is checked natively."""
     if block_bytes is None:
         return 0
-    if not isinstance(block_bytes, int) or isinstance(block_bytes, bool) or not 0 < block_bytes < 1 << 32:
-        raise InvalidArgumentError(f"block_bytes must be None or a positive int below 2**32, got {block_bytes!r}")
+    block_bytes = int_arg(block_bytes, "block_bytes", 1)
+    if block_bytes >= 1 << 32:
+        raise InvalidArgumentError(f"block_bytes must be below 2**32, got {block_bytes}")
     return block_bytes
 
 
@@ -339,7 +341,7 @@ def max_frame_size(dtype: torch.dtype, shape: tuple[int, ...], *, block_bytes: O
     >>> kvcore.max_frame_size(torch.bfloat16, (256, 8, 128)) >= 256 * 8 * 128 * 2
     True
     """
-    dims = list(shape) if isinstance(shape, (list, tuple, torch.Size)) else None
-    if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+    if not isinstance(shape, (list, tuple, torch.Size)):
         raise InvalidArgumentError(f"shape must be a sequence of non-negative ints, got {shape!r}")
-    return _native.max_frame_size(code_of(dtype), [int(d) for d in dims], _block_bytes(block_bytes))
+    dims = [int_arg(d, "a dimension of shape") for d in shape]
+    return _native.max_frame_size(code_of(dtype), dims, _block_bytes(block_bytes))

@@ -1,6 +1,6 @@
-"""Bad arguments to the codec's public API raise a kvcore error (KVCoreError, mostly
-InvalidArgumentError), never another exception and never a native crash: objects of the
-wrong kind, out-of-range options and shapes whose size overflows."""
+"""Bad arguments to the public API (codec, pinned pool, copies) raise a kvcore error
+(KVCoreError, mostly InvalidArgumentError), never another exception and never a native
+crash: objects of the wrong kind, out-of-range options and shapes whose size overflows."""
 
 import subprocess
 import sys
@@ -122,3 +122,34 @@ def test_max_frame_size_bounds_real_frames():
 def test_set_disabled_isa_rejects_a_non_string():
     with pytest.raises(kvcore.InvalidArgumentError):
         kvcore.set_disabled_isa(3)
+
+
+@pytest.mark.parametrize("args", [
+    dict(capacity_bytes=0), dict(capacity_bytes=3.5), dict(capacity_bytes="x"), dict(capacity_bytes=True),
+    dict(capacity_bytes=1 << 20, alignment=-4096), dict(capacity_bytes=1 << 20, alignment=3),
+    dict(capacity_bytes=1 << 20, segment_bytes=0), dict(capacity_bytes=1 << 20, numa_node=-2),
+])
+def test_pinned_pool_rejects_arguments(args):
+    with pytest.raises(kvcore.KVCoreError):
+        kvcore.PinnedPool(**args)
+
+
+@pytest.mark.parametrize("nbytes", [-1, 3.5, "x", None])
+def test_pinned_alloc_rejects_sizes(nbytes):
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.PinnedPool(1 << 20).alloc(nbytes)
+
+
+def test_a_freed_pinned_buffer_gives_no_views():
+    buf = kvcore.PinnedPool(1 << 20).alloc(4096)
+    buf.free()
+    with pytest.raises(kvcore.InvalidArgumentError):
+        buf.tensor()
+    with pytest.raises(kvcore.InvalidArgumentError):
+        buf.numpy()
+
+
+@pytest.mark.parametrize("pairs", [None, 3, [(torch.zeros(4, dtype=torch.uint8),)]])
+def test_copy_many_rejects_pairs(pairs):
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.copy_many(pairs)

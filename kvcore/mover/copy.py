@@ -110,6 +110,10 @@ def copy_many(
     host: list[tuple[Region, Region]] = []
     device: list[tuple[Any, Any, Region, Region]] = []
     keep: list[Any] = []
+    try:
+        pairs = list(pairs)
+    except TypeError:
+        raise InvalidArgumentError(f"pairs must be an iterable of (dst, src), got {type(pairs).__name__}") from None
     for i, pair in enumerate(pairs):
         try:
             dst, src = pair

@@ -19,6 +19,7 @@ import weakref
 from typing import Any, Optional, Sequence
 
 from .. import _native
+from .._args import int_arg, optional_int_arg
 from ..errors import BackendError, InvalidArgumentError
 
 __all__ = ["PinnedPool", "PinnedBuffer"]
@@ -57,8 +58,7 @@ class PinnedBuffer(_native.PinnedBlock):
     """
 
     def __init__(self, pool: "PinnedPool", nbytes: int, timeout: Optional[float]) -> None:
-        if nbytes < 0:
-            raise InvalidArgumentError(f"nbytes must be >= 0, got {nbytes}")
+        nbytes = int_arg(nbytes, "nbytes")
         t = -1.0 if timeout is None else float(timeout)
         if not (t == -1.0 or (t >= 0 and not math.isnan(t))):
             raise InvalidArgumentError(f"timeout must be None or >= 0 seconds, got {timeout}")
@@ -73,6 +73,7 @@ class PinnedBuffer(_native.PinnedBlock):
         """
         import torch
 
+        self._check_live()
         dtype = torch.uint8 if dtype is None else dtype
         item = torch.empty((), dtype=dtype).element_size()
         if self.nbytes % item:
@@ -95,7 +96,12 @@ class PinnedBuffer(_native.PinnedBlock):
         """Zero-copy numpy array over the buffer (uint8 by default)."""
         import numpy as np
 
+        self._check_live()
         return np.frombuffer(self, dtype=np.uint8 if dtype is None else dtype)
+
+    def _check_live(self) -> None:
+        if self.freed:
+            raise InvalidArgumentError("the PinnedBuffer was freed")
 
     def free(self) -> None:
         """Returns the block to its pool now. Idempotent."""
@@ -149,19 +155,16 @@ class PinnedPool:
         segment_bytes: Optional[int] = None,
         cuda_register: Optional[bool] = None,
     ) -> None:
-        if capacity_bytes <= 0:
-            raise InvalidArgumentError(f"capacity_bytes must be > 0, got {capacity_bytes}")
-        if numa_node is not None and numa_node < 0:
-            raise InvalidArgumentError(f"numa_node must be >= 0, got {numa_node}")
-        if segment_bytes is not None and segment_bytes <= 0:
-            raise InvalidArgumentError(f"segment_bytes must be > 0, got {segment_bytes}")
+        capacity_bytes = int_arg(capacity_bytes, "capacity_bytes", 1)
+        numa_node = optional_int_arg(numa_node, "numa_node")
+        segment_bytes = optional_int_arg(segment_bytes, "segment_bytes", 1)
         self._native = _native.PinnedPoolNative(
-            int(capacity_bytes),
-            int(segment_bytes or 0),
-            int(alignment),
+            capacity_bytes,
+            segment_bytes or 0,
+            int_arg(alignment, "alignment", 1),
             bool(huge_pages),
             bool(lock),
-            -1 if numa_node is None else int(numa_node),
+            -1 if numa_node is None else numa_node,
         )
         self._cuda_registered = False
         self._finalizer = None
