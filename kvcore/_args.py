@@ -1,5 +1,6 @@
 """Checks of plain arguments shared by the public API: each failure is an InvalidArgumentError."""
 
+import math
 import numbers
 from typing import Any, Optional
 
@@ -15,3 +16,16 @@ def int_arg(value: Any, name: str, minimum: int = 0) -> int:
 
 def optional_int_arg(value: Any, name: str, minimum: int = 0) -> Optional[int]:
     return None if value is None else int_arg(value, name, minimum)
+
+
+def seconds_arg(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """value as a finite number of seconds, > 0 (>= 0 with allow_zero)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not (
+        value >= 0 if allow_zero else value > 0
+    ):
+        raise InvalidArgumentError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}")
+    return float(value)
+
+
+def optional_seconds_arg(value: Any, name: str, *, allow_zero: bool = False) -> Optional[float]:
+    return None if value is None else seconds_arg(value, name, allow_zero=allow_zero)

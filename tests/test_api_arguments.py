@@ -1,6 +1,7 @@
-"""Bad arguments to the public API (codec, pinned pool, copies) raise a kvcore error
-(KVCoreError, mostly InvalidArgumentError), never another exception and never a native
-crash: objects of the wrong kind, out-of-range options and shapes whose size overflows."""
+"""Bad arguments to the public API (codec, pinned pool, copies, tier manager) raise a
+kvcore error (KVCoreError, mostly InvalidArgumentError), never another exception and
+never a native crash: objects of the wrong kind, out-of-range options and shapes whose
+size overflows."""
 
 import subprocess
 import sys
@@ -153,3 +154,28 @@ def test_a_freed_pinned_buffer_gives_no_views():
 def test_copy_many_rejects_pairs(pairs):
     with pytest.raises(kvcore.InvalidArgumentError):
         kvcore.copy_many(pairs)
+
+
+@pytest.mark.parametrize("options", [
+    dict(ddr_bytes=1.5), dict(ddr_bytes="x"), dict(ddr_bytes=-1), dict(ddr_bytes=1 << 20, frame_bytes=0),
+    dict(ddr_bytes=1 << 20, chunk_tokens=0), dict(ddr_bytes=1 << 20, ttl_s=float("nan")),
+    dict(ddr_bytes=1 << 20, hot_refresh_s=0), dict(ddr_bytes=1 << 20, read_ahead=-1),
+])
+def test_tier_manager_rejects_configurations(options):
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.TierManager(**options)
+
+
+def test_tier_manager_rejects_arguments():
+    tm = kvcore.TierManager(ddr_bytes=16 << 20, chunk_tokens=16)
+    try:
+        tokens = list(range(16))
+        out = torch.empty(1, 2, 16, 2, 8, dtype=torch.bfloat16)
+        for call in (lambda: tm.set_ttl(tokens, float("nan")), lambda: tm.set_ttl(tokens, "x"),
+                     lambda: tm.estimate(tokens, float("nan")), lambda: tm.evict(nbytes="x"),
+                     lambda: tm.evict(count=-1), lambda: tm.flush(timeout="x"), lambda: tm.flush(timeout=-1),
+                     lambda: tm.retrieve(tokens, out, on_layer=3)):
+            with pytest.raises(kvcore.InvalidArgumentError):
+                call()
+    finally:
+        tm.close()

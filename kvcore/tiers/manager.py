@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
+from .._args import int_arg, optional_int_arg, optional_seconds_arg, seconds_arg
 from ..errors import InvalidArgumentError, PoolExhausted
 from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_layers_into, encode_chunk,
                    encode_chunk_into, host_copy)
@@ -88,18 +89,14 @@ class TierConfig:
     hot_refresh_s: float = 1.0
 
     def validate(self) -> None:
-        if self.ddr_bytes < 0 or self.ssd_bytes < 0:
-            raise InvalidArgumentError("ddr_bytes and ssd_bytes must be >= 0")
-        if self.chunk_tokens <= 0:
-            raise InvalidArgumentError("chunk_tokens must be positive")
-        if self.queue_chunks <= 0:
-            raise InvalidArgumentError("queue_chunks must be positive")
-        if self.ttl_s is not None and self.ttl_s <= 0:
-            raise InvalidArgumentError("ttl_s must be positive")
-        if self.read_ahead < 0:
-            raise InvalidArgumentError("read_ahead must be >= 0")
-        if not self.hot_refresh_s > 0:
-            raise InvalidArgumentError("hot_refresh_s must be positive")
+        int_arg(self.ddr_bytes, "ddr_bytes")
+        int_arg(self.ssd_bytes, "ssd_bytes")
+        int_arg(self.chunk_tokens, "chunk_tokens", 1)
+        int_arg(self.queue_chunks, "queue_chunks", 1)
+        int_arg(self.read_ahead, "read_ahead")
+        int_arg(self.frame_bytes, "frame_bytes", 1)
+        optional_seconds_arg(self.ttl_s, "ttl_s")
+        seconds_arg(self.hot_refresh_s, "hot_refresh_s")
 
 
 @dataclass
@@ -706,6 +703,8 @@ class TierManager:
         """
         t0 = time.perf_counter()
         check_kv(out, host=False)
+        if on_layer is not None and not callable(on_layer):
+            raise InvalidArgumentError(f"on_layer must be callable, got {type(on_layer).__name__}")
         keys = [ck for ck in self._keys_for(tokens) if ck.end <= out.shape[2]]
         fetched: list = []  # (ck, tier, blob or tensor, ddr entry or None)
         restored = 0
@@ -871,8 +870,7 @@ class TierManager:
         measured decode bandwidth; recompute = tokens x prefill_s_per_token. A chunk is
         worth restoring when restoring is faster; plan.tokens is the prefix to restore.
         """
-        if prefill_s_per_token <= 0:
-            raise InvalidArgumentError("prefill_s_per_token must be positive")
+        seconds_arg(prefill_s_per_token, "prefill_s_per_token")
         hit = self.lookup(tokens)
         plan = RestorePlan(0)
         go = True
@@ -1005,8 +1003,7 @@ class TierManager:
     def set_ttl(self, tokens: Sequence[int], seconds: Optional[float]) -> int:
         """Expiry of the chunks of tokens, seconds from now (None: never). Applies to DDR,
         SSD and, for chunks written from now on, remote."""
-        if seconds is not None and seconds <= 0:
-            raise InvalidArgumentError("seconds must be positive")
+        seconds = optional_seconds_arg(seconds, "seconds")
         expires = time.time() + seconds if seconds else 0.0
         return self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
 
@@ -1076,8 +1073,7 @@ class TierManager:
                 n = max(n, self.remote.delete(self._ns_tag, keys))
             self._save_hot(touched=keys)
             return n
-        if (count is not None and count < 0) or (nbytes is not None and nbytes < 0):
-            raise InvalidArgumentError("count and nbytes must be >= 0")
+        count, nbytes = optional_int_arg(count, "count"), optional_int_arg(nbytes, "nbytes")
         return self._call_in_worker(lambda: self._evict_some(count, nbytes))
 
     def _evict_some(self, count: Optional[int], nbytes: Optional[int]) -> int:
@@ -1126,6 +1122,7 @@ class TierManager:
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Waits until everything queued before this call is placed. False on timeout."""
+        timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)
         if self._closed or not self._worker.is_alive():
             return True
         ev = threading.Event()
