@@ -209,6 +209,8 @@ def decompress(
 ) -> torch.Tensor:
     """Decode a frame into a tensor of the original dtype, shape and bits.
 
+    frame: bytes, bytearray, memoryview, a numpy array or a contiguous CPU tensor (a
+    pinned buffer's, say) holding exactly the frame.
     out: a preallocated CPU tensor of the frame's dtype and number of elements (any
     shape) to decode into without allocating, in its row-major order; it is
     returned. It is contiguous, or a view made of equal contiguous runs at one
