@@ -43,10 +43,15 @@ def _frame_view(frame: FrameLike) -> memoryview:
             f"not {type(frame).__name__}") from None
 
 
-def _sequence(xs: Any, what: str) -> Sequence:
-    if not isinstance(xs, (list, tuple)):
-        raise InvalidArgumentError(f"{what} must be a list or tuple, not {type(xs).__name__}")
-    return xs
+def _sequence(xs: Any, what: str) -> list:
+    """xs as a list: any iterable, but not one tensor, array or bytes object (a frame or a
+    tensor where a list of them was meant)."""
+    if not isinstance(xs, (torch.Tensor, np.ndarray, str, bytes, bytearray, memoryview)):
+        try:
+            return list(xs)
+        except TypeError:
+            pass
+    raise InvalidArgumentError(f"{what} must be a list (or other iterable) of them, not {type(xs).__name__}")
 
 
 def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
@@ -269,7 +274,8 @@ def decompress_many(
     [0, 1, 2]
     """
     frames = [_frame_view(f) for f in _sequence(frames, "frames")]
-    if len(frames) != len(_sequence(outs, "outs")):
+    outs = _sequence(outs, "outs")
+    if len(frames) != len(outs):
         raise InvalidArgumentError(f"{len(frames)} frames but {len(outs)} outputs")
     if on_done is not None and not callable(on_done):
         raise InvalidArgumentError(f"on_done must be callable, got {type(on_done).__name__}")

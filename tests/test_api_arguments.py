@@ -81,10 +81,16 @@ def test_decompress_many_rejects_arguments(args):
         kvcore.decompress_many(**args)
 
 
-@pytest.mark.parametrize("xs", [None, 3, X])
+@pytest.mark.parametrize("xs", [None, 3, X, np.zeros((2, 3), np.float32), b"ab"])
 def test_compress_many_rejects_a_non_list(xs):
+    """A tensor or array where a list of them was meant is refused, not split into rows."""
     with pytest.raises(kvcore.KVCoreError):
         kvcore.compress_many(xs)
+
+
+def test_compress_many_takes_any_iterable():
+    frames = kvcore.compress_many(X[i:i + 8] for i in range(0, 64, 8))
+    assert frames == [kvcore.compress(X[i:i + 8]) for i in range(0, 64, 8)]
 
 
 @pytest.mark.parametrize("shape", [(-3,), (2.5,), "abc", None, (True, 3)])
