@@ -816,27 +816,6 @@ PYBIND11_MODULE(_native, m) {
             check(st);
         },
         py::arg("stream"), py::arg("out"));
-    m.def(
-        "fastcode_decode_merge16",
-        [](const py::buffer& stream, const py::buffer& other, const py::buffer& out, int how) {
-            if (how != 0 && how != 1) throw NativeError{Code::kInvalidArgument, "how must be 0 (high byte) or 1 (bf16 exponent)"};
-            py::buffer_info keep_in, keep_other, keep_out;
-            const ByteView in = read_view(stream, keep_in);
-            const ByteView plane = read_view(other, keep_other);
-            const MutableView dst = write_view(out, keep_out);
-            if (dst.size != 2 * plane.size)
-                throw NativeError{Code::kInvalidArgument, "out must hold 2 bytes per symbol of `other`"};
-            Status st;
-            {
-                py::gil_scoped_release release;
-                st = kvcore::entropy::fastcode_decode_merge16(in.data, in.size, plane.data, dst.data, plane.size,
-                                                              static_cast<kvcore::entropy::Merge16>(how));
-            }
-            check(st);
-        },
-        py::arg("stream"), py::arg("other"), py::arg("out"), py::arg("how") = 0,
-        "Decodes a fastcode plane and merges it with the raw plane `other` into 16-bit elements in `out`\n"
-        "(how 0: plane = high byte; 1: bf16 exponent field, other = sign << 7 | mantissa).");
 
     // ---- section: codec ----
     namespace fr = kvcore::frame;

@@ -469,68 +469,6 @@ def test_avx512_group_decoder_matches_the_layout(tmp_path):
     assert run.stdout.startswith("ok:")
 
 
-# ----------------------------------------------------------------- fused decode + merge
-
-def merge_planes(v: np.ndarray, how: int) -> tuple[np.ndarray, np.ndarray]:
-    """(coded plane, raw plane) of uint16 values, as fastcode_decode_merge16 expects."""
-    if how == 0:
-        return (v >> 8).astype(np.uint8), (v & 0xFF).astype(np.uint8)
-    return ((v >> 7) & 0xFF).astype(np.uint8), (((v >> 8) & 0x80) | (v & 0x7F)).astype(np.uint8)
-
-
-@pytest.mark.parametrize("how", [0, 1])
-def test_decode_merge16(variant, how):
-    rng = np.random.default_rng(how)
-    real = rng.integers(0, 1 << 16, 1 << 17, dtype=np.uint16)
-    real[: 1 << 16] = (rng.normal(size=1 << 16).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    for n in (0, 1, 31, 255, 256, 257, 4096 + 3, 16 * 256 * 3 + 5, 1 << 17):
-        v = real[:n]
-        e, m = merge_planes(v, how)
-        for w in (0, 3, 7):
-            s = encode_any(e, w)
-            out = np.empty(n, np.uint16)
-            N.fastcode_decode_merge16(s, m, out, how)
-            assert np.array_equal(out, v), (n, w)
-
-
-def test_decode_merge16_real_bf16(variant):
-    path = KVDATA / "minilm_l6_kv_bf16.safetensors"
-    if not path.exists():
-        pytest.skip("no kvdata")
-    import torch
-    from safetensors.torch import load_file
-
-    v = load_file(str(path))["layer2.k"].reshape(-1).view(torch.int16).numpy().view(np.uint16)
-    e, m = merge_planes(v, 1)
-    out = np.empty_like(v)
-    for a in range(0, len(v), PIECE):
-        N.fastcode_decode_merge16(N.fastcode_encode(e[a : a + PIECE]), m[a : a + PIECE], out[a : a + PIECE], 1)
-    assert np.array_equal(out, v)
-
-
-def test_decode_merge16_errors(variant):
-    v = np.arange(3000, dtype=np.uint16) * 7
-    e, m = merge_planes(v, 1)
-    s = bytearray(encode_any(e, 3))
-    out = np.empty(3000, np.uint16)
-    with pytest.raises(kvcore.InvalidArgumentError):
-        N.fastcode_decode_merge16(bytes(s), m, out, 2)
-    with pytest.raises(kvcore.InvalidArgumentError):
-        N.fastcode_decode_merge16(bytes(s), m, np.empty(2999, np.uint16), 1)
-    with pytest.raises(kvcore.CorruptFrameError):
-        N.fastcode_decode_merge16(bytes(s), m[:-1], out[:-1], 1)
-    for cut in range(0, len(s), 7):
-        with pytest.raises(kvcore.CorruptFrameError):
-            N.fastcode_decode_merge16(bytes(s[:cut]), m, out, 1)
-    for bit in range(0, len(s) * 8, 3):
-        s[bit // 8] ^= 1 << (bit % 8)
-        try:
-            N.fastcode_decode_merge16(bytes(s), m, out, 1)
-        except kvcore.CorruptFrameError:
-            pass
-        s[bit // 8] ^= 1 << (bit % 8)
-
-
 @pytest.mark.parametrize("w", [1, 2, 3])
 def test_escape_count_checked_on_dense_escapes(variant, w):
     # many escapes: the AVX2 decoder patches in the same pass as it decodes

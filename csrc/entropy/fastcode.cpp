@@ -536,40 +536,6 @@ KV_AVX2 bool encode_groups_avx2(const uint8_t* src, size_t groups, const uint8_t
     return true;
 }
 
-// Merge of a decoded plane e with a raw plane m into 16-bit elements (see
-// fastcode_decode_merge16 in fastcode.h).
-void merge16_scalar(const uint8_t* e, const uint8_t* m, uint8_t* dst, size_t count, Merge16 how) {
-    if (how == Merge16::kHighByte) {
-        for (size_t i = 0; i < count; ++i) {
-            dst[2 * i] = m[i];
-            dst[2 * i + 1] = e[i];
-        }
-    } else {
-        for (size_t i = 0; i < count; ++i) {
-            dst[2 * i] = static_cast<uint8_t>((e[i] << 7) | (m[i] & 0x7f));
-            dst[2 * i + 1] = static_cast<uint8_t>((m[i] & 0x80) | (e[i] >> 1));
-        }
-    }
-}
-
-KV_AVX2 void merge16_avx2(const uint8_t* e, const uint8_t* m, uint8_t* dst, size_t count, Merge16 how) {
-    size_t i = 0;
-    const __m256i m7f = _mm256_set1_epi8(0x7f), m80 = _mm256_set1_epi8(static_cast<char>(0x80));
-    for (; i + 32 <= count; i += 32) {
-        // vpermq 0xD8 puts 64-bit quarters (0, 2, 1, 3) so the in-lane unpacks come out in order
-        __m256i hi = _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i)), 0xD8);
-        __m256i lo = _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + i)), 0xD8);
-        if (how == Merge16::kBf16Exponent) {
-            const __m256i ex = hi;
-            hi = _mm256_or_si256(_mm256_and_si256(lo, m80), _mm256_and_si256(_mm256_srli_epi16(ex, 1), m7f));
-            lo = _mm256_or_si256(_mm256_and_si256(lo, m7f), _mm256_and_si256(_mm256_slli_epi16(ex, 7), m80));
-        }
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i), _mm256_unpacklo_epi8(lo, hi));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i + 32), _mm256_unpackhi_epi8(lo, hi));
-    }
-    merge16_scalar(e + i, m + i, dst + 2 * i, count - i, how);
-}
-
 // ---------------------------------------------------------------- dispatch
 
 using DecodeFn = Status (*)(const Parsed&, const Table&, uint64_t*, uint8_t*);
@@ -945,37 +911,6 @@ Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t
     KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, cpu::active_isa(), t.rows)(p, t, &k, dst));
     KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, dst + p.groups * kGroup));
     if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
-    return Status::ok();
-}
-
-Status fastcode_decode_merge16(const uint8_t* src, size_t src_size, const uint8_t* other, uint8_t* dst, size_t n,
-                               Merge16 how) {
-    if (how != Merge16::kHighByte && how != Merge16::kBf16Exponent) return invalid("fastcode: unknown merge");
-    if (!src && src_size) return invalid("fastcode: null stream");
-    if ((!dst || !other) && n) return invalid("fastcode: null plane or destination");
-    Parsed p;
-    KVCORE_RETURN_IF_ERROR(parse(src, src_size, n, &p));
-    Table t;
-    build_table(p.w, p.table, &t);
-    const uint32_t isa = cpu::active_isa();
-    const bool avx2 = (isa & cpu::kIsaAvx2) != 0;
-    const DecodeFn decode = pick_decoder(p.w, isa, t.rows);
-    const auto merge = avx2 ? merge16_avx2 : merge16_scalar;
-    // Decode 4 KiB at a time into an L1-resident scratch, then merge.
-    constexpr size_t kChunkGroups = 16;
-    alignas(64) uint8_t scratch[kChunkGroups * kGroup];
-    uint64_t k = 0;
-    for (size_t g0 = 0; g0 < p.groups; g0 += kChunkGroups) {
-        Parsed q = p;
-        q.groups = std::min(kChunkGroups, p.groups - g0);
-        q.codes = p.codes + g0 * 32 * p.w;
-        KVCORE_RETURN_IF_ERROR(decode(q, t, &k, scratch));
-        merge(scratch, other + g0 * kGroup, dst + 2 * g0 * kGroup, q.groups * kGroup, how);
-    }
-    const size_t done = p.groups * kGroup;
-    KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, scratch));
-    if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
-    merge(scratch, other + done, dst + 2 * done, p.tail, how);
     return Status::ok();
 }
 

@@ -53,19 +53,4 @@ Status fastcode_encode_estimated(const uint8_t* src, size_t n, const uint32_t* w
 // SIZE_MAX when hist does not sum to n. For choosing a plane method cheaply.
 size_t fastcode_estimate(const uint32_t* hist, size_t n, unsigned* width);
 
-// How fastcode_decode_merge16 combines the decoded plane e with a raw plane m
-// into little-endian 16-bit elements. Values never change (they may be stored).
-enum class Merge16 : uint8_t {
-    kHighByte = 0,      // element = e << 8 | m: byte shuffle of a 2-byte type, e = high bytes
-    kBf16Exponent = 1,  // element = (m & 0x80) << 8 | e << 7 | (m & 0x7f): bf16 regrouped,
-                        // e = exponent field, m = sign << 7 | 7 mantissa bits
-};
-
-// Decodes a fastcode plane of n symbols and merges it with the raw plane
-// other[0, n) into dst[0, 2n) in one pass (decode + unshuffle fused: the decoded
-// plane only passes through an L1-sized scratch). Same checks as fastcode_decode;
-// on error dst may hold partial output.
-Status fastcode_decode_merge16(const uint8_t* src, size_t src_size, const uint8_t* other, uint8_t* dst, size_t n,
-                               Merge16 how);
-
 }  // namespace kvcore::entropy

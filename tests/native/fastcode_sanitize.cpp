@@ -82,13 +82,6 @@ int main(int argc, char** argv) {
         cpu::set_disabled_isa(kMasks[rng() % 3]);
         st = entropy::fastcode_decode(in.data(), in.size(), out.data(), n);
         if (!st.is_ok() || out != x) { printf("round trip failed n=%zu w=%u\n", n, w); return 1; }
-        std::vector<uint8_t> other(n), merged(2 * n);
-        for (auto& b : other) b = uint8_t(rng());
-        st = entropy::fastcode_decode_merge16(in.data(), in.size(), other.data(), merged.data(), n,
-                                              entropy::Merge16::kHighByte);
-        for (size_t i = 0; st.is_ok() && i < n; ++i)
-            if (merged[2 * i] != other[i] || merged[2 * i + 1] != x[i]) st = corrupt("mismatch");
-        if (!st.is_ok()) { printf("merge16 failed n=%zu w=%u\n", n, w); return 1; }
         for (int m = 0; m < 30; ++m) {
             std::vector<uint8_t> c(in);
             int kind = rng() % 4;
@@ -102,11 +95,6 @@ int main(int argc, char** argv) {
             std::vector<uint8_t> cc(c);  // exact size
             st = entropy::fastcode_decode(cc.empty() ? nullptr : cc.data(), cc.size(), o.empty() ? nullptr : o.data(), nn);
             (st.is_ok() ? ok : bad)++;
-            std::vector<uint8_t> other(nn, 0x5a), merged(2 * nn);
-            const Status st2 = entropy::fastcode_decode_merge16(
-                cc.empty() ? nullptr : cc.data(), cc.size(), other.empty() ? nullptr : other.data(),
-                merged.empty() ? nullptr : merged.data(), nn, entropy::Merge16(rng() % 2));
-            if (st2.is_ok() != st.is_ok()) { printf("merge16 and decode disagree\n"); return 1; }
         }
     }
     // Well-formed headers over crafted bodies: all-escape codes and random codes,
