@@ -134,13 +134,15 @@ unsigned thread_count(const py::object& threads) {
 }
 
 // A compression job for a tensor by address (the output is set by the caller).
-// The shape is checked against the size here, before any output is sized from it.
-kvcore::frame::CompressJob compress_job(uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape) {
+// The shape is checked against the size and the block size here, before any
+// output is sized from it.
+kvcore::frame::CompressJob compress_job(uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape,
+                                        uint32_t block_bytes) {
     namespace fr = kvcore::frame;
     const MutableView in = address_view(addr, nbytes);
     if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
     fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
-    check(fr::validate_desc(desc, in.size, 0));
+    check(fr::validate_desc(desc, in.size, block_bytes));
     return {in.data, in.size, std::move(desc), nullptr, 0};
 }
 
@@ -358,8 +360,7 @@ std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>
     namespace fr = kvcore::frame;
     std::vector<py::object> frames;
     for (fr::CompressJob& job : jobs) {
-        check(fr::validate_shape(job.desc, options.block_bytes));
-        job.cap = fr::max_frame_size(job.desc, options.block_bytes);
+        job.cap = fr::max_frame_size(job.desc, options.block_bytes);  // jobs from compress_job: validated
         PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(job.cap));
         if (raw == nullptr) throw py::error_already_set();
         frames.push_back(py::reinterpret_steal<py::object>(raw));
@@ -833,7 +834,8 @@ PYBIND11_MODULE(_native, m) {
         [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs, uint8_t mode,
            uint8_t backend, bool deflate, uint32_t block_bytes, const py::object& threads) {
             std::vector<fr::CompressJob> jobs;
-            for (const auto& [addr, nbytes, dtype, shape] : srcs) jobs.push_back(compress_job(addr, nbytes, dtype, shape));
+            for (const auto& [addr, nbytes, dtype, shape] : srcs)
+                jobs.push_back(compress_job(addr, nbytes, dtype, shape, block_bytes));
             return compress_to_bytes(jobs, encode_options(mode, backend, deflate, block_bytes, threads));
         },
         py::arg("srcs"), py::arg("mode") = 0, py::arg("backend") = 0, py::arg("deflate") = false,
@@ -1447,7 +1449,7 @@ PYBIND11_MODULE(_native, m) {
                 std::vector<fr::CompressJob> jobs;
                 for (size_t i = 0; i < srcs.size(); ++i) {
                     const auto& [addr, nbytes, dtype, shape] = srcs[i];
-                    jobs.push_back(compress_job(addr, nbytes, dtype, shape));
+                    jobs.push_back(compress_job(addr, nbytes, dtype, shape, block_bytes));
                     const MutableView dst = write_view(outs[i], keep[i]);
                     jobs.back().dst = dst.data;
                     jobs.back().cap = dst.size;

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import _native
-from ._args import int_arg
+from ._args import int_arg, optional_int_arg
 from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
 from .errors import InvalidArgumentError
 from .runs import output_runs
@@ -84,9 +84,7 @@ def tensor_source(t: torch.Tensor) -> tuple[int, int, int, list[int]]:
 
 
 def _threads(threads: Optional[int]) -> Optional[int]:
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise InvalidArgumentError(f"threads must be a positive int or None, got {threads!r}")
-    return threads
+    return optional_int_arg(threads, "threads", 1)
 
 
 def compress(

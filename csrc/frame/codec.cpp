@@ -112,6 +112,13 @@ uint32_t block_elems_for(uint32_t block_bytes, Mode mode, unsigned esize, uint32
     return std::max(channels, elems / channels * channels);
 }
 
+// 0 (the mode's default) or a size within [64, kMaxBlockBytes].
+Status check_block_bytes(uint32_t block_bytes) {
+    if (block_bytes != 0 && (block_bytes > kMaxBlockBytes || block_bytes < 64))
+        return invalid("block_bytes must be within [64, " + std::to_string(kMaxBlockBytes) + "]");
+    return Status::ok();
+}
+
 // Keeps the first failure of a parallel loop.
 class FirstError {
 public:
@@ -281,8 +288,7 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
 Status validate_shape(const TensorDesc& desc, uint32_t block_bytes) {
     if (!dtype_valid(static_cast<uint8_t>(desc.dtype))) return invalid("unknown dtype");
     if (desc.shape.size() > kMaxDims) return invalid("rank above " + std::to_string(kMaxDims));
-    if (block_bytes != 0 && (block_bytes > kMaxBlockBytes || block_bytes < 64))
-        return invalid("block_bytes must be within [64, " + std::to_string(kMaxBlockBytes) + "]");
+    KVCORE_RETURN_IF_ERROR(check_block_bytes(block_bytes));
     unsigned __int128 n = 1;
     for (uint64_t d : desc.shape) {
         n *= d;
@@ -403,11 +409,7 @@ void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o) {
 
 }  // namespace
 
-Status check_options(const EncodeOptions& o) {
-    if (o.block_bytes != 0 && (o.block_bytes > kMaxBlockBytes || o.block_bytes < 64))
-        return invalid("block_bytes must be within [64, " + std::to_string(kMaxBlockBytes) + "]");
-    return Status::ok();
-}
+Status check_options(const EncodeOptions& o) { return check_block_bytes(o.block_bytes); }
 
 Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
     KVCORE_RETURN_IF_ERROR(check_options(o));

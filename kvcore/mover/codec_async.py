@@ -25,18 +25,11 @@ from typing import Any, Optional
 
 from .. import _native
 from ..errors import InvalidArgumentError
+from .copy import _threads
 from .future import Future
 from .regions import region
 
 __all__ = ["compress_async", "decompress_async"]
-
-
-def _threads(threads: Optional[int]) -> int:
-    if threads is None:
-        return 0
-    if not isinstance(threads, int) or threads < 1:
-        raise InvalidArgumentError(f"threads must be a positive int or None, got {threads!r}")
-    return threads
 
 
 def compress_async(

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from .. import _native
+from .._args import optional_int_arg
 from ..errors import BufferTooSmallError, InvalidArgumentError
 from . import cuda as _cuda
 from .future import Future
@@ -39,11 +40,8 @@ def _engine_code(engine: str) -> int:
 
 
 def _threads(threads: Optional[int]) -> int:
-    if threads is None:
-        return 0
-    if int(threads) < 1:
-        raise InvalidArgumentError(f"threads must be >= 1, got {threads}")
-    return int(threads)
+    """The native thread count: 0 (all cores) for None."""
+    return optional_int_arg(threads, "threads", 1) or 0
 
 
 # Host copies smaller than this run inline on the calling thread (a hand-off to

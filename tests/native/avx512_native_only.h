@@ -1,0 +1,18 @@
+// For the AVX-512 kernel harnesses: a native build runs only where the CPU has
+// the AVX-512 level; an emulated one (KVCORE_EMULATE_AVX512) runs anywhere.
+#pragma once
+
+#include <cstdio>
+
+#include "cpu/cpu_features.h"
+
+// True (after printing the harness's "ok: 0 cases" line) when this build cannot run here.
+inline bool skip_without_avx512() {
+#ifndef KVCORE_EMULATE_AVX512
+    if (!(kvcore::cpu::detected_isa() & kvcore::cpu::kIsaAvx512)) {
+        std::printf("ok: 0 cases (no AVX-512 on this CPU)\n");
+        return true;
+    }
+#endif
+    return false;
+}
