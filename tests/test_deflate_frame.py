@@ -15,6 +15,7 @@ import torch
 import xxhash
 
 import kvcore
+import kvdata
 from frame_layout import block_planes, deflate_pieces, header_length
 from qat_double import double, double_path  # noqa: F401  (fixtures)
 
@@ -54,10 +55,9 @@ def no_qat():
     kvcore.qat.unload()
 
 
-def kv_tensor(kvdata_dir, name="minilm_l6_kv_bf16.safetensors", key="layer3.v") -> torch.Tensor:
-    from safetensors.torch import load_file
-
-    return load_file(str(kvdata_dir / name))[key]
+def kv_tensor(name="minilm_l6_kv_bf16.safetensors", key="layer3.v") -> torch.Tensor:
+    """One tensor of a ../shared/kvdata file (the test is skipped where the file is missing)."""
+    return kvdata.tensors(name)[key]
 
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -65,8 +65,8 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.mark.parametrize("name", ["minilm_l6_kv_bf16.safetensors", "stories260k_text_kv_fp16.safetensors"])
-def test_real_kv_round_trip_and_pieces_decode_with_zlib(kvdata_dir, name):
-    t = kv_tensor(kvdata_dir, name, "layer1.k")
+def test_real_kv_round_trip_and_pieces_decode_with_zlib(name):
+    t = kv_tensor(name, "layer1.k")
     frame = kvcore.compress(t, backend="software")
     assert same(kvcore.decompress(frame), t)
     info = kvcore.frame_info(frame)
@@ -91,8 +91,8 @@ def test_dtypes_and_sizes(dtype, numel):
         assert same(kvcore.decompress(kvcore.compress(x, backend=backend)), x)
 
 
-def test_zlib_made_pieces_decode_in_a_frame(kvdata_dir):
-    t = kv_tensor(kvdata_dir)
+def test_zlib_made_pieces_decode_in_a_frame():
+    t = kv_tensor()
     frame = kvcore.compress(t, backend="software", block_bytes=128 << 10)
     for level in (1, 9):
         remade = rebuild_with_zlib(frame, level)
@@ -108,8 +108,8 @@ def test_backend_argument():
         kvcore.compress(x, backend="qat")
 
 
-def test_qat_written_frame_decodes_without_qat(kvdata_dir, double):  # noqa: F811
-    t = kv_tensor(kvdata_dir)
+def test_qat_written_frame_decodes_without_qat(double):  # noqa: F811
+    t = kv_tensor()
     kvcore.qat.reset_counters()
     frame = kvcore.compress(t, backend="qat")
     c = kvcore.qat.status()["counters"]
@@ -121,8 +121,8 @@ def test_qat_written_frame_decodes_without_qat(kvdata_dir, double):  # noqa: F81
     assert kvcore.frame_info(soft)["methods"].keys() == kvcore.frame_info(frame)["methods"].keys()
 
 
-def test_every_corruption_is_caught(kvdata_dir):
-    t = kv_tensor(kvdata_dir)[:512]
+def test_every_corruption_is_caught():
+    t = kv_tensor()[:512]
     frame = kvcore.compress(t, backend="software")
     rng = random.Random(5)
     for _ in range(150):

@@ -1,10 +1,12 @@
 """Remote tier against a real redis-server: round trip, TTL, parts, kill/restart, hang, close."""
 
+import sys
 import time
 
 import pytest
 import torch
 
+from kvcore.errors import UnsupportedError
 from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
@@ -137,12 +139,19 @@ def test_close_with_dead_server_is_fast(redis_server):
 
 
 def test_unreachable_url_never_raises():
+    pytest.importorskip("redis")
     t = RemoteTier(RemoteConfig(url="redis://127.0.0.1:1/0"))
     assert t.get("ns", b"\1" * 16) is None
     assert t.put("ns", b"\1" * 16, b"x" * 100) is False
     assert t.exists_many("ns", [b"\1" * 16]) == [False]
     assert t.clear("ns") == 0
     t.close()
+
+
+def test_without_the_redis_package_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis", None)  # import redis now raises ImportError
+    with pytest.raises(UnsupportedError, match="pip install 'redis>=5'"):
+        RemoteTier(RemoteConfig(url="redis://127.0.0.1:1/0"))
 
 
 def test_breaker_states():

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from ..errors import CorruptFrameError, InvalidArgumentError
+from ..errors import CorruptFrameError, InvalidArgumentError, UnsupportedError
 from .blob import BlobHeader, StreamingChecksum, blob_total_size, body_size
 from .metrics import Metrics
 from .resp import RawGetter, RespError
@@ -123,9 +123,12 @@ class RemoteTier:
     name = "remote"
 
     def __init__(self, config: RemoteConfig, *, metrics: Optional[Metrics] = None):
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError as e:
+            raise UnsupportedError("the remote tier needs the redis package: pip install 'redis>=5'") from e
 
         if config.part_bytes <= 0:
             raise InvalidArgumentError("part_bytes must be positive")
