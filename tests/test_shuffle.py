@@ -98,6 +98,29 @@ def test_unaligned_buffers(variant, elem_size, offset):
         assert _native.shuffle_merge(planes_in, elem_size, True, residual, phase) == data
 
 
+def _at_line_offset(n: int, offset: int) -> tuple[np.ndarray, int]:
+    """A buffer of 0xA5 bytes, and where in it an n-byte plane starts `offset` bytes into a 64-byte line."""
+    buf = np.full(n + 192, 0xA5, np.uint8)
+    return buf, (-buf.ctypes.data) % 64 + 64 + offset
+
+
+@pytest.mark.parametrize("elem_size", [1, 2, 4])
+def test_split_peels_to_cache_lines_at_every_offset(variant, elem_size):
+    """Planes that share an offset in their cache line are split with a scalar head up to the
+    next line (runs of 4096+ elements); planes at different offsets are split as they are.
+    Either way the bytes equal the reference, and nothing outside the planes is written."""
+    rng = np.random.default_rng(elem_size)
+    residual, phase = make_residual(rng, (384, 5))
+    for n in (4095, 4096, 4159, 5001):
+        data = rng.integers(0, 256, n * elem_size, dtype=np.uint8).tobytes()
+        expected = ref_split(data, elem_size, True, residual, phase)
+        for offsets in [[o] * elem_size for o in range(64)] + [[(7 * p + 1) % 64 for p in range(elem_size)]]:
+            placed = [_at_line_offset(n, o) for o in offsets]
+            _native.shuffle_split_into(data, elem_size, True, residual, phase, [b[at : at + n] for b, at in placed])
+            assert [b[at : at + n].tobytes() for b, at in placed] == expected, f"n={n} offsets={offsets}"
+            for b, at in placed:
+                assert (b[:at] == 0xA5).all() and (b[at + n :] == 0xA5).all()
+
 def test_into_variants_write_only_their_range(variant):
     rng = np.random.default_rng(7)
     data = rng.integers(0, 256, 2 * 1001, dtype=np.uint8).tobytes()

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/aligned_buffer.h"
 #include "common/little_endian.h"
 #include "entropy/huffman.h"
 #include "shuffle/channel_transpose.h"
@@ -109,7 +110,7 @@ void rank_channels(const uint32_t* sums, uint32_t channels, uint32_t* rank) {
 }
 
 struct Scratch {
-    std::vector<uint8_t> columns;
+    AlignedBuffer columns;  // the channel streams; the transposes store whole lines into them
     std::vector<uint32_t> slot;
     std::vector<uint8_t> group;
     std::vector<uint8_t*> column;
@@ -117,7 +118,7 @@ struct Scratch {
 
 Scratch& thread_scratch(size_t n, uint32_t channels) {
     thread_local Scratch s;
-    if (s.columns.size() < n) s.columns.resize(n);
+    s.columns.ensure(n);
     if (s.slot.size() < channels) s.slot.resize(channels);
     if (s.group.size() < channels) s.group.resize(channels);
     if (s.column.size() < channels) s.column.resize(channels);

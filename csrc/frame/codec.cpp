@@ -9,6 +9,7 @@
 #include <string>
 
 #include "checksum/checksum.h"
+#include "common/aligned_buffer.h"
 #include "common/huge_pages.h"
 #include "copy/copy_engine.h"
 #include "entropy/huffman.h"
@@ -26,17 +27,25 @@ constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
 constexpr size_t kRepeatRows = 8192;  // rows the repeat detector looks at, at most
 constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and hashed at a time
 
+// Scratch planes of a block of `elems` elements sit this far apart: each starts
+// on a cache line, with a line to spare for a plane moved along its line (see
+// encode_block).
+size_t plane_stride(size_t elems) { return round_up_to_line(elems) + kCacheLine; }
+
 // Per-thread scratch: the planes of one block and one encoded block.
 struct Scratch {
-    std::vector<uint8_t> planes;
-    std::vector<uint8_t> encoded;
-    uint8_t* plane(unsigned p, size_t block_elems) { return planes.data() + p * block_elems; }
+    AlignedBuffer planes;
+    AlignedBuffer encoded;
+    // Plane p, starting `offset` (< 64) bytes into a cache line.
+    uint8_t* plane(unsigned p, size_t block_elems, size_t offset) {
+        return planes.data() + p * plane_stride(block_elems) + offset;
+    }
 };
 
-Scratch& thread_scratch(size_t planes_bytes, size_t encoded_bytes) {
+Scratch& thread_scratch(unsigned esize, size_t block_elems, size_t encoded_bytes) {
     thread_local Scratch s;
-    if (s.planes.size() < planes_bytes) s.planes.resize(planes_bytes);
-    if (s.encoded.size() < encoded_bytes) s.encoded.resize(encoded_bytes);
+    s.planes.ensure(esize * plane_stride(block_elems));
+    s.encoded.ensure(encoded_bytes);
     return s;
 }
 
@@ -186,9 +195,14 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
     if (esize == 1 && !direct && !t.rotate && t.residual == nullptr) {
         planes[0] = src + first;  // one plane, untransformed: the input itself, not a copy
     } else {
+        // The split's stores are aligned when every plane sits at one offset in
+        // its cache line (shuffle::split peels the elements before the first
+        // line); a direct plane 0 sets that offset.
+        uint8_t* const in_frame = out + kBlockPrefixBytes + kPlanePrefixBytes;
+        const size_t offset = direct ? reinterpret_cast<uintptr_t>(in_frame) % kCacheLine : 0;
         uint8_t* split_to[4];
-        for (unsigned p = 0; p < esize; ++p) split_to[p] = s.plane(p, h.block_elems);
-        if (direct) split_to[0] = out + kBlockPrefixBytes + kPlanePrefixBytes;
+        for (unsigned p = 0; p < esize; ++p) split_to[p] = s.plane(p, h.block_elems, offset);
+        if (direct) split_to[0] = in_frame;
         shuffle::split(src + first * esize, n, esize, t, split_to);
         std::copy(split_to, split_to + esize, planes);
     }
@@ -243,7 +257,7 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         pos += kPlanePrefixBytes;
         if (payload > size - pos) return corrupt("plane payload runs past its block");
         KVCORE_RETURN_IF_ERROR(
-            decode_plane(method, block + pos, payload, n, h.channels, scratch + p * n, &planes[p]));
+            decode_plane(method, block + pos, payload, n, h.channels, scratch + p * plane_stride(n), &planes[p]));
         pos += payload;
     }
     if (pos != size) return corrupt("block has trailing bytes");
@@ -258,8 +272,8 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     thread_local StreamingChecksum64 sum;
     sum.reset(seed);
     const size_t piece = std::max<size_t>(1, kVerifyPieceBytes / esize / h.channels) * h.channels;
-    thread_local std::vector<uint8_t> piece_buf;
-    if (stream_output && piece_buf.size() < piece * esize) piece_buf.resize(piece * esize);
+    thread_local AlignedBuffer piece_buf;
+    if (stream_output) piece_buf.ensure(piece * esize);
     size_t count = 0;
     for (size_t done = 0; done < n; done += count) {
         uint8_t* out = dst.at((first + done) * esize, &run_left);
@@ -380,7 +394,7 @@ void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o) {
         return;
     }
     const size_t encoded_bytes = block_bound(h.block_elems, esize);
-    Scratch& s = thread_scratch(size_t(esize) * h.block_elems, encoded_bytes);
+    Scratch& s = thread_scratch(esize, h.block_elems, encoded_bytes);
     size_t size = 0;
     Status st;
     // In turn (always when single-threaded): code straight into the frame. The
@@ -576,7 +590,7 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
             const Header& h = frames[i].h;
             const uint64_t first = uint64_t(b) * h.block_elems;
             const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
-            Scratch& s = thread_scratch(size_t(dtype_size(h.dtype)) * h.block_elems, 0);
+            Scratch& s = thread_scratch(dtype_size(h.dtype), h.block_elems, 0);
             st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h, jobs[i].out,
                               s.planes.data(), stream_output);
             if (!st.is_ok()) error.set(st);

@@ -143,14 +143,41 @@ void merge_scalar(const uint8_t* const* planes, size_t n, unsigned elem_size, co
 
 }  // namespace detail
 
+namespace {
+
+// Elements to split with the scalar code first so that the SIMD variants store
+// whole cache lines: a store that straddles two lines cost Intel cores twice
+// the time (a 1 MiB bf16 split ran at 11 against 24 GB/s on an H200 host's
+// Xeon). Only possible when every plane sits at the same offset in its line;
+// short runs (the analysis's sample rows) are left as they are.
+size_t aligning_head(size_t n, unsigned elem_size, uint8_t* const* planes) {
+    constexpr size_t kMinElems = 4096;
+    if (n < kMinElems) return 0;
+    const uintptr_t offset = reinterpret_cast<uintptr_t>(planes[0]) % 64;
+    for (unsigned p = 1; p < elem_size; ++p) {
+        if (reinterpret_cast<uintptr_t>(planes[p]) % 64 != offset) return 0;
+    }
+    return (64 - offset) % 64;
+}
+
+}  // namespace
+
 // elem_size outside {1, 2, 4} or a residual with period 0 is a caller error
 // (the bindings reject it); these functions then write nothing.
 void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes) {
     if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return;
+    if (elem_size != 1 && elem_size != 2 && elem_size != 4) return;
     const uint32_t isa = cpu::active_isa();
-    if (isa & cpu::kIsaAvx512) return detail::split_avx512(src, n, elem_size, t, planes);
-    if (isa & cpu::kIsaAvx2) return detail::split_avx2(src, n, elem_size, t, planes);
-    detail::split_scalar(src, n, elem_size, t, planes);
+    if (!(isa & (cpu::kIsaAvx512 | cpu::kIsaAvx2))) return detail::split_scalar(src, n, elem_size, t, planes);
+    const size_t head = aligning_head(n, elem_size, planes);
+    if (head) detail::split_scalar(src, head, elem_size, t, planes);
+    uint8_t* rest[4];
+    for (unsigned p = 0; p < elem_size; ++p) rest[p] = planes[p] + head;
+    src += head * elem_size;
+    n -= head;
+    const PlaneTransform rt = detail::tail_transform(t, head);
+    if (isa & cpu::kIsaAvx512) return detail::split_avx512(src, n, elem_size, rt, rest);
+    detail::split_avx2(src, n, elem_size, rt, rest);
 }
 
 void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst) {
