@@ -7,8 +7,14 @@
 // Tall tiles pay when the plane's rows are short: with 32 channels, the 32
 // streams of a 1 MiB block sit 16 KiB apart, all in the same few L1 sets, and
 // wide tiles evict each line three times before it is full (3.0 against 8.8 GB/s
-// on Zen 4). With long rows, 64 of them overflow L1 and wide tiles win; the
-// limits below are where the two crossed on Zen 4 (tall: 64 rows must stay in L1).
+// on Zen 4). With long rows, 64 of them overflow L1 and wide tiles can win.
+// Limits, measured on 512 KiB planes with cache-line aligned streams (as the
+// grouped coder's scratch is), AVX-512 tall tiles against wide, GB/s:
+//  * channel-major: tall won at every width up to 1024 channels on an Intel
+//    Xeon (20 against 7 at 1024) and on Zen 4 (18 against 14);
+//  * row-major: tall won on Zen 4 up to 256 channels (26 against 22), tied at
+//    384 and lost from 512 on; on the Xeon the two were within 10% up to 768,
+//    and tall lost at 1024 (6 against 16).
 #include "shuffle/channel_transpose.h"
 
 #include <immintrin.h>
@@ -20,7 +26,7 @@
 namespace kvcore::shuffle {
 namespace {
 
-constexpr uint32_t kTallChannelMajorMaxChannels = 512;
+constexpr uint32_t kTallChannelMajorMaxChannels = 1024;
 constexpr uint32_t kTallRowMajorMaxChannels = 384;
 
 // Columns 0-7 of a 16x16 byte transpose: x[k] interleaves the bytes of rows
