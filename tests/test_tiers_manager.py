@@ -528,6 +528,47 @@ def test_bad_arguments(kv):
         tm.store(tokens_for(256), kv[:, :, :256])  # closed
 
 
+def test_store_refuses_another_models_kv(kv):
+    """A namespace holds one model's KV: another dtype than it names, or other (layers,
+    kv_heads, head_dim) than the first store, is refused before anything is queued."""
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        with pytest.raises(InvalidArgumentError, match="namespace's dtype"):
+            tm.store(tokens_for(256, 7), kv[:, :, :256].to(torch.float16))
+        assert tm.store(tokens_for(256, 8), kv[:, :, :256]) == 1
+        for other in (kv[:5, :, :256], kv[:, :, :256, :6], kv[:, :, :256, :, :16]):
+            with pytest.raises(InvalidArgumentError, match="this manager stores"):
+                tm.store(tokens_for(256, 9), other)
+        assert tm.flush(30) and tm.lookup(tokens_for(256, 9)).tokens == 0
+        assert tm.status()["tiers"]["ddr"]["entries"] == 1
+    with TierManager(ddr_bytes=64 << 20, namespace=Namespace("m")) as tm:  # no dtype named: any
+        assert tm.store(tokens_for(256, 7), kv[:, :, :256].to(torch.float16)) == 1
+
+
+def test_every_operation_after_close_raises(kv):
+    toks = tokens_for(256, 11)
+    tm = TierManager(ddr_bytes=64 << 20, namespace=NS)
+    tm.store(toks, kv[:, :, :256])
+    assert tm.close()
+    calls = {
+        "store": lambda: tm.store(toks, kv[:, :, :256]),
+        "lookup": lambda: tm.lookup(toks),
+        "retrieve": lambda: tm.retrieve(toks, torch.zeros_like(kv[:, :, :256])),
+        "estimate": lambda: tm.estimate(toks, 1e-3),
+        "prefetch": lambda: tm.prefetch(toks),
+        "pin": lambda: tm.pin(toks),
+        "unpin": lambda: tm.unpin(toks),
+        "set_priority": lambda: tm.set_priority(toks, 1),
+        "set_ttl": lambda: tm.set_ttl(toks, 10),
+        "persist": lambda: tm.persist(toks),
+        "evict": lambda: tm.evict(toks),
+        "clear": lambda: tm.clear(),
+    }
+    for name, call in calls.items():
+        with pytest.raises(InvalidArgumentError, match="closed"):
+            call()
+    assert tm.close() and tm.flush(1)  # closing again and flushing nothing are fine
+    assert tm.status()["namespace"]["model_id"] == NS.model_id
+
 def test_config_object_and_export():
     cfg = TierConfig(ddr_bytes=1 << 20, chunk_tokens=64, namespace="m", policy="cost")
     with kvcore.TierManager(config=cfg) as tm:

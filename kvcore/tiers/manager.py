@@ -206,6 +206,7 @@ class TierManager:
 
         self._queue: "queue.Queue" = queue.Queue(maxsize=config.queue_chunks)
         self._closed = False
+        self._geometry: Optional[tuple[int, int, int]] = None  # (layers, kv_heads, head_dim) of the first store
         self._worker = threading.Thread(target=self._work, name="kvcore-tiers", daemon=True)
         self._worker.start()
         if pinned:
@@ -256,6 +257,7 @@ class TierManager:
         t0 = time.perf_counter()
         self._check_open()
         check_kv(kv, host=False)
+        self._check_same_model(kv)
         keys = self._keys_for(tokens)
         if kv.shape[2] < (keys[-1].end if keys else 0):
             raise InvalidArgumentError(f"kv holds {kv.shape[2]} tokens, fewer than the {len(tokens)} given")
@@ -283,6 +285,21 @@ class TierManager:
             queued += 1
         self.metrics.observe("store", time.perf_counter() - t0)
         return queued
+
+    def _check_same_model(self, kv: torch.Tensor) -> None:
+        """A namespace is one model's KV: a store of another dtype than the namespace names,
+        or of other (layers, kv_heads, head_dim) than this manager's first store, would put
+        chunks under its keys that no retrieve of this model could use."""
+        named = getattr(torch, self.namespace.dtype.removeprefix("torch."), None) if self.namespace.dtype else None
+        if isinstance(named, torch.dtype) and kv.dtype != named:
+            raise InvalidArgumentError(f"kv is {kv.dtype}, but the namespace's dtype is {self.namespace.dtype!r}")
+        geometry = (kv.shape[0], kv.shape[3], kv.shape[4])
+        with self._lock:
+            if self._geometry is None:
+                self._geometry = geometry
+        if geometry != self._geometry:
+            raise InvalidArgumentError(
+                f"kv has (layers, kv_heads, head_dim) {geometry}, but this manager stores {self._geometry}")
 
     def _store_ttl(self, key: bytes, expires: float) -> None:
         """The expiry a store gives its chunk (0: none; lock held)."""
@@ -619,6 +636,7 @@ class TierManager:
 
         Tiers: "ddr", "ssd", "remote", or "pending" (queued by store(), not yet placed).
         """
+        self._check_open()
         t0 = time.perf_counter()
         keys = self._keys_for(tokens)
         hit = Hit(0)
@@ -701,6 +719,7 @@ class TierManager:
         prefill_s_per_token: when given, chunks are restored only while restoring them
         is estimated to be faster than recomputing them (see estimate()).
         """
+        self._check_open()
         t0 = time.perf_counter()
         check_kv(out, host=False)
         if on_layer is not None and not callable(on_layer):
@@ -870,6 +889,7 @@ class TierManager:
         measured decode bandwidth; recompute = tokens x prefill_s_per_token. A chunk is
         worth restoring when restoring is faster; plan.tokens is the prefix to restore.
         """
+        self._check_open()
         seconds_arg(prefill_s_per_token, "prefill_s_per_token")
         hit = self.lookup(tokens)
         plan = RestorePlan(0)
@@ -897,6 +917,7 @@ class TierManager:
 
         Returns how many chunks were scheduled (0 when the queue is full: it never blocks).
         """
+        self._check_open()
         hit = self.lookup(tokens)
         todo = [ck for ck, t in zip(hit.chunks, hit.tiers) if t in ("ssd", "remote")]
         if todo and self._put(("prefetch", todo), block=False):
@@ -986,16 +1007,19 @@ class TierManager:
         prefetched); managers of other processes sharing the directory take them in
         within ``hot_refresh_s``. Returns the number of chunks pinned.
         """
+        self._check_open()
         n = self._set_meta(tokens, lambda m: setattr(m, "pinned", True))
         self.prefetch(tokens)
         return n
 
     def unpin(self, tokens: Sequence[int]) -> int:
         """Makes the chunks of tokens evictable again."""
+        self._check_open()
         return self._set_meta(tokens, lambda m: setattr(m, "pinned", False))
 
     def set_priority(self, tokens: Sequence[int], level: int) -> int:
         """Eviction priority of the chunks of tokens: lower levels leave first (default 0)."""
+        self._check_open()
         if not isinstance(level, int):
             raise InvalidArgumentError("level must be an int")
         return self._set_meta(tokens, lambda m: setattr(m, "priority", level))
@@ -1003,6 +1027,7 @@ class TierManager:
     def set_ttl(self, tokens: Sequence[int], seconds: Optional[float]) -> int:
         """Expiry of the chunks of tokens, seconds from now (None: never). Applies to DDR,
         SSD and, for chunks written from now on, remote."""
+        self._check_open()
         seconds = optional_seconds_arg(seconds, "seconds")
         expires = time.time() + seconds if seconds else 0.0
         return self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
@@ -1012,6 +1037,7 @@ class TierManager:
 
         Waits for queued stores first. Returns the number of chunks now on SSD or remote.
         """
+        self._check_open()
         self.flush()
         done = 0
         for ck in self._keys_for(tokens):
@@ -1053,6 +1079,7 @@ class TierManager:
         """evict(tokens): deletes those chunks from every tier. evict(count=n) or
         evict(nbytes=b): moves policy victims out of DDR (demoted to SSD/remote as on
         pressure) until n chunks or b bytes left. Returns the number of chunks affected."""
+        self._check_open()
         if (tokens is None) == (count is None and nbytes is None):
             raise InvalidArgumentError("evict takes tokens, or count= / nbytes=")
         if tokens is not None:
@@ -1103,6 +1130,7 @@ class TierManager:
 
     def clear(self, namespace: Optional[NamespaceLike] = None) -> int:
         """Deletes every chunk of a namespace (default: this manager's) from every tier."""
+        self._check_open()
         tag = self._ns_tag if namespace is None else as_namespace(namespace).tag
         n = 0
         if tag == self._ns_tag:
