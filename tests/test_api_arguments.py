@@ -166,6 +166,7 @@ def test_copy_many_rejects_pairs(pairs):
     dict(ddr_bytes=1.5), dict(ddr_bytes="x"), dict(ddr_bytes=-1), dict(ddr_bytes=1 << 20, frame_bytes=0),
     dict(ddr_bytes=1 << 20, chunk_tokens=0), dict(ddr_bytes=1 << 20, ttl_s=float("nan")),
     dict(ddr_bytes=1 << 20, hot_refresh_s=0), dict(ddr_bytes=1 << 20, read_ahead=-1),
+    dict(ddr_bytes=1 << 20, bogus=1), dict(bogus=1),
 ])
 def test_tier_manager_rejects_configurations(options):
     with pytest.raises(kvcore.InvalidArgumentError):

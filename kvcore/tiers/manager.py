@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
@@ -154,6 +154,9 @@ class TierManager:
     """
 
     def __init__(self, *, config: Optional[TierConfig] = None, **options):
+        unknown = sorted(set(options) - {f.name for f in fields(TierConfig)})
+        if unknown:
+            raise InvalidArgumentError(f"unknown TierManager option(s) {', '.join(unknown)}; see TierConfig")
         if config is None:
             if "ddr_bytes" not in options:
                 raise InvalidArgumentError("TierManager needs ddr_bytes (or config=TierConfig(...))")
