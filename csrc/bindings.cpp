@@ -27,6 +27,7 @@
 #include "dsa/dsa_engine.h"
 #include "entropy/fastcode.h"
 #include "entropy/huffman.h"
+#include "frame/analysis.h"
 #include "frame/batch_progress.h"
 #include "frame/codec.h"
 #include "frame/plane_methods.h"
@@ -924,6 +925,33 @@ PYBIND11_MODULE(_native, m) {
         check(fr::read_desc(in.data, in.size, &desc));
         return py::make_tuple(static_cast<int>(desc.dtype), py::tuple(py::cast(desc.shape)));
     });
+    m.def(
+        "analyze_layout",
+        [](const py::buffer& src, int dtype, uint32_t channels) {
+            if (dtype < 0 || dtype > 255 || !fr::dtype_valid(static_cast<uint8_t>(dtype)))
+                throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
+            if (channels == 0) throw NativeError{Code::kInvalidArgument, "channels must be positive"};
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            const unsigned esize = fr::dtype_size(static_cast<fr::DType>(dtype));
+            if (in.size % esize != 0) throw NativeError{Code::kInvalidArgument, "not a whole number of elements"};
+            fr::Layout layout;
+            {
+                py::gil_scoped_release release;
+                layout = fr::choose_layout(in.data, in.size / esize, static_cast<fr::DType>(dtype), channels);
+            }
+            py::dict d;
+            d["rotate"] = layout.rotate;
+            d["plane_entropy"] = layout.plane_entropy;
+            d["residual"] = layout.residual.empty() ? py::object(py::none())
+                                                    : py::object(py::bytes(reinterpret_cast<const char*>(
+                                                                               layout.residual.data()),
+                                                                           layout.residual.size()));
+            return d;
+        },
+        py::arg("src"), py::arg("dtype"), py::arg("channels"),
+        "The encoder's layout analysis of src (elements of frame dtype code `dtype`, `channels` per row):\n"
+        "rotate, the estimated bits per byte of each plane, the residual table or None. For tests.");
     m.def("frame_info", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

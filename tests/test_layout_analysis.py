@@ -60,3 +60,69 @@ def test_no_residual_below_the_rows_it_samples():
     frame = bytes(kvcore.compress(x, threads=1))
     assert frame_layout.residual(frame) is None
     assert torch.equal(kvcore.decompress(frame), x)
+
+
+# ---- plane entropies of each bit layout (the sample the analysis counts) ----
+
+SAMPLE_ELEMS = 1 << 14
+DTYPE_CODES = {torch.uint8: 1, torch.float8_e4m3fn: 3, torch.float16: 5, torch.bfloat16: 6, torch.float32: 7}
+UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+def sample_rows(n: int, channels: int) -> list[tuple[int, int]]:
+    """(start, length) of the rows the analysis samples: whole rows, evenly spread."""
+    row_len = channels if channels > 1 else min(n, 4096)
+    n_rows = n // row_len
+    rows = max(1, min(n_rows, SAMPLE_ELEMS // row_len))
+    stride = max(1, n_rows // rows)
+    return [(r * stride * row_len, min(n, r * stride * row_len + row_len) - r * stride * row_len) for r in range(rows)]
+
+
+def entropy(plane: np.ndarray) -> float:
+    p = np.bincount(plane, minlength=256)
+    p = p[p > 0] / plane.size
+    return float(-(p * np.log2(p)).sum())
+
+
+def layout_entropies(x: torch.Tensor, channels: int) -> dict[bool, list[float]]:
+    """Each plane's order-0 entropy over the sample, plain (False) and rotated left by one bit (True)."""
+    e = x.element_size()
+    u = x.reshape(-1).view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[e]).numpy().view(UINT[e])
+    s = np.concatenate([u[a : a + n] for a, n in sample_rows(u.size, channels)])
+    bits = UINT[e](8 * e - 1)
+    out = {}
+    for rotate in (False, True):
+        v = ((s << UINT[e](1)) | (s >> bits)) if rotate else s
+        out[rotate] = [entropy(((v >> UINT[e](8 * p)) & UINT[e](0xFF)).astype(np.uint8)) for p in range(e)]
+    return out
+
+
+def analysis_inputs():
+    from kvdata import files, tensors
+
+    g = torch.Generator().manual_seed(3)
+    cases = [("randn", torch.randn(48, 8, 128, generator=g).to(torch.bfloat16)),
+             ("scaled", (torch.randn(40, 96, generator=g) * torch.logspace(-4, 4, 96)).to(torch.float16)),
+             ("odd", torch.randn(3, 1001, generator=g).to(torch.bfloat16)),
+             ("flat", torch.randn(70001, generator=g).to(torch.float16))]
+    for f in files()[:4]:
+        t = tensors(f.name)["layer1.k"]
+        cases += [(f"{f.stem}", t[:60]), (f"{f.stem}-flat", t.reshape(-1)[:50000]),
+                  (f"{f.stem}-fp32", t[:40].float()), (f"{f.stem}-fp8", t[:40].to(torch.float8_e4m3fn))]
+    return cases
+
+
+@pytest.mark.parametrize("name,x", analysis_inputs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_plane_entropies_of_the_chosen_layout(name, x):
+    """With one channel or below 64 rows there is no residual: the analysis reports the plane
+    entropies of the layout whose (capped) sum is smallest, each as numpy counts them over the
+    same sample."""
+    channels = x.shape[-1] * x.shape[-2] if x.dim() >= 3 else (x.shape[-1] if x.dim() == 2 else 1)
+    assert channels == 1 or x.numel() // channels < 64
+    got = kvcore._native.analyze_layout(x.reshape(-1).view(torch.uint8).numpy(), DTYPE_CODES[x.dtype], channels)
+    assert got["residual"] is None
+    want = layout_entropies(x, channels)
+    floats = x.dtype != torch.uint8
+    best = min((False, True) if floats else (False,), key=lambda r: (sum(min(8.0, h) for h in want[r]), r))
+    assert got["rotate"] == best
+    assert got["plane_entropy"] == pytest.approx(want[best], abs=1e-9)
