@@ -13,9 +13,8 @@
 //  * channel-major: tall won at every width up to 1024 channels on an Intel
 //    Xeon (20 against 7 at 1024) and on Zen 4 (18 against 14);
 //  * row-major: tall won on Zen 4 up to 256 channels (26 against 22), tied at
-//    384 and lost from 512 on; on the Xeon, from 13% faster (32 channels) to
-//    13% slower (256) up to 768,
-//    and tall lost at 1024 (6 against 16).
+//    384 and lost from 512 on; on the Xeon it ran from 13% faster (32
+//    channels) to 13% slower (256) up to 768, and lost at 1024 (6 against 16).
 #include "shuffle/channel_transpose.h"
 
 #include <immintrin.h>
