@@ -30,16 +30,19 @@ def kvcore_codec_available() -> Optional[str]:
 
 class KvcoreCodec(Codec):
     """``kvcore.compress(x, mode=..., threads=...)``; decompression decodes into a preallocated
-    tensor with ``out=`` (how a KV cache restores a block)."""
+    tensor with ``out=`` (how a KV cache restores a block). With ``reuse_output`` compression
+    writes into a buffer kept for the input (``out=``, how the tier manager stores a frame)
+    instead of returning a new ``bytes``; its name then ends in ``+out``."""
 
     kind = "kvcore"
 
-    def __init__(self, mode: str = "dense", threads: Optional[int] = 1):
+    def __init__(self, mode: str = "dense", threads: Optional[int] = 1, reuse_output: bool = False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
-        self.mode, self.threads = mode, threads
-        self.name = f"kvcore-{mode}"
-        self.description = f"kvcore {mode} mode, threads={threads}, decompress into out="
+        self.mode, self.threads, self.reuse_output = mode, threads, reuse_output
+        self.name = f"kvcore-{mode}" + ("+out" if reuse_output else "")
+        into = ", compress into a reused buffer" if reuse_output else ""
+        self.description = f"kvcore {mode} mode, threads={threads}{into}, decompress into out="
 
     def bind(self, data: torch.Tensor) -> Bound:
         import kvcore
@@ -47,8 +50,11 @@ class KvcoreCodec(Codec):
         src = data.contiguous()
         out = torch.empty_like(src)
         mode, threads = self.mode, self.threads
+        frame_buf = bytearray(kvcore.max_frame_size(src.dtype, tuple(src.shape))) if self.reuse_output else None
 
-        def compress() -> bytes:
+        def compress() -> Any:
+            if frame_buf is not None:  # a view of the frame in frame_buf, valid until the next call
+                return kvcore.compress(src, mode=mode, threads=threads, out=frame_buf)
             return kvcore.compress(src, mode=mode, threads=threads)
 
         def decompress(frame: bytes) -> torch.Tensor:
