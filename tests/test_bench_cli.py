@@ -191,3 +191,21 @@ def test_peer_round_trips_bit_exact():
             corrupt = raw.copy()
             corrupt[0] ^= 1
             assert not b.equal(corrupt), codec.name  # the check can fail
+
+
+@pytest.mark.skipif(kvcore_codec_available() is not None, reason="this build has no kvcore codec")
+@pytest.mark.parametrize("mode", ["dense", "fast"])
+def test_kvcore_codec_reusing_its_output_buffer(mode):
+    """reuse_output compresses into one buffer per bound input (out=): the same frame bytes as
+    a new bytes object, a view that each call overwrites, and the name says so."""
+    from kvcore.bench.codecs import KvcoreCodec
+
+    x = kv_like(64, 4, 8, 3)
+    plain, reused = KvcoreCodec(mode), KvcoreCodec(mode, reuse_output=True)
+    assert reused.name == f"kvcore-{mode}+out" and plain.name == f"kvcore-{mode}"
+    b, r = plain.bind(x), reused.bind(x)
+    frame, view = b.compress(), r.compress()
+    assert isinstance(view, memoryview) and bytes(view) == bytes(frame) and r.size(view) == len(frame)
+    assert r.equal(r.decompress(view))
+    again = r.compress()
+    assert again.obj is view.obj  # the same buffer, written again
