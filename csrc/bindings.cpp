@@ -141,7 +141,6 @@ kvcore::frame::CompressJob compress_job(uint64_t addr, uint64_t nbytes, uint8_t 
                                         uint32_t block_bytes) {
     namespace fr = kvcore::frame;
     const MutableView in = address_view(addr, nbytes);
-    if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
     fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
     check(fr::validate_desc(desc, in.size, block_bytes));
     return {in.data, in.size, std::move(desc), nullptr, 0};
@@ -824,7 +823,6 @@ PYBIND11_MODULE(_native, m) {
     m.def(
         "max_frame_size",
         [](uint8_t dtype, std::vector<uint64_t> shape, uint32_t block_bytes) {
-            if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
             const fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
             check(fr::validate_shape(desc, block_bytes));
             return fr::max_frame_size(desc, block_bytes);
@@ -1139,7 +1137,6 @@ PYBIND11_MODULE(_native, m) {
         m.def("mover_compress_async", [](uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape,
                                          uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out) {
             namespace fr = kvcore::frame;
-            if (!fr::dtype_valid(dtype)) throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
             if (mode > 1) throw NativeError{Code::kInvalidArgument, "unknown mode"};
             fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
             check(fr::validate_desc(desc, nbytes, block_bytes));

@@ -27,9 +27,16 @@ bool is_float(DType d) {
 
 using PlaneCounts = std::array<uint32_t, 256>;
 
-// The analysis's sample: sample_rows rows of row_len elements, stride rows apart.
+// The analysis's sample: whole rows (a row is one element per channel, or up to
+// 4096 elements without channels), up to kSampleElems elements, evenly spread.
 struct SampleRows {
-    uint64_t n_elems, rows, stride, row_len;
+    uint64_t n_elems, row_len, rows, stride;
+    SampleRows(uint64_t n, uint32_t channels)
+        : n_elems(n), row_len(channels > 1 ? channels : std::min<uint64_t>(n, 4096)) {
+        const uint64_t n_rows = n_elems / row_len;
+        rows = std::max<uint64_t>(1, std::min<uint64_t>(n_rows, kSampleElems / row_len));
+        stride = std::max<uint64_t>(1, n_rows / rows);
+    }
     uint64_t start(uint64_t r) const { return r * stride * row_len; }
     uint64_t elems(uint64_t r) const { return std::min(n_elems, start(r) + row_len) - start(r); }
 };
@@ -239,10 +246,7 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     if (n_elems == 0) return best;
 
     // Plane entropies of each bit layout, from whole rows evenly spread.
-    const uint64_t row_len = channels > 1 ? channels : std::min<uint64_t>(n_elems, 4096);
-    const uint64_t n_rows = n_elems / row_len;
-    const uint64_t sample_rows = std::max<uint64_t>(1, std::min<uint64_t>(n_rows, kSampleElems / row_len));
-    const SampleRows sample{n_elems, sample_rows, std::max<uint64_t>(1, n_rows / sample_rows), row_len};
+    const SampleRows sample(n_elems, channels);
     const int layouts = is_float(dtype) ? 2 : 1;  // plain, and rotated for floats
     PlaneCounts counts_of[2][4];
     if (esize == 2 && layouts == 2) {

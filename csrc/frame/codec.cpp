@@ -299,7 +299,10 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
 
 }  // namespace
 
-Status validate_shape(const TensorDesc& desc, uint32_t block_bytes) {
+namespace {
+
+// validate_shape's checks, also giving the element count.
+Status check_shape(const TensorDesc& desc, uint32_t block_bytes, uint64_t* elems) {
     if (!dtype_valid(static_cast<uint8_t>(desc.dtype))) return invalid("unknown dtype");
     if (desc.shape.size() > kMaxDims) return invalid("rank above " + std::to_string(kMaxDims));
     KVCORE_RETURN_IF_ERROR(check_block_bytes(block_bytes));
@@ -312,14 +315,21 @@ Status validate_shape(const TensorDesc& desc, uint32_t block_bytes) {
     const uint64_t be =
         block_elems_for(block_bytes, Mode::kFast, dtype_size(desc.dtype), channel_count(desc.shape));
     if ((uint64_t(n) + be - 1) / be > UINT32_MAX) return invalid("tensor needs more than 2^32 - 1 blocks");
+    *elems = uint64_t(n);
     return Status::ok();
 }
 
+}  // namespace
+
+Status validate_shape(const TensorDesc& desc, uint32_t block_bytes) {
+    uint64_t elems = 0;
+    return check_shape(desc, block_bytes, &elems);
+}
+
 Status validate_desc(const TensorDesc& desc, size_t nbytes, uint32_t block_bytes) {
-    KVCORE_RETURN_IF_ERROR(validate_shape(desc, block_bytes));
-    uint64_t n = 1;
-    for (uint64_t d : desc.shape) n *= d;  // validated: no overflow
-    if (n * dtype_size(desc.dtype) != nbytes)
+    uint64_t elems = 0;
+    KVCORE_RETURN_IF_ERROR(check_shape(desc, block_bytes, &elems));
+    if (elems * dtype_size(desc.dtype) != nbytes)
         return invalid("buffer size " + std::to_string(nbytes) + " does not match shape and dtype");
     return Status::ok();
 }

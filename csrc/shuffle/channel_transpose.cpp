@@ -8,8 +8,10 @@
 // streams of a 1 MiB block sit 16 KiB apart, all in the same few L1 sets, and
 // wide tiles evict each line three times before it is full (3.0 against 8.8 GB/s
 // on Zen 4). With long rows, 64 of them overflow L1 and wide tiles can win.
-// Limits, measured on 512 KiB planes with cache-line aligned streams (as the
-// grouped coder's scratch is), AVX-512 tall tiles against wide, GB/s:
+// Limits, measured (ad hoc, best of 4 rounds x 200) on 512 KiB planes of
+// synthetic bytes (a transpose moves bytes without looking at them) into
+// cache-line aligned streams in shuffled order, as the grouped coder's scratch
+// holds them; AVX-512 tall tiles against wide, GB/s:
 //  * channel-major: tall won at every width up to 1024 channels on an Intel
 //    Xeon (20 against 7 at 1024) and on Zen 4 (18 against 14);
 //  * row-major: tall won on Zen 4 up to 256 channels (26 against 22), tied at
