@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from kvbench import THREADS_INPUT_BYTES, Row, kv_inputs, load_input, summary_lines
+from kvbench import THREADS_INPUT_BYTES, Paired, Row, kv_inputs, load_input, summary_lines
 from kvcore.bench.data import repeat_to_size
 
 
@@ -55,6 +55,7 @@ def threads_input() -> torch.Tensor:
 
 
 _RESULTS_KEY = pytest.StashKey[list]()
+_PAIRED_KEY = pytest.StashKey[list]()
 
 
 @pytest.fixture(scope="session")
@@ -63,14 +64,21 @@ def kv_results(request: pytest.FixtureRequest) -> list[Row]:
     return request.config.stash.setdefault(_RESULTS_KEY, [])
 
 
+@pytest.fixture(scope="session")
+def kv_paired(request: pytest.FixtureRequest) -> list[Paired]:
+    """Targets measured paired (test_paired_targets), printed after the summary table."""
+    return request.config.stash.setdefault(_PAIRED_KEY, [])
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     rows = config.stash.get(_RESULTS_KEY, [])
-    if not rows:
+    paired = config.stash.get(_PAIRED_KEY, [])
+    if not rows and not paired:
         return
     terminalreporter.section("kvcore benchmark summary")
     timer = timer_name(config)
     note = (" (CPU time of this process: steadier on a busy machine)" if "process_time" in timer
             else " (wall clock; on a busy machine try --benchmark-timer=time.process_time)")
     terminalreporter.write_line(f"timer: {timer}{note}")
-    for line in summary_lines(rows):
+    for line in summary_lines(rows, paired):
         terminalreporter.write_line(line)

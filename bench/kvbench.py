@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -114,6 +115,42 @@ def record(results: list[Row], benchmark: Any, row: Row) -> None:
     results.append(row)
 
 
+@dataclass
+class Paired:
+    """One target measured paired: each round runs kvcore and its reference back to back (A B,
+    then B A), so a change of machine load between rounds falls on both. factors[i] = the
+    reference's time over kvcore's in round i (how many times faster kvcore ran)."""
+
+    data: str
+    dtype: str
+    codec: str  # "kvcore-dense" / "kvcore-fast"
+    reference: str  # "zipnn" / "memcpy"
+    direction: str
+    goal: float
+    original_bytes: int
+    codec_s: list[float] = field(default_factory=list)
+    reference_s: list[float] = field(default_factory=list)
+    factors: list[float] = field(default_factory=list)
+
+    def add(self, codec_s: float, reference_s: float) -> None:
+        self.codec_s.append(codec_s)
+        self.reference_s.append(reference_s)
+        self.factors.append(reference_s / codec_s)
+
+    def clear(self) -> None:
+        self.codec_s.clear()
+        self.reference_s.clear()
+        self.factors.clear()
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.factors)
+
+    def gbps(self, seconds: list[float]) -> float:
+        """GB/s of original bytes over the median time of one side."""
+        return self.original_bytes / statistics.median(seconds) / 1e9
+
+
 def _fmt(x: Optional[float], spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -129,7 +166,7 @@ THREADS_DATA = "threads-64MB"
 CHUNK_FRAMES_DATA = "qwen-chunk/frames"  # 72 frames of 512 KiB, one call each (test_chunk_frames)
 
 
-def summary_lines(rows: list[Row]) -> list[str]:
+def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> list[str]:
     """The end-of-session table and the issue's targets, met / NOT met."""
     by: dict[tuple[str, str], dict[str, dict[str, Row]]] = {}
     threads: dict[tuple[str, str], Row] = {}
@@ -202,6 +239,14 @@ def summary_lines(rows: list[Row]) -> list[str]:
         worst = max(kv_rows, key=lambda r: r.ratio)
         lines.append(f"  largest kvcore ratio: {worst.ratio:.4f} ({worst.codec} on {worst.data} {worst.dtype}; "
                      f"must not exceed raw + header)")
+    if paired:
+        lines += ["", "targets measured paired (kvcore and the reference alternating within each round; "
+                      "median of the per-round factors, [min-max]):"]
+        for p in paired:
+            tag = f"{p.data} {p.dtype}"
+            lines.append(f"  {tag:<{wt}} {p.codec.removeprefix('kvcore-')} {p.direction} >= {p.goal:g}x {p.reference}: "
+                         f"{p.median:.2f}x [{min(p.factors):.2f}-{max(p.factors):.2f}] over {len(p.factors)} rounds "
+                         f"({p.gbps(p.codec_s):.2f} vs {p.gbps(p.reference_s):.2f} GB/s) -> {verdict(p.median, p.goal)}")
     return lines
 
 

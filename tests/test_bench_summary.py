@@ -1,0 +1,48 @@
+"""The benchmark suite's summary (bench/kvbench.py): its verdicts on the issue's targets must
+follow the measured numbers, since the README and the notes quote them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from kvbench import Paired, Row, summary_lines  # noqa: E402
+
+
+def rows(dense_s: float, zipnn_s: float) -> list[Row]:
+    out = []
+    for codec, seconds, size in (("kvcore-dense", dense_s, 60), ("zipnn", zipnn_s, 70)):
+        for direction in ("compress", "decompress"):
+            out.append(Row("m", "bf16", codec, direction, 100, size, mean_s=seconds, min_s=seconds / 2))
+    return out
+
+
+def target_line(lines: list[str], text: str) -> str:
+    (line,) = [s for s in lines if text in s]
+    return line
+
+
+def test_separate_benchmarks_verdicts() -> None:
+    lines = summary_lines(rows(dense_s=1.0, zipnn_s=3.5))
+    assert target_line(lines, "dense ratio < zipnn").endswith("-> met")
+    assert "3.50x" in target_line(lines, "dense compress >= 3x zipnn")
+    assert target_line(lines, "dense compress >= 3x zipnn").endswith("-> met")
+    lines = summary_lines(rows(dense_s=1.0, zipnn_s=2.9))
+    assert target_line(lines, "dense decompress >= 3x zipnn").endswith("-> NOT met")
+
+
+def test_paired_verdict_is_on_the_median_factor() -> None:
+    p = Paired("m", "bf16", "kvcore-dense", "zipnn", "compress", 3.0, original_bytes=10**9)
+    for codec_s, zipnn_s in ((1.0, 2.0), (1.0, 3.5), (0.5, 1.6), (2.0, 9.0)):  # factors 2, 3.5, 3.2, 4.5
+        p.add(codec_s, zipnn_s)
+    assert p.factors == [2.0, 3.5, 3.2, 4.5]
+    assert p.median == 3.35
+    line = target_line(summary_lines(rows(1.0, 1.0), [p]), "dense compress >= 3x zipnn: 3.35x")
+    assert "[2.00-4.50] over 4 rounds" in line
+    assert "(1.00 vs 0.36 GB/s)" in line  # 1 GB over the median seconds of each side (1.0, 2.75)
+    assert line.endswith("-> met")
+    p.clear()
+    p.add(1.0, 2.0)
+    assert target_line(summary_lines([], [p]), "dense compress >= 3x zipnn: 2.00x").endswith("-> NOT met")
