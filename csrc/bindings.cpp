@@ -226,9 +226,11 @@ void install_block_buffer(PyTypeObject* type) {
 // the timeout passes, with the GIL released and Ctrl-C honoured between slices.
 template <typename F>
 Status wait_in_slices(double timeout_s, F attempt) {
-    const bool forever = timeout_s < 0 || std::isinf(timeout_s);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(forever ? 0 : int64_t(timeout_s * 1000.0));
+    // Negative means no limit; so does one of 1e9 s (31 years) or more, since a deadline in
+    // steady_clock's int64 nanoseconds overflows near 292 years. NaN waits like 0.
+    const bool forever = timeout_s < 0 || timeout_s >= 1e9;
+    const double limit_s = forever || std::isnan(timeout_s) ? 0.0 : timeout_s;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(limit_s * 1000.0));
     for (bool first = true;; first = false) {
         int64_t slice = 0;
         if (forever) {

@@ -181,6 +181,7 @@ def test_tier_manager_rejects_arguments():
         for call in (lambda: tm.set_ttl(tokens, float("nan")), lambda: tm.set_ttl(tokens, "x"),
                      lambda: tm.estimate(tokens, float("nan")), lambda: tm.evict(nbytes="x"),
                      lambda: tm.evict(count=-1), lambda: tm.flush(timeout="x"), lambda: tm.flush(timeout=-1),
+                     lambda: tm.close(timeout="x"), lambda: tm.close(timeout=float("nan")),
                      lambda: tm.retrieve(tokens, out, on_layer=3)):
             with pytest.raises(kvcore.InvalidArgumentError):
                 call()

@@ -201,6 +201,11 @@ def test_future_api():
     fut.add_done_callback(seen.append)  # already done: called at once
     assert seen == [fut]
     assert "done" in repr(fut)
+    for timeout in (-1, float("nan"), float("inf"), "1", True):
+        for call in (fut.wait, fut.result, fut.exception):  # exception() must raise it, not return it
+            with pytest.raises(kvcore.InvalidArgumentError, match="timeout"):
+                call(timeout)
+    assert fut.wait(1e300) and fut.wait(0) and fut.result(None) is dst
 
 
 def test_done_callback_runs_once_from_kvcore_thread():

@@ -265,8 +265,18 @@ def test_invalid_arguments():
     pool = make_pool(MiB, huge_pages=False)
     with pytest.raises(kvcore.InvalidArgumentError):
         pool.alloc(-1)
-    with pytest.raises(kvcore.InvalidArgumentError):
-        pool.alloc(1, timeout=-3)
+    for timeout in (-3, -1, float("inf"), float("nan"), True, "1"):  # -1 was once read as "no limit"
+        with pytest.raises(kvcore.InvalidArgumentError, match="timeout"):
+            pool.alloc(1, timeout=timeout)
+
+
+def test_alloc_with_a_huge_timeout_still_waits_for_a_release(pool):
+    """A finite timeout too long for a deadline in int64 nanoseconds waits without limit (it
+    once overflowed natively); the buffer freed by another thread ends the wait."""
+    a = pool.alloc(16 * MiB)
+    threading.Timer(0.2, a.free).start()
+    b = pool.alloc(MiB, timeout=1e300)
+    assert b.nbytes == MiB
 
 
 def test_numa_node_binding_on_node0():

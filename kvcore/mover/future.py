@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Iterable, Optional
 
 from .. import _native
+from .._args import optional_seconds_arg
 
 __all__ = ["Future"]
 
@@ -218,6 +219,7 @@ class Future:
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks up to ``timeout`` seconds (None: until done); True if it finished."""
+        timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)
         if not self._wait_parts(timeout):
             return False
         self._release_buffers()
@@ -243,6 +245,7 @@ class Future:
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """The error the operation raised, or None."""
+        timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)  # a bad timeout raises
         try:
             self.result(timeout)
         except Exception as e:  # noqa: BLE001 - reported, not handled

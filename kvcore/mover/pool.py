@@ -14,12 +14,11 @@ b'\\x07\\x07\\x07\\x07'
 
 from __future__ import annotations
 
-import math
 import weakref
 from typing import Any, Optional, Sequence
 
 from .. import _native
-from .._args import int_arg, optional_int_arg
+from .._args import int_arg, optional_int_arg, optional_seconds_arg
 from ..errors import BackendError, InvalidArgumentError
 
 __all__ = ["PinnedPool", "PinnedBuffer"]
@@ -59,10 +58,8 @@ class PinnedBuffer(_native.PinnedBlock):
 
     def __init__(self, pool: "PinnedPool", nbytes: int, timeout: Optional[float]) -> None:
         nbytes = int_arg(nbytes, "nbytes")
-        t = -1.0 if timeout is None else float(timeout)
-        if not (t == -1.0 or (t >= 0 and not math.isnan(t))):
-            raise InvalidArgumentError(f"timeout must be None or >= 0 seconds, got {timeout}")
-        super().__init__(pool._native, int(nbytes), t)
+        timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)
+        super().__init__(pool._native, int(nbytes), -1.0 if timeout is None else timeout)
         self.pool = pool
         self._views: list[weakref.ref] = []
 

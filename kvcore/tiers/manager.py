@@ -1208,6 +1208,7 @@ class TierManager:
         Never waits on a dead or slow remote server beyond its timeouts. Returns True
         when all queued work was done.
         """
+        timeout = seconds_arg(timeout, "timeout", allow_zero=True)
         if self._closed:
             return True
         deadline = time.monotonic() + timeout
