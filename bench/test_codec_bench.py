@@ -211,6 +211,34 @@ def paired_work(inp: KVInput, name: str, direction: str) -> Callable[[], Any]:
     return lambda: b.decompress(payload)
 
 
+def run_paired(benchmark: Any, result: Paired, work: Callable[[], Any], reference_work: Callable[[], Any],
+               clock: Callable[[], float]) -> None:
+    """Times rounds of the two calls back to back, alternating which goes first, into result.
+    Each is called twice per round and the second call timed, so it finds its own buffers
+    warm; the benchmark's own time is that of one round (both sides)."""
+
+    def one_round() -> None:
+        sides = [(work, True), (reference_work, False)]
+        took = {}
+        for fn, is_codec in sides if len(result.factors) % 2 == 0 else sides[::-1]:
+            fn()  # untimed: the timed call then finds its own buffers in cache, as in a loop
+            t0 = clock()
+            fn()
+            took[is_codec] = max(clock() - t0, 1e-9)
+        result.add(took[True], took[False])
+
+    t0 = time.perf_counter()
+    one_round()  # warm-up, not kept; its time sets the number of rounds
+    t_round = time.perf_counter() - t0
+    result.clear()
+    benchmark.extra_info.update(codec=result.codec, reference=result.reference, direction=result.direction,
+                                goal=result.goal)
+    benchmark.pedantic(one_round, rounds=max(PAIRED_MIN_ROUNDS, rounds_for(t_round)), iterations=1)
+    benchmark.extra_info.update(factors=[round(f, 4) for f in result.factors], median_factor=round(result.median, 4),
+                                median_gbps={result.codec: round(result.gbps(result.codec_s), 3),
+                                             result.reference: round(result.gbps(result.reference_s), 3)})
+
+
 @skip_no_data
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: f"{t[0]}-vs-{t[1]}-{t[2]}")
 @pytest.mark.parametrize("inp", INPUTS, ids=lambda i: i.id)
@@ -218,34 +246,38 @@ def test_paired_targets(benchmark: Any, kv_paired: list, cpu_timer: bool, inp: K
                         target: tuple[str, str, str, float]) -> None:
     """One target on one input, measured paired: each round times kvcore and the reference back to
     back, in alternating order, and keeps the ratio of their times, so load that changes between
-    rounds (this suite's main noise on a shared machine) cancels out of the factor. The summary
-    gives the median factor. Each side is called twice per round and the second call timed, so it
-    finds its own buffers warm; on inputs that fit in the last-level cache the other codec's calls
-    still cool them (bench/README.md). The benchmark's own time is that of one round (both codecs)."""
+    rounds (this suite's main noise on a shared machine) cancels out of the factor; the summary
+    gives the median factor. On inputs that fit in the last-level cache the other side's calls
+    leave the caches cooler than a loop of one codec does (bench/README.md)."""
     codec, reference, direction, goal = target
-    work = {name: paired_work(inp, name, direction) for name in (codec, reference)}
-    clock = time.process_time if cpu_timer else time.perf_counter
+    work = paired_work(inp, codec, direction)
+    reference_work = paired_work(inp, reference, direction)
     result = Paired(inp.data, inp.dtype, codec, reference, direction, goal, load_input(inp).nbytes)
-
-    def one_round() -> None:
-        order = (codec, reference) if len(result.factors) % 2 == 0 else (reference, codec)
-        took = {}
-        for name in order:
-            work[name]()  # untimed: the timed call then finds its own buffers in cache, as in a loop
-            t0 = clock()
-            work[name]()
-            took[name] = max(clock() - t0, 1e-9)
-        result.add(took[codec], took[reference])
-
-    t0 = time.perf_counter()
-    one_round()  # warm-up, not kept; its time sets the number of rounds
-    t_round = time.perf_counter() - t0
-    result.clear()
     benchmark.group = f"paired {inp.id} {direction}"
-    benchmark.extra_info.update(codec=codec, reference=reference, direction=direction, goal=goal,
-                                data=inp.path.name, dtype=inp.dtype)
-    benchmark.pedantic(one_round, rounds=max(PAIRED_MIN_ROUNDS, rounds_for(t_round)), iterations=1)
-    benchmark.extra_info.update(factors=[round(f, 4) for f in result.factors], median_factor=round(result.median, 4),
-                                median_gbps={codec: round(result.gbps(result.codec_s), 3),
-                                             reference: round(result.gbps(result.reference_s), 3)})
+    benchmark.extra_info.update(data=inp.path.name, dtype=inp.dtype)
+    run_paired(benchmark, result, work, reference_work, time.process_time if cpu_timer else time.perf_counter)
+    kv_paired.append(result)
+
+
+@pytest.mark.parametrize("direction", ["compress", "decompress"])
+def test_paired_threads(benchmark: Any, kv_paired: list, cpu_timer: bool, threads_input: Any, direction: str) -> None:
+    """The 2-threads target (at least 1.7x the speed of 1 thread on 64 MB), measured paired."""
+    if cpu_timer:
+        pytest.skip("thread scaling needs a wall-clock timer (CPU time adds up over threads)")
+    why = kvcore_codec_available()
+    if why:
+        pytest.skip(why)
+    work = {}
+    for threads in (2, 1):
+        b = KvcoreCodec("dense", threads=threads).bind(threads_input)
+        if direction == "compress":
+            work[threads] = b.compress
+        else:
+            payload = b.compress()
+            assert b.equal(b.decompress(payload)), f"threads={threads}: decompressed data is not bit-exact"
+            work[threads] = lambda b=b, payload=payload: b.decompress(payload)
+    result = Paired(f"{THREADS_DATA} dense", "bf16", "threads=2", "threads=1", direction, 1.7, threads_input.nbytes)
+    benchmark.group = f"paired {THREADS_DATA} dense {direction}"
+    benchmark.extra_info.update(data="64 MiB of repeated bf16 KV", dtype="bf16")
+    run_paired(benchmark, result, work[2], work[1], time.perf_counter)
     kv_paired.append(result)

@@ -336,8 +336,12 @@ py::bytes desc_bytes(const void* p, size_t n) { return py::bytes(static_cast<con
 // call from its heap, whose pages are already mapped. Shrinking in place would
 // free only the smaller size, so every later full-capacity request would get a
 // fresh mapping and fault the whole frame in again (measured: 3 MiB tensors
-// compressed about 2x slower that way). Called with the GIL held; the copy
-// runs without it.
+// compressed about 2x slower that way). That reuse is not guaranteed: when the
+// free space at the heap's top passes glibc's trim threshold (twice the mmap
+// threshold once raised) it is returned to the kernel, and the next call
+// faults it in again; per-frame loops over 512 KiB frames ran at half the
+// speed of compress(out=) on the Zen 4 VM for that reason (README). Called
+// with the GIL held; the copy runs without it.
 constexpr size_t kRecycleBelow = size_t(32) << 20;
 
 PyObject* trim_frame(PyObject* obj, size_t n, size_t cap) {

@@ -237,7 +237,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
 }
 
 Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n, const Header& h,
-                    const OutputRuns& dst, uint8_t* scratch, bool stream_output) {
+                    const OutputRuns& dst, Scratch& scratch, bool stream_output) {
     const unsigned esize = dtype_size(h.dtype);
     if (size < kBlockPrefixBytes) return corrupt("block too short for its checksum");
     const uint64_t expected = get_u64(block);
@@ -247,7 +247,6 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     size_t run_left = 0;
     uint8_t* const block_out = dst.at(first * esize, &run_left);
     const bool in_place = esize == 1 && !t.rotate && t.residual == nullptr && run_left >= n;
-    if (in_place) scratch = block_out;
     size_t pos = kBlockPrefixBytes;
     const uint8_t* planes[4];
     for (unsigned p = 0; p < esize; ++p) {
@@ -257,14 +256,15 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         pos += kPlanePrefixBytes;
         if (payload > size - pos) return corrupt("plane payload runs past its block");
         KVCORE_RETURN_IF_ERROR(
-            decode_plane(method, block + pos, payload, n, h.channels, scratch + p * plane_stride(n), &planes[p]));
+            decode_plane(method, block + pos, payload, n, h.channels, in_place ? block_out : scratch.plane(p, n, 0),
+                         &planes[p]));
         pos += payload;
     }
     if (pos != size) return corrupt("block has trailing bytes");
     const uint64_t seed = block_seed(h, first / h.block_elems);
     if (in_place) {
-        if (planes[0] != scratch) std::memcpy(scratch, planes[0], n);  // a raw plane points into the frame
-        if (checksum64(scratch, n, seed) != expected) return corrupt("block checksum mismatch");
+        if (planes[0] != block_out) std::memcpy(block_out, planes[0], n);  // a raw plane points into the frame
+        if (checksum64(block_out, n, seed) != expected) return corrupt("block checksum mismatch");
         return Status::ok();
     }
     // Merge and hash in cache-sized pieces, so the checksum reads hot data; a
@@ -601,8 +601,8 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
             const uint64_t first = uint64_t(b) * h.block_elems;
             const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
             Scratch& s = thread_scratch(dtype_size(h.dtype), h.block_elems, 0);
-            st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h, jobs[i].out,
-                              s.planes.data(), stream_output);
+            st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h, jobs[i].out, s,
+                              stream_output);
             if (!st.is_ok()) error.set(st);
         }
         if (!on_frame) return;
