@@ -146,12 +146,21 @@ kvcore::frame::CompressJob compress_job(uint64_t addr, uint64_t nbytes, uint8_t 
     return {in.data, in.size, std::move(desc), nullptr, 0};
 }
 
+// Python's mode codes: 0 dense, 1 fast, 2 max (dense, with the signs coded by channel).
+kvcore::frame::EncodeOptions mode_options(uint8_t mode) {
+    namespace fr = kvcore::frame;
+    if (mode > 2) throw NativeError{Code::kInvalidArgument, "unknown mode"};
+    fr::EncodeOptions options;
+    options.mode = mode == 1 ? fr::Mode::kFast : fr::Mode::kDense;
+    options.code_signs = mode == 2;
+    return options;
+}
+
 kvcore::frame::EncodeOptions encode_options(uint8_t mode, uint8_t backend, bool deflate, uint32_t block_bytes,
                                             const py::object& threads) {
     namespace fr = kvcore::frame;
-    if (mode > 1 || backend > 2) throw NativeError{Code::kInvalidArgument, "unknown mode or backend"};
-    fr::EncodeOptions options;
-    options.mode = static_cast<fr::Mode>(mode);
+    if (backend > 2) throw NativeError{Code::kInvalidArgument, "unknown backend"};
+    fr::EncodeOptions options = mode_options(mode);
     options.backend = static_cast<fr::Backend>(backend);
     options.deflate = deflate;
     options.block_bytes = block_bytes;
@@ -1143,13 +1152,11 @@ PYBIND11_MODULE(_native, m) {
         m.def("mover_compress_async", [](uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape,
                                          uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out) {
             namespace fr = kvcore::frame;
-            if (mode > 1) throw NativeError{Code::kInvalidArgument, "unknown mode"};
+            fr::EncodeOptions options = mode_options(mode);
             fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
             check(fr::validate_desc(desc, nbytes, block_bytes));
             if (out.capacity < fr::max_frame_size(desc, block_bytes))
                 throw NativeError{Code::kBufferTooSmall, "frame buffer below max_frame_size"};
-            fr::EncodeOptions options;
-            options.mode = static_cast<fr::Mode>(mode);
             options.block_bytes = block_bytes;
             options.threads = threads;
             const auto* src = reinterpret_cast<const uint8_t*>(addr);

@@ -11,7 +11,7 @@ from kvcore.dtypes import SUPPORTED
 import kvdata
 from isa_variants import VARIANTS, use_variant
 
-MODES = ["dense", "fast"]
+MODES = ["dense", "fast", "max"]
 
 pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
 
@@ -331,7 +331,7 @@ def rows_from(distinct: torch.Tensor, picks: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.uint8])
 @pytest.mark.parametrize("channels", [3, 8, 32, 200])
 @pytest.mark.parametrize("n_distinct", [1, 2, 700, 5000])
-@pytest.mark.parametrize("mode", ["dense", "fast"])
+@pytest.mark.parametrize("mode", MODES)
 def test_repeated_rows_round_trip(dtype, channels, n_distinct, mode):
     g = torch.Generator().manual_seed(n_distinct * 1000 + channels)
     distinct = (torch.randn(n_distinct, channels, generator=g) * 4)
@@ -379,7 +379,7 @@ def test_concurrent_calls_from_python_threads():
 
     def round_trip(i):
         t = tensors[i % len(tensors)]
-        mode = MODES[i % 2]
+        mode = MODES[i % len(MODES)]
         frame = kvcore.compress(t, mode=mode, threads=1 + i % 2, block_bytes=1 << 16)
         assert_bit_exact(kvcore.decompress(frame, threads=1 + (i + 1) % 2), t)
         return len(frame)

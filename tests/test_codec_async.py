@@ -23,7 +23,7 @@ def kv(kvdata_dir) -> torch.Tensor:
     return load_file(str(path))["layer2.k"]  # [4096, 12, 32] bf16, real keys
 
 
-@pytest.mark.parametrize("mode", ["dense", "fast"])
+@pytest.mark.parametrize("mode", ["dense", "fast", "max"])
 def test_async_frames_equal_sync_frames(kv, mode):
     frame = kvcore.compress_async(kv, mode=mode).result()
     assert isinstance(frame, bytes)

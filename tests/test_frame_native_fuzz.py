@@ -26,6 +26,7 @@ def seed_frames(tmp_path: Path) -> list[str]:
     repeated = tensors["layer2.k"][:400][picks].contiguous()
     frames = {
         "dense": kvcore.compress(t, block_bytes=4096),  # grouped Huffman planes
+        "max": kvcore.compress(t, mode="max", block_bytes=4096),  # signs planes
         "fast": kvcore.compress(t, mode="fast", block_bytes=4096),
         "fp32": kvcore.compress(t[:2].float(), block_bytes=4096),
         "fp8": kvcore.compress(t.float().to(torch.float8_e4m3fn), block_bytes=4096),

@@ -41,6 +41,7 @@ def test_fuzz_decoder_briefly(tmp_path):
         "rows": kvcore.compress(kvdata.tensors("stories260k_text_kv_bf16.safetensors")["layer0.v"][:256],
                                 block_bytes=2048),
         "lowbits": kvcore.compress(low_bits_plane),
+        "signs": kvcore.compress(t, mode="max"),  # one block of 400 rows: signs coded by channel
     }
     for name, frame in seeds.items():
         (corpus / name).write_bytes(frame)

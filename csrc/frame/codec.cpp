@@ -187,9 +187,15 @@ private:
 Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& h, const Layout& layout,
                     const EncodeOptions& o, Scratch& s, uint8_t* out, size_t cap, size_t* size) {
     const unsigned esize = dtype_size(h.dtype);
+    // The sign of a rotated float sits in bit 0 of plane 0 (the "max" mode codes it by channel).
+    const uint32_t sign_channels =
+        o.code_signs && o.mode == Mode::kDense && !o.deflate && layout.rotate && esize > 1 && h.channels > 1
+            ? h.channels
+            : 0;
     // A plane that measured incompressible is split straight into its place in
-    // the block (plane 0 sits at a known offset), saving a copy of it.
-    const bool direct = layout.plane_entropy[0] >= kIncompressibleBits;
+    // the block (plane 0 sits at a known offset), saving a copy of it, unless
+    // its signs are to be coded.
+    const bool direct = layout.plane_entropy[0] >= kIncompressibleBits && sign_channels == 0;
     const shuffle::PlaneTransform t = transform_of(h, first);
     const uint8_t* planes[4];
     if (esize == 1 && !direct && !t.rotate && t.residual == nullptr) {
@@ -222,6 +228,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.prefix_repeats = repeats.share;
         // Channel context modelling for the exponent-carrying plane.
         policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
+        policy.sign_channels = p == 0 ? sign_channels : 0;
         Method method = Method::kRaw;
         size_t written = n;
         if (!(p == 0 && direct && !policy.try_lz)) {

@@ -14,6 +14,7 @@
 #include "lz/row_repeats.h"
 #include "lz/zstd_plane.h"
 #include "shuffle/low_bits.h"
+#include "shuffle/sign_bits.h"
 
 namespace kvcore::frame {
 namespace {
@@ -46,10 +47,14 @@ constexpr double kLowBitsCost = 1.0 / 32;
 // symbols each (bfloat16 exponents): the split would cost size for little speed.
 constexpr double kLowBitsMinEntropy = 4.0;
 constexpr size_t kLowBitsMinPlane = 4096;
+// The signs method needs enough rows per channel for its flips and code tables
+// to pay (a byte of signs covers 8 rows).
+constexpr size_t kSignsMinRows = 64;
 
-// Scratch for candidates, so the best can be kept; kind 0..2 are separate buffers.
+// Scratch for candidates, so the best can be kept; kinds 0..5 are separate
+// buffers (0, 2: rows; 1: low bits, zstd; 3, 4, 5: signs, also inside rows).
 uint8_t* thread_candidate_scratch(size_t n, unsigned kind = 0) {
-    thread_local std::vector<uint8_t> scratch[3];
+    thread_local std::vector<uint8_t> scratch[6];
     if (scratch[kind].size() < n) scratch[kind].resize(n);
     return scratch[kind].data();
 }
@@ -131,6 +136,36 @@ Status encode_low_bits(const uint8_t* plane, size_t n, unsigned k, const PlanePo
 // kOk: kept; kBufferTooSmall: not smaller than cap; anything else: a real failure.
 bool not_smaller(const Status& st) { return st.code == Code::kBufferTooSmall; }
 
+// The signs method: [mantissa bits packed][flips][inner method][the sign bytes
+// coded by channel group] (shuffle/sign_bits.h), into dst when smaller than
+// limit (kBufferTooSmall otherwise). plane must not be dst.
+Status encode_signs(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t limit,
+                    size_t* written) {
+    const uint32_t channels = policy.sign_channels;
+    if (channels < 2 || n % channels || n / channels < kSignsMinRows)
+        return make_status(Code::kBufferTooSmall, "signs: not whole rows of enough channels");
+    const size_t rows = n / channels;
+    const size_t mantissa = shuffle::sign_bits_mantissa_size(n);
+    const size_t head = mantissa + shuffle::sign_bits_flips_size(channels) + 1;
+    const size_t sn = shuffle::sign_bits_signs_size(rows, channels);
+    if (head + 1 >= limit) return make_status(Code::kBufferTooSmall, "signs: not smaller");
+    uint8_t* signs = thread_candidate_scratch(sn, 3);
+    uint8_t* coded = thread_candidate_scratch(sn, 4);
+    shuffle::split_sign_bits(plane, rows, channels, dst, dst + mantissa, signs);
+    PlanePolicy inner;
+    inner.mode = Mode::kDense;
+    inner.estimated_entropy = 0;  // no low-bit split of sign bytes
+    inner.channels = channels;
+    Method m = Method::kRaw;
+    size_t size = 0;
+    KVCORE_RETURN_IF_ERROR(encode_plane(signs, sn, inner, coded, sn, &m, &size));
+    if (head + size >= limit) return make_status(Code::kBufferTooSmall, "signs: not smaller");
+    dst[head - 1] = static_cast<uint8_t>(m);
+    std::memcpy(dst + head, coded, size);
+    *written = head + size;
+    return Status::ok();
+}
+
 // Whether zstd may code plane[0, n) in fewer than limit bytes, judged from its first
 // 1/kZstdSample (always true for small planes). out: scratch of >= limit bytes.
 bool zstd_may_win(const uint8_t* plane, size_t n, size_t limit, uint8_t* out) {
@@ -189,6 +224,7 @@ const char* method_name(uint8_t method) {
         case Method::kGrouped: return "grouped";
         case Method::kRows: return "rows";
         case Method::kLowBits: return "lowbits";
+        case Method::kSigns: return "signs";
     }
     return "unknown";
 }
@@ -254,6 +290,20 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
         *method = Method::kConstant;
         *written = 1;
         return Status::ok();
+    }
+    // Sign bits by channel, into dst unless a candidate sits there.
+    if (policy.sign_channels > 1 && best > 1 && plane != dst) {
+        const bool dst_taken = best_data == dst && best_method != Method::kRaw;
+        uint8_t* out = dst_taken ? thread_candidate_scratch(best, 5) : dst;
+        size_t size = 0;
+        const Status st = encode_signs(plane, n, policy, out, best, &size);
+        if (st.is_ok()) {
+            best_method = Method::kSigns;
+            best = size;
+            best_data = out;
+        } else if (!not_smaller(st)) {
+            return st;
+        }
     }
     // Fast mode keeps LZ only where it halves the plane: zstd decodes several times slower
     // than fastcode unless its matches are long, which is what halving means; it cannot
@@ -329,6 +379,26 @@ Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t 
             if (high != scratch) std::memcpy(scratch, high, n);  // a raw inner plane points into the payload
             if (!shuffle::join_low_bits(scratch, n, k, payload + 1))
                 return corrupt("low bits plane: a symbol wider than 8 - k bits, or padding bits set");
+            return Status::ok();
+        }
+        case Method::kSigns: {
+            if (channels < 2 || n % channels) return corrupt("signs plane in a block without whole rows");
+            const size_t rows = n / channels;
+            const size_t mantissa = shuffle::sign_bits_mantissa_size(n);
+            const size_t head = mantissa + shuffle::sign_bits_flips_size(channels) + 1;
+            if (size < head) return corrupt("signs plane: payload too short");
+            const uint8_t inner = payload[head - 1];
+            if (inner == static_cast<uint8_t>(Method::kRows) || inner == static_cast<uint8_t>(Method::kLowBits) ||
+                inner == static_cast<uint8_t>(Method::kSigns))
+                return corrupt("signs plane: nested rows, low bits or signs method");
+            const size_t sn = shuffle::sign_bits_signs_size(rows, channels);
+            thread_local std::vector<uint8_t> signs_scratch;
+            if (signs_scratch.size() < sn) signs_scratch.resize(sn);
+            const uint8_t* signs = nullptr;
+            KVCORE_RETURN_IF_ERROR(
+                decode_plane(inner, payload + head, size - head, sn, channels, signs_scratch.data(), &signs));
+            if (!shuffle::join_sign_bits(payload, payload + mantissa, signs, rows, channels, scratch))
+                return corrupt("signs plane: padding bits set");
             return Status::ok();
         }
     }

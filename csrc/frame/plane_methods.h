@@ -20,8 +20,9 @@ enum class Method : uint8_t {
     kGrouped = 6,   // channel-grouped Huffman, entropy/channel_groups.h
     kRows = 7,      // distinct rows (coded by another method) + which rows repeat, lz/row_repeats.h
     kLowBits = 8,   // each byte's low bits packed raw + its high bits coded by another method, shuffle/low_bits.h
+    kSigns = 9,     // bits 7..1 packed raw + bit 0 (a float's sign) coded by channel, shuffle/sign_bits.h
 };
-constexpr unsigned kMethodCount = 9;
+constexpr unsigned kMethodCount = 10;
 const char* method_name(uint8_t method);
 
 // How the encoder chooses a plane's method.
@@ -35,6 +36,8 @@ struct PlanePolicy {
     bool deflate = false;     // use the DEFLATE method instead of Huffman/fastcode
     Backend backend = Backend::kAuto;
     uint32_t channels = 1;    // > 1: the plane is whole rows of this many channels (context modelling)
+    uint32_t sign_channels = 0;  // > 1: bit 0 of each byte is a float's sign, in rows of this many
+                                 // channels: also try the signs method (dense mode)
 };
 
 // Encodes plane[0, n) into dst (capacity >= n), picking the smallest method the

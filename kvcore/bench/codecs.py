@@ -15,7 +15,7 @@ import torch
 
 from .peers import Bound, Codec, peer_codecs
 
-MODES = ("dense", "fast")
+MODES = ("dense", "fast", "max")
 
 
 def kvcore_codec_available() -> Optional[str]:
