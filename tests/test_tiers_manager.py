@@ -232,7 +232,7 @@ def test_chunks_decode_straight_into_out_and_all_layers_in_one_call(kv, monkeypa
         assert calls == [4 * kv.shape[0]]  # every layer's frame of each of the 4 chunks, at once
 
 
-@pytest.mark.parametrize("codec", ["auto", "raw"])
+@pytest.mark.parametrize("codec", ["auto", "raw", "max"])
 def test_retrieve_into_an_out_of_any_layout(kv, codec):
     """An out whose chunk slices are not runs at one stride (here its heads and tokens are
     swapped in memory) is filled through the staging buffer, whole and layer by layer."""
@@ -245,6 +245,22 @@ def test_retrieve_into_an_out_of_any_layout(kv, codec):
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
         out.zero_()
         assert tm.retrieve(toks, out, on_layer=lambda l: None) == 1024 and same(out, kv)
+
+
+def test_every_codec_mode_writes_the_frames_of_kvcore_compress(kv):
+    """The tier codec's one-call path (encode_many, what stores use) codes in its own mode, as
+    kvcore.compress does; "max" codes the signs of real KV by channel."""
+    from kvcore.tiers.codecs import make_codec
+
+    layer = kv[0, 0]
+    for mode in ("dense", "fast", "max"):
+        codec = make_codec(mode)
+        out = bytearray(codec.max_encoded_size(layer))
+        n = codec.encode_many([layer], [memoryview(out)])[0]
+        assert bytes(out[:n]) == kvcore.compress(layer, mode=mode) == codec.encode(layer)
+        assert ("signs" in kvcore.frame_info(bytes(out[:n]))["methods"]) == (mode == "max")
+    with pytest.raises(kvcore.InvalidArgumentError):
+        make_codec("maximum")
 
 
 def test_layerwise_staging_is_bounded_by_windows_of_layers(kv, monkeypatch):

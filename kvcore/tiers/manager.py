@@ -51,7 +51,7 @@ class TierConfig:
     ssd_dir is None or ssd_bytes is 0); remote_url: Redis/Valkey url (off when None),
     remote: its details (timeouts, TTL, cluster); chunk_tokens: tokens per chunk (a
     multiple of the engine's block size); namespace: a Namespace or a model id;
-    policy: "lru" or "cost"; codec: "auto", "dense", "fast" or "raw"; allocator: "auto"
+    policy: "lru" or "cost"; codec: "auto", "dense", "fast", "max" or "raw"; allocator: "auto"
     (PinnedPool when built), "pinned", "bytes" or an Allocator object; queue_chunks: store queue bound
     (back-pressure); store_partial: also store the shorter last chunk;
     promote_on_hit: copy SSD/remote hits into DDR; demote_on_pressure: DDR victims go
