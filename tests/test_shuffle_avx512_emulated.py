@@ -1,4 +1,4 @@
-"""The AVX-512 shuffle, channel-transpose, low-bits, fastcode and presence kernels on machines
+"""The AVX-512 shuffle, channel-transpose, low-bits, sign-bits, fastcode and presence kernels on machines
 without AVX-512: compiled against SIMDe's portable intrinsics (apt package libsimde-dev) and
 compared with the scalar reference or the format's specification.
 
@@ -59,4 +59,10 @@ def test_avx512_presence_scan_matches_scalar_under_emulation(tmp_path):
 def test_avx512_low_bits_join_matches_the_specification_under_emulation(tmp_path):
     out = build_and_run(tmp_path, "low_bits_check", [
         "shuffle/low_bits_avx512.cpp", "shuffle/low_bits.cpp", "cpu/cpu_features.cpp"])
+    assert out.startswith("ok:")
+
+
+def test_avx512_sign_bits_packing_matches_the_specification_under_emulation(tmp_path):
+    out = build_and_run(tmp_path, "sign_bits_check", [
+        "shuffle/sign_bits_avx512.cpp", "shuffle/sign_bits.cpp", "cpu/cpu_features.cpp"])
     assert out.startswith("ok:")

@@ -21,7 +21,8 @@ SIGNS = 9  # plane method id
 
 
 def test_split_matches_its_specification(tmp_path):
-    sources = [str(ROOT / "csrc" / f) for f in ("shuffle/sign_bits.cpp", "cpu/cpu_features.cpp")]
+    sources = [str(ROOT / "csrc" / f) for f in ("shuffle/sign_bits.cpp", "shuffle/sign_bits_avx512.cpp",
+                                                 "cpu/cpu_features.cpp")]
     exe = build_harness(tmp_path, "sign_bits_check", sources)
     run = subprocess.run([str(exe), "9"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]

@@ -73,7 +73,15 @@ __attribute__((target("bmi2"))) void unpack_words_bmi2(const uint8_t* mantissa, 
 // The AVX2 level (it includes BMI2): pext / pdep, and 32-byte vectors for the sign passes.
 bool avx2_level() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
 
+bool avx512_level() { return (cpu::active_isa() & cpu::kIsaAvx512) != 0; }
+
+// Groups of 64 bytes (56 packed) with AVX-512, then words of 8 (7 packed), then the tail.
 void pack_mantissa(const uint8_t* plane, size_t n, uint8_t* mantissa) {
+    if (avx512_level() && n >= 64) {
+        const size_t groups = n / 64;
+        detail::pack_mantissa_groups_avx512(plane, groups, mantissa);
+        plane += 64 * groups, mantissa += 56 * groups, n -= 64 * groups;
+    }
     const size_t words = n / 8, tail = n % 8;
     if (avx2_level()) pack_words_bmi2(plane, words, mantissa);
     else pack_words_portable(plane, words, mantissa);
@@ -87,6 +95,11 @@ void pack_mantissa(const uint8_t* plane, size_t n, uint8_t* mantissa) {
 
 // False when the tail's unused stream bits are set.
 bool unpack_mantissa(const uint8_t* mantissa, size_t n, uint8_t* plane) {
+    if (avx512_level() && n >= 64) {
+        const size_t groups = n / 64;
+        detail::unpack_mantissa_groups_avx512(mantissa, groups, plane);
+        plane += 64 * groups, mantissa += 56 * groups, n -= 64 * groups;
+    }
     const size_t words = n / 8, tail = n % 8;
     if (avx2_level()) unpack_words_bmi2(mantissa, words, plane);
     else unpack_words_portable(mantissa, words, plane);

@@ -39,4 +39,11 @@ void split_sign_bits(const uint8_t* plane, size_t rows, uint32_t channels, uint8
 bool join_sign_bits(const uint8_t* mantissa, const uint8_t* flips, const uint8_t* signs, size_t rows,
                     uint32_t channels, uint8_t* plane);
 
+namespace detail {
+// The AVX-512 packing (sign_bits_avx512.cpp) of whole groups of 64 bytes, each
+// 56 bytes of the mantissa stream; the same bytes as the portable packing.
+void pack_mantissa_groups_avx512(const uint8_t* plane, size_t groups, uint8_t* mantissa);
+void unpack_mantissa_groups_avx512(const uint8_t* mantissa, size_t groups, uint8_t* plane);
+}  // namespace detail
+
 }  // namespace kvcore::shuffle

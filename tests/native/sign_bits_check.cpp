@@ -2,10 +2,12 @@
 // the specification (docs/FORMAT.md, method 9), for row counts around multiples
 // of 8, channel counts around multiples of 8 and plane lengths around multiples
 // of 8 bytes, on planes whose bit 0 leans by channel and on uniform bytes; then
-// that join_sign_bits refuses every unused bit set. Both mantissa packings: BMI2
-// where the CPU has it and the portable one (the ISA masked), each joined with
-// the other. Run under ASan + UBSan by tests/test_sign_bits.py.
-// Usage: sign_bits_check <seed>
+// that join_sign_bits refuses every unused bit set. Every mantissa packing:
+// AVX-512 and BMI2 where the CPU has them and the portable one (the ISA masked),
+// each joined with every other; and the AVX-512 groups called directly where the
+// CPU has AVX-512 or when compiled against emulated intrinsics
+// (KVCORE_EMULATE_AVX512, test_shuffle_avx512_emulated.py). Run under ASan +
+// UBSan by tests/test_sign_bits.py. Usage: sign_bits_check <seed>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -103,23 +105,44 @@ void check_unused_bits(const Parts& valid, size_t rows, uint32_t channels) {
     }
 }
 
+// The AVX-512 groups alone against the specification's stream, both ways.
+void check_avx512_groups(const Bytes& plane, const Parts& spec, size_t rows, uint32_t channels) {
+    const size_t groups = plane.size() / 64;
+    if (groups == 0) return;
+    Bytes packed(56 * groups), back(64 * groups);
+    detail::pack_mantissa_groups_avx512(plane.data(), groups, packed.data());
+    check(Bytes(spec.mantissa.begin(), spec.mantissa.begin() + 56 * groups) == packed,
+          "the AVX-512 packing differs from the specification", rows, channels);
+    detail::unpack_mantissa_groups_avx512(packed.data(), groups, back.data());
+    bool same = true;
+    for (size_t i = 0; i < back.size(); ++i) same &= back[i] == (plane[i] & 0xFE);
+    check(same, "the AVX-512 unpacking did not give the mantissa bits back", rows, channels);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::mt19937_64 rng(argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1);
     const unsigned all = kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512;
+#ifdef KVCORE_EMULATE_AVX512
+    const bool avx512_groups = true;
+#else
+    const bool avx512_groups = (kvcore::cpu::detected_isa() & kvcore::cpu::kIsaAvx512) != 0;
+#endif
+    const unsigned variants[] = {0u, kvcore::cpu::kIsaAvx512, all};  // widest, AVX2 + BMI2, portable
     size_t cases = 0;
     for (size_t rows : {1, 2, 7, 8, 9, 15, 16, 63, 64, 65, 200, 1001})
         for (uint32_t channels : {1u, 2u, 3u, 7u, 8u, 9u, 21u, 32u, 33u, 384u})
             for (bool leaning : {true, false}) {
                 const Bytes plane = make_plane(rng, rows, channels, leaning);
                 const Parts spec = spec_split(plane, rows, channels);
-                for (unsigned disabled : {0u, all}) {
+                if (avx512_groups) check_avx512_groups(plane, spec, rows, channels);
+                for (unsigned disabled : variants) {
                     const Parts got = split_with(plane, rows, channels, disabled);
                     check(got.mantissa == spec.mantissa, "mantissa differs from the specification", rows, channels);
                     check(got.flips == spec.flips, "flips differ from the specification", rows, channels);
                     check(got.signs == spec.signs, "signs differ from the specification", rows, channels);
-                    for (unsigned join_disabled : {0u, all}) {
+                    for (unsigned join_disabled : variants) {
                         Bytes back;
                         check(join_with(got, rows, channels, join_disabled, &back), "a valid stream was refused", rows,
                               channels);
