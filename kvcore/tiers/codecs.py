@@ -146,7 +146,7 @@ def make_codec(name: str = "auto", threads: Optional[int] = None) -> Codec:
 
     "fast" is the default: on real KV it stores ~4% more bytes than "dense" (0.70 vs
     0.68 of the original) and decodes ~1.7x faster, which the DDR tier's restores need;
-    "max" stores 1-2% fewer bytes than "dense" and decodes a third to a half slower.
+    "max" stores 1-2% fewer bytes than "dense" and codes about 30% slower both ways.
     """
     if name == "auto":
         return KvcoreCodec("fast", threads) if native_codec_available() else RawCodec()
