@@ -29,3 +29,16 @@ def seconds_arg(value: Any, name: str, *, allow_zero: bool = False) -> float:
 
 def optional_seconds_arg(value: Any, name: str, *, allow_zero: bool = False) -> Optional[float]:
     return None if value is None else seconds_arg(value, name, allow_zero=allow_zero)
+
+
+# The codec's modes and their native codes (no native import here: the tier and bench
+# modules that list the modes work without the native build).
+MODE_CODES = {"dense": 0, "fast": 1, "max": 2}
+MODES = tuple(MODE_CODES)
+
+
+def mode_arg(mode: Any) -> int:
+    """The native code of a codec mode name."""
+    if mode not in MODE_CODES:
+        raise InvalidArgumentError(f"mode must be one of {sorted(MODE_CODES)}, got {mode!r}")
+    return MODE_CODES[mode]

@@ -16,12 +16,11 @@ import numpy as np
 import torch
 
 from . import _native
-from ._args import int_arg, optional_int_arg
+from ._args import int_arg, mode_arg, optional_int_arg
 from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
 from .errors import InvalidArgumentError
 from .runs import output_runs
 
-_MODES = {"dense": 0, "fast": 1, "max": 2}
 _BACKENDS = {"auto": 0, "software": 1, "qat": 2}
 
 FrameLike = Union[bytes, bytearray, memoryview, np.ndarray, torch.Tensor, Any]  # C-contiguous bytes
@@ -182,11 +181,10 @@ def _source(x: TensorLike) -> torch.Tensor:
 
 def _encode_options(mode: str, threads: Optional[int], block_bytes: Optional[int],
                     backend: Optional[str]) -> dict[str, Any]:
-    if mode not in _MODES:
-        raise InvalidArgumentError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
+    mode_code = mode_arg(mode)
     if backend is not None and backend not in _BACKENDS:
         raise InvalidArgumentError(f"backend must be None or one of {sorted(_BACKENDS)}, got {backend!r}")
-    return dict(mode=_MODES[mode], backend=_BACKENDS[backend or "auto"], deflate=backend is not None,
+    return dict(mode=mode_code, backend=_BACKENDS[backend or "auto"], deflate=backend is not None,
                 block_bytes=_block_bytes(block_bytes), threads=_threads(threads))
 
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace kvcore {
 
@@ -22,5 +23,14 @@ inline uint64_t get_u64(const uint8_t* p) {
     for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
     return v;
 }
+
+// An 8-byte word at any alignment in the machine's byte order: the bit-packing
+// kernels that work on words of 8 bytes (they assert a little-endian machine).
+inline uint64_t load64(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+}
+inline void store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
 }  // namespace kvcore

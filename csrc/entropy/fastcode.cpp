@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 #include "entropy/fastcode_format.h"
 
@@ -27,12 +28,6 @@ namespace {
 
 // ---------------------------------------------------------------- helpers
 
-inline uint64_t load64(const uint8_t* p) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
-inline void store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 constexpr uint64_t bcast8(unsigned b) { return 0x0101010101010101ull * (b & 0xff); }
 
 // Component (c bits at code offset o) of a width: bits of w taken 4, 2, 1.

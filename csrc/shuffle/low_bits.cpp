@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 
 namespace kvcore::shuffle {
@@ -15,12 +16,6 @@ constexpr uint64_t kOnes = 0x0101010101010101ull;
 // Every byte of a word = b.
 constexpr uint64_t bytes_of(unsigned b) { return kOnes * (b & 0xFFu); }
 
-inline uint64_t load64(const uint8_t* p) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
-inline void store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
 // One group of 64 elements. Element lane p (elements 8p..8p+7, one word) puts
 // its K low bits at bit s = K p % 8 of word j = K p / 8, spilling into word j + 1

@@ -7,6 +7,7 @@
 // in reverse order.
 #include "shuffle/shuffle.h"
 
+#include "common/aligned_buffer.h"
 #include "cpu/cpu_features.h"
 #include "shuffle/shuffle_internal.h"
 
@@ -153,11 +154,11 @@ namespace {
 size_t aligning_head(size_t n, unsigned elem_size, uint8_t* const* planes) {
     constexpr size_t kMinElems = 4096;
     if (n < kMinElems) return 0;
-    const uintptr_t offset = reinterpret_cast<uintptr_t>(planes[0]) % 64;
+    const uintptr_t offset = reinterpret_cast<uintptr_t>(planes[0]) % kCacheLine;
     for (unsigned p = 1; p < elem_size; ++p) {
-        if (reinterpret_cast<uintptr_t>(planes[p]) % 64 != offset) return 0;
+        if (reinterpret_cast<uintptr_t>(planes[p]) % kCacheLine != offset) return 0;
     }
-    return (64 - offset) % 64;
+    return (kCacheLine - offset) % kCacheLine;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 
 namespace kvcore::shuffle {
@@ -113,15 +114,7 @@ bool unpack_mantissa(const uint8_t* mantissa, size_t n, uint8_t* plane) {
     return true;
 }
 
-
 constexpr uint64_t kBitZero = 0x0101010101010101ull;  // bit 0 of every byte of a word
-
-inline uint64_t load64(const uint8_t* p) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
-inline void store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
 // Row r's bit 0s into the sign bytes of its group (bit r % 8), and into the
 // channels' counts of ones (byte lanes of `lanes`, one word per 8 channels).

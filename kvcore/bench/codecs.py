@@ -13,9 +13,8 @@ from typing import Any, Optional
 
 import torch
 
+from .._args import MODES
 from .peers import Bound, Codec, peer_codecs
-
-MODES = ("dense", "fast", "max")
 
 
 def kvcore_codec_available() -> Optional[str]:

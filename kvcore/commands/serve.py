@@ -37,6 +37,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
+from .._args import MODES
+
 HELP = "serve the tier manager over HTTP (status, lookup, persist, evict, metrics, ...)"
 
 MAX_BODY = 1 << 30
@@ -73,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp-world", type=int, default=1)
     parser.add_argument("--salt", default="", help="tenant salt (part of the key namespace)")
     parser.add_argument("--policy", choices=("lru", "cost"), default="lru")
-    parser.add_argument("--codec", choices=("auto", "dense", "fast", "max", "raw"), default="auto")
+    parser.add_argument("--codec", choices=("auto", *MODES, "raw"), default="auto")
 
 
 def _is_loopback(host: str) -> bool:

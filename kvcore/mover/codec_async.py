@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 
 from .. import _native
-from ..errors import InvalidArgumentError
+from .._args import mode_arg
 from .copy import _threads
 from .future import Future
 from .regions import region
@@ -44,15 +44,14 @@ def compress_async(
     """
     from .. import codec
 
-    if mode not in codec._MODES:
-        raise InvalidArgumentError(f"mode must be one of {sorted(codec._MODES)}, got {mode!r}")
+    mode_code = mode_arg(mode)
     block_bytes = codec._block_bytes(block_bytes)
     t = codec._as_cpu_tensor(x).contiguous()
     code = codec.code_of(t.dtype)
     shape = [int(d) for d in t.shape]
     out = _native.FrameOut(_native.max_frame_size(code, shape, block_bytes))
     native = _native.mover_compress_async(
-        *codec.tensor_span(t), code, shape, codec._MODES[mode], block_bytes, _threads(threads), out
+        *codec.tensor_span(t), code, shape, mode_code, block_bytes, _threads(threads), out
     )
     return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
 

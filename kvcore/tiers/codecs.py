@@ -21,6 +21,7 @@ from typing import Callable, Optional, Protocol
 import numpy as np
 import torch
 
+from .._args import MODES, mode_arg
 from ..errors import CorruptFrameError, InvalidArgumentError
 from ..runs import output_runs
 
@@ -92,11 +93,7 @@ class KvcoreCodec:
 
         if not hasattr(kvcore, "compress"):
             raise InvalidArgumentError("the kvcore codec is not available in this build")
-        from ..codec import _MODES
-
-        if mode not in _MODES:
-            raise InvalidArgumentError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
-        self._mode_code = _MODES[mode]
+        self._mode_code = mode_arg(mode)
         self._kvcore = kvcore
         self.mode = mode
         self.threads = threads
@@ -150,11 +147,11 @@ def make_codec(name: str = "auto", threads: Optional[int] = None) -> Codec:
     """
     if name == "auto":
         return KvcoreCodec("fast", threads) if native_codec_available() else RawCodec()
-    if name in ("dense", "fast", "max"):
+    if name in MODES:
         return KvcoreCodec(name, threads)
     if name in ("raw", "none"):
         return RawCodec()
-    raise InvalidArgumentError(f"unknown codec {name!r} (auto, dense, fast, max, raw)")
+    raise InvalidArgumentError(f"unknown codec {name!r} (auto, {', '.join(MODES)}, raw)")
 
 
 def codec_for_code(code: int, threads: Optional[int] = None) -> Codec:
