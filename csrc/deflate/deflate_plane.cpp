@@ -67,6 +67,9 @@ bool isal_compress(const uint8_t* src, size_t p, int level, uint8_t* out, size_t
     if (level_buf.size() < buf_size) level_buf.resize(buf_size);
     isal_zstream s;
     isal_deflate_stateless_init(&s);
+    // stateless_init leaves hist_bits unset (only isal_deflate_init clears it), and
+    // stateless deflate sizes its match window from it: 0 selects the full 32 KiB.
+    s.hist_bits = 0;
     s.next_in = const_cast<uint8_t*>(src);
     s.avail_in = static_cast<uint32_t>(p);
     s.next_out = out;
