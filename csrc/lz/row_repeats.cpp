@@ -102,33 +102,44 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
     const size_t rows = n / row_bytes;
     size_t slots = 16;
     while (slots < 2 * rows) slots *= 2;
-    // Open addressing: slot -> (distinct row + 1, 32 bits of its hash); 0 is empty.
-    thread_local std::vector<uint32_t> slot_row_buf, slot_tag_buf, which_buf;
-    slot_row_buf.assign(slots, 0);
-    if (slot_tag_buf.size() < slots) slot_tag_buf.resize(slots);
+    const size_t mask = slots - 1;
+    // Open addressing: slot = (distinct row + 1) | 32 bits of its hash << 32; 0 is empty.
+    thread_local std::vector<uint64_t> slot_buf;
+    thread_local std::vector<uint32_t> which_buf;
+    slot_buf.assign(slots, 0);
     if (which_buf.size() < rows) which_buf.resize(rows);
-    uint32_t* slot_row = slot_row_buf.data();  // plain pointers: no TLS lookups in the loops
-    uint32_t* slot_tag = slot_tag_buf.data();
+    uint64_t* slot = slot_buf.data();  // plain pointers: no TLS lookups in the loops
     uint32_t* which = which_buf.data();
     uint8_t* bitmap = table + kTableHead;
     std::memset(bitmap, 0, bitmap_bytes(rows));
+    // The table outgrows L1 and its probes are random: each row's hash is computed
+    // kAhead rows early and its slot prefetched, so the probe finds it in cache.
+    constexpr size_t kAhead = 8;
+    uint64_t ahead[kAhead];
+    const auto hash_row = [&](size_t r) {
+        const uint64_t h = row_hash(plane + r * row_bytes, row_bytes);
+        __builtin_prefetch(slot + (h & mask), 1);
+        ahead[r % kAhead] = h;
+    };
+    for (size_t r = 0; r < rows && r < kAhead; ++r) hash_row(r);
     size_t n_distinct = 0, copies = 0;
     for (size_t r = 0; r < rows; ++r) {
         const uint8_t* row = plane + r * row_bytes;
-        const uint64_t h = row_hash(row, row_bytes);
-        const uint32_t tag = static_cast<uint32_t>(h >> 32);
-        for (size_t s = h & (slots - 1);; s = (s + 1) & (slots - 1)) {
-            const uint32_t e = slot_row[s];
+        const uint64_t h = ahead[r % kAhead];
+        if (r + kAhead < rows) hash_row(r + kAhead);
+        const uint64_t tag = h >> 32 << 32;
+        for (size_t s = h & mask;; s = (s + 1) & mask) {
+            const uint64_t e = slot[s];
             if (e == 0) {
-                slot_row[s] = static_cast<uint32_t>(n_distinct + 1);
-                slot_tag[s] = tag;
+                slot[s] = tag | (n_distinct + 1);
                 copy_row(distinct + n_distinct * row_bytes, row, row_bytes);
                 which[r] = static_cast<uint32_t>(n_distinct++);
                 break;
             }
-            if (slot_tag[s] == tag && same_row(distinct + size_t(e - 1) * row_bytes, row, row_bytes)) {
+            const size_t index = uint32_t(e) - 1;
+            if ((e >> 32 << 32) == tag && same_row(distinct + index * row_bytes, row, row_bytes)) {
                 bitmap[r >> 3] |= static_cast<uint8_t>(1u << (r & 7));
-                which[r] = e - 1;
+                which[r] = static_cast<uint32_t>(index);
                 ++copies;
                 break;
             }
