@@ -2,6 +2,7 @@
 
 import math
 import numbers
+import threading
 from typing import Any, Optional
 
 from .errors import InvalidArgumentError
@@ -29,6 +30,13 @@ def seconds_arg(value: Any, name: str, *, allow_zero: bool = False) -> float:
 
 def optional_seconds_arg(value: Any, name: str, *, allow_zero: bool = False) -> Optional[float]:
     return None if value is None else seconds_arg(value, name, allow_zero=allow_zero)
+
+
+def wait_seconds(seconds: float) -> float:
+    """A checked timeout as Python's threading and sockets take it: capped at
+    threading.TIMEOUT_MAX (about 292 years), past which they overflow; so a longer
+    one waits without limit, as the native waits do."""
+    return min(seconds, threading.TIMEOUT_MAX)
 
 
 # The codec's modes and their native codes (no native import here: the tier and bench

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import kvcore
+from kvcore.tiers import RemoteConfig
 
 X = torch.randn(64, 8, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
 FRAME = kvcore.compress(X)
@@ -167,10 +168,26 @@ def test_copy_many_rejects_pairs(pairs):
     dict(ddr_bytes=1 << 20, chunk_tokens=0), dict(ddr_bytes=1 << 20, ttl_s=float("nan")),
     dict(ddr_bytes=1 << 20, hot_refresh_s=0), dict(ddr_bytes=1 << 20, read_ahead=-1),
     dict(ddr_bytes=1 << 20, bogus=1), dict(bogus=1),
+    dict(ddr_bytes=1 << 20, remote_url=3), dict(ddr_bytes=1 << 20, remote="redis://127.0.0.1:6379/0"),
+    dict(ddr_bytes=1 << 20, remote=RemoteConfig(op_timeout_s=-1)),
+    dict(ddr_bytes=1 << 20, remote=RemoteConfig(lookup_timeout_s=float("inf"))),
+    dict(ddr_bytes=1 << 20, remote=RemoteConfig(workers=0)), dict(ddr_bytes=1 << 20, remote=RemoteConfig(url="")),
+    dict(ddr_bytes=1 << 20, remote=RemoteConfig(part_bytes=1.5)), dict(ddr_bytes=1 << 20, remote=RemoteConfig(cluster=1)),
 ])
 def test_tier_manager_rejects_configurations(options):
     with pytest.raises(kvcore.InvalidArgumentError):
         kvcore.TierManager(**options)
+
+
+def test_tier_manager_takes_timeouts_longer_than_threading_can_wait():
+    # Past threading.TIMEOUT_MAX, Python's waits overflow: the worker thread died of a
+    # hot_refresh_s of 1e10, and flush/close raised OverflowError (close half-way through).
+    tm = kvcore.TierManager(ddr_bytes=16 << 20, chunk_tokens=16, hot_refresh_s=1e10)
+    kv = torch.zeros(1, 2, 16, 2, 8, dtype=torch.bfloat16)
+    tm.store(list(range(16)), kv)
+    assert tm.flush(timeout=2.0**70) and tm.flush(timeout=1e300)
+    assert tm.lookup(list(range(16))).tokens == 16
+    assert tm.close(timeout=1e10) and not tm._worker.is_alive()
 
 
 def test_tier_manager_rejects_arguments():

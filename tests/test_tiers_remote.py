@@ -28,6 +28,19 @@ def _tier(server, **kw):
     return RemoteTier(RemoteConfig(url=server.url, **kw))
 
 
+@pytest.mark.parametrize("raw", [True, False])
+def test_timeouts_longer_than_sockets_take_mean_no_limit(redis_server, chunks, raw):
+    # 1e10 s overflows Python's socket and thread timeouts; kvcore caps it instead.
+    _kv, keys, blobs = chunks
+    t = _tier(redis_server, op_timeout_s=1e10, connect_timeout_s=1e10, lookup_timeout_s=1e300, raw_reads=raw)
+    try:
+        assert t.put("big", keys[0].digest, blobs[0])
+        assert t.exists_many("big", [keys[0].digest]) == [True]
+        assert bytes(t.get("big", keys[0].digest)) == blobs[0]
+    finally:
+        t.close()
+
+
 def test_round_trip_and_parts(redis_server, chunks):
     kv, keys, blobs = chunks
     t = _tier(redis_server, part_bytes=100_000)  # ~1 MB chunks split into ~10 parts

@@ -83,6 +83,8 @@ def test_api_errors(server):
     assert call(server, "/v1/cache/nope", {})[0] == 404
     assert call(server, "/v1/cache/store", raw=b"garbage")[0] == 400
     assert call(server, "/v1/cache/lookup", raw=b"[1, 2]")[0] == 400
+    assert call(server, "/v1/cache/flush", {"timeout": -1})[0] == 400
+    assert call(server, "/v1/cache/flush", {"timeout": 2**70}) == (200, {"flushed": True})  # was a 500 (OverflowError)
     assert call(server, "/nope")[0] == 404
 
 

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
-from .._args import int_arg, optional_int_arg, optional_seconds_arg, seconds_arg
+from .._args import int_arg, optional_int_arg, optional_seconds_arg, seconds_arg, wait_seconds
 from ..errors import InvalidArgumentError, PoolExhausted
 from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_layers_into, encode_chunk,
                    encode_chunk_into, host_copy)
@@ -97,6 +97,12 @@ class TierConfig:
         int_arg(self.frame_bytes, "frame_bytes", 1)
         optional_seconds_arg(self.ttl_s, "ttl_s")
         seconds_arg(self.hot_refresh_s, "hot_refresh_s")
+        if self.remote_url is not None and (not isinstance(self.remote_url, str) or not self.remote_url):
+            raise InvalidArgumentError(f"remote_url must be a non-empty string, got {self.remote_url!r}")
+        if self.remote is not None:
+            if not isinstance(self.remote, RemoteConfig):
+                raise InvalidArgumentError(f"remote must be a RemoteConfig, got {type(self.remote).__name__}")
+            self.remote.validate()
 
 
 @dataclass
@@ -357,7 +363,7 @@ class TierManager:
 
     # ------------------------------------------------------------------ worker
     def _work(self) -> None:
-        refresh_at = time.monotonic() + self.config.hot_refresh_s
+        refresh_at = time.monotonic() + wait_seconds(self.config.hot_refresh_s)
         while True:
             try:
                 job = self._queue.get(timeout=max(0.0, refresh_at - time.monotonic()))
@@ -366,7 +372,7 @@ class TierManager:
             if time.monotonic() >= refresh_at:
                 self._refresh_hot()
                 self._prune_meta()
-                refresh_at = time.monotonic() + self.config.hot_refresh_s
+                refresh_at = time.monotonic() + wait_seconds(self.config.hot_refresh_s)
             if job == ():
                 continue
             try:
@@ -1158,7 +1164,7 @@ class TierManager:
             return True
         ev = threading.Event()
         self._put(("flush", ev))
-        return ev.wait(timeout)
+        return ev.wait(None if timeout is None else wait_seconds(timeout))
 
     # ------------------------------------------------------------------ status
     def _gauges(self) -> dict:
@@ -1208,7 +1214,7 @@ class TierManager:
         Never waits on a dead or slow remote server beyond its timeouts. Returns True
         when all queued work was done.
         """
-        timeout = seconds_arg(timeout, "timeout", allow_zero=True)
+        timeout = wait_seconds(seconds_arg(timeout, "timeout", allow_zero=True))
         if self._closed:
             return True
         deadline = time.monotonic() + timeout

@@ -25,9 +25,10 @@ from __future__ import annotations
 import concurrent.futures as cf
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
+from .._args import int_arg, optional_seconds_arg, seconds_arg, wait_seconds
 from ..errors import CorruptFrameError, InvalidArgumentError, UnsupportedError
 from .blob import BlobHeader, StreamingChecksum, blob_total_size, body_size
 from .metrics import Metrics
@@ -63,6 +64,21 @@ class RemoteConfig:
     parallel_parts: int = 4
     raw_reads: bool = True
     max_parts: int = 4096
+
+    def validate(self) -> None:
+        """Raises InvalidArgumentError for a field of the wrong type or out of range."""
+        for name in ("url", "prefix"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise InvalidArgumentError(f"RemoteConfig.{name} must be a non-empty string, got {getattr(self, name)!r}")
+        for name in ("cluster", "raw_reads"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"RemoteConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        optional_seconds_arg(self.ttl_s, "RemoteConfig.ttl_s")
+        for name in ("connect_timeout_s", "op_timeout_s", "lookup_timeout_s"):
+            seconds_arg(getattr(self, name), f"RemoteConfig.{name}")
+        seconds_arg(self.reset_after_s, "RemoteConfig.reset_after_s", allow_zero=True)
+        for name in ("failure_threshold", "part_bytes", "workers", "parallel_parts", "max_parts"):
+            int_arg(getattr(self, name), f"RemoteConfig.{name}", 1)
 
 
 class CircuitBreaker:
@@ -123,6 +139,12 @@ class RemoteTier:
     name = "remote"
 
     def __init__(self, config: RemoteConfig, *, metrics: Optional[Metrics] = None):
+        if not isinstance(config, RemoteConfig):
+            raise InvalidArgumentError(f"config must be a RemoteConfig, got {type(config).__name__}")
+        config.validate()
+        # Sockets and waits take at most threading.TIMEOUT_MAX: longer is no limit.
+        config = replace(config, **{name: wait_seconds(getattr(config, name))
+                                    for name in ("connect_timeout_s", "op_timeout_s", "lookup_timeout_s")})
         try:
             import redis
             from redis.backoff import NoBackoff
