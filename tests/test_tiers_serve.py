@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -118,3 +119,26 @@ def test_cli_serve_process(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 0
+
+
+def test_random_requests_are_answered_without_server_errors(server):
+    """Bodies of random fields and values on every POST endpoint: each is answered
+    (200, or 400/404 naming the fault), never 500, and the server stays up."""
+    toks = list(range(2000, 2256))
+    kv = load_kv()[:, :, :256].contiguous()
+    assert call(server, "/v1/cache/store", raw=save({"tokens": torch.tensor(toks), "kv": kv}))[0] == 200
+    rng = random.Random(5)
+    values = [None, True, -1, 0, 1, 3, 2**70, -2**70, 1.5, float("nan"), "x", "", [], {}, [1, 2], ["a"], {"a": 1},
+              10**9, "bfloat16", "float8_e4m3fn", "__class__", toks, [2**63], [-1]]
+    fields = ["tokens", "level", "seconds", "count", "bytes", "prefill_s_per_token", "namespace", "timeout",
+              "layers", "kv_heads", "head_dim", "dtype"]
+    ops = ["lookup", "persist", "evict", "pin", "unpin", "priority", "ttl", "prefetch", "estimate", "clear",
+           "flush", "retrieve"]
+    for _ in range(400):
+        body = {f: rng.choice(values) for f in rng.sample(fields, rng.randint(0, 5))}
+        if rng.random() < 0.5:
+            body["tokens"] = rng.choice([toks, toks[:100], [1, 2, 3], [True, False], [1.0]])
+        op = rng.choice(ops)
+        status, reply = call(server, "/v1/cache/" + op, raw=json.dumps(body).encode())
+        assert status in (200, 400), (op, body, reply)
+    assert call(server, "/healthz") == (200, b"ok\n")
