@@ -8,10 +8,15 @@ from typing import Any, Optional
 from .errors import InvalidArgumentError
 
 
+# No size, count or index kvcore takes is larger; the native layer takes them as 64-bit ints.
+MAX_INT = 2**63 - 1
+
+
 def int_arg(value: Any, name: str, minimum: int = 0) -> int:
-    """value as an int of at least ``minimum`` (an int or numpy integer, not a bool or float)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise InvalidArgumentError(f"{name} must be an int >= {minimum}, got {value!r}")
+    """value as an int of at least ``minimum`` and at most MAX_INT (an int or numpy
+    integer, not a bool or float)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= value <= MAX_INT:
+        raise InvalidArgumentError(f"{name} must be an int >= {minimum} (and below 2**63), got {value!r}")
     return int(value)
 
 
@@ -47,6 +52,6 @@ MODES = tuple(MODE_CODES)
 
 def mode_arg(mode: Any) -> int:
     """The native code of a codec mode name."""
-    if mode not in MODE_CODES:
+    if not isinstance(mode, str) or mode not in MODE_CODES:
         raise InvalidArgumentError(f"mode must be one of {sorted(MODE_CODES)}, got {mode!r}")
     return MODE_CODES[mode]

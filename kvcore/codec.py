@@ -182,7 +182,7 @@ def _source(x: TensorLike) -> torch.Tensor:
 def _encode_options(mode: str, threads: Optional[int], block_bytes: Optional[int],
                     backend: Optional[str]) -> dict[str, Any]:
     mode_code = mode_arg(mode)
-    if backend is not None and backend not in _BACKENDS:
+    if backend is not None and (not isinstance(backend, str) or backend not in _BACKENDS):
         raise InvalidArgumentError(f"backend must be None or one of {sorted(_BACKENDS)}, got {backend!r}")
     return dict(mode=mode_code, backend=_BACKENDS[backend or "auto"], deflate=backend is not None,
                 block_bytes=_block_bytes(block_bytes), threads=_threads(threads))

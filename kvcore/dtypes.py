@@ -31,7 +31,7 @@ SUPPORTED = tuple(str(dt).removeprefix("torch.") for dt in _TORCH_TO_CODE)
 def code_of(dtype: torch.dtype) -> int:
     try:
         return _TORCH_TO_CODE[dtype]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: not hashable, so no dtype
         raise InvalidArgumentError(f"kvcore does not code {dtype}; supported: {', '.join(SUPPORTED)}") from None
 
 

@@ -31,9 +31,13 @@ __all__ = ["copy_async", "copy_many", "gather", "scatter", "copy_engines"]
 _ENGINES = {"auto": 0, "cpu": 1, "dsa": 2}
 
 
-def _engine_code(engine: str) -> int:
-    if engine not in ("auto", "cpu", "dsa", "cuda"):
+def _check_engine_name(engine: Any) -> None:
+    if not isinstance(engine, str) or engine not in ("auto", "cpu", "dsa", "cuda"):
         raise InvalidArgumentError(f"engine must be 'auto', 'cpu', 'dsa' or 'cuda', got {engine!r}")
+
+
+def _engine_code(engine: str) -> int:
+    _check_engine_name(engine)
     if engine == "cuda":
         raise InvalidArgumentError("engine='cuda' needs a CUDA tensor on one side of every copy")
     return _ENGINES[engine]
@@ -69,6 +73,7 @@ def _host_future(
 
 
 def _check_host_engine(engine: str, has_cuda: bool) -> None:
+    _check_engine_name(engine)
     if has_cuda and engine not in ("auto", "cuda"):
         raise InvalidArgumentError(f"engine={engine!r} cannot copy CUDA memory; use 'auto' or 'cuda'")
 
@@ -159,9 +164,10 @@ def copy_many(
 
 
 def _indices(indices: Any, n_blocks: int, *, unique: bool) -> np.ndarray:
-    if is_tensor(indices):
-        indices = indices.detach().cpu().numpy()
-    idx = np.asarray(indices)
+    try:
+        idx = np.asarray(indices.detach().cpu() if is_tensor(indices) else indices)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise InvalidArgumentError(f"indices must be a 1-D sequence of block indices: {e}") from None
     if idx.ndim != 1:
         raise InvalidArgumentError("indices must be one-dimensional")
     if idx.size and not np.issubdtype(idx.dtype, np.integer):
@@ -209,7 +215,12 @@ class _Blocks:
             base = blocks.data_ptr()
             self.keep = [blocks]
         else:
-            arr = np.asarray(blocks) if not isinstance(blocks, np.ndarray) else blocks
+            try:
+                arr = np.asarray(blocks) if not isinstance(blocks, np.ndarray) else blocks
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise InvalidArgumentError(f"{what}: not an array of blocks: {e}") from None
+            if arr.dtype.hasobject:
+                raise InvalidArgumentError(f"{what}: an array of Python objects holds no block bytes")
             if arr.ndim < 1:
                 raise InvalidArgumentError(f"{what}: needs a block dimension (axis 0)")
             if writable and not arr.flags.writeable:

@@ -110,12 +110,19 @@ class ChunkKey:
 def tokens_array(tokens: Sequence[int]) -> np.ndarray:
     """Token ids as a little-endian int64 array (accepts lists, numpy arrays, tensors)."""
     if hasattr(tokens, "detach"):  # torch tensor
+        if tokens.dtype.is_floating_point or tokens.dtype.is_complex:  # .numpy() refuses some of them
+            raise InvalidArgumentError(f"token ids must be integers, got {tokens.dtype}")
         tokens = tokens.detach().cpu().numpy()
-    arr = np.asarray(tokens)
+    try:
+        arr = np.asarray(tokens)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise InvalidArgumentError(f"tokens must be a 1-D sequence of integer ids: {e}") from None
     if arr.ndim != 1:
         raise InvalidArgumentError(f"tokens must be a 1-D sequence of ids, got shape {arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
         raise InvalidArgumentError(f"token ids must be integers, got {arr.dtype}")
+    if arr.size and arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max:
+        raise InvalidArgumentError("token ids must fit in 63 bits")
     return np.ascontiguousarray(arr, dtype="<i8")
 
 
