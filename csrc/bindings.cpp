@@ -109,6 +109,9 @@ MutableView write_view(const py::buffer& b, py::buffer_info& keep) {
     if (request(b, false).readonly) throw NativeError{Code::kInvalidArgument, "output buffer is read-only"};
     keep = request(b, true);
     if (!c_contiguous(keep)) throw NativeError{Code::kInvalidArgument, "output buffer must be C-contiguous"};
+    // Bytes written over Python object pointers (a numpy object array) crash the process later.
+    if (keep.format.find('O') != std::string::npos)
+        throw NativeError{Code::kInvalidArgument, "output buffer holds Python objects, not bytes"};
     return {static_cast<uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
 }
 

@@ -55,3 +55,11 @@ def mode_arg(mode: Any) -> int:
     if not isinstance(mode, str) or mode not in MODE_CODES:
         raise InvalidArgumentError(f"mode must be one of {sorted(MODE_CODES)}, got {mode!r}")
     return MODE_CODES[mode]
+
+
+def check_plain_buffer(view: memoryview, what: str) -> None:
+    """Refuses a buffer of Python object pointers (a numpy object array): writing bytes
+    over them corrupts the objects, and the array's cleanup then crashes the process."""
+    if "O" in view.format:
+        view.release()
+        raise InvalidArgumentError(f"{what}: an array of Python objects is not a byte buffer")

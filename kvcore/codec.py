@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import _native
-from ._args import int_arg, mode_arg, optional_int_arg
+from ._args import check_plain_buffer, int_arg, mode_arg, optional_int_arg
 from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
 from .errors import InvalidArgumentError
 from .runs import output_runs
@@ -142,7 +142,12 @@ def _writable_bytes(out: Any) -> memoryview:
             raise InvalidArgumentError("out must be a contiguous CPU tensor")
         out = out.reshape(-1).view(torch.uint8).numpy()
     try:
-        return memoryview(out).cast("B")
+        view = memoryview(out)
+    except TypeError as e:
+        raise InvalidArgumentError(f"out must be a writable C-contiguous buffer: {e}") from None
+    check_plain_buffer(view, "out")
+    try:
+        return view.cast("B")
     except TypeError as e:
         raise InvalidArgumentError(f"out must be a writable C-contiguous buffer: {e}") from None
 

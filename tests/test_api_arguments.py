@@ -204,3 +204,29 @@ def test_tier_manager_rejects_arguments():
                 call()
     finally:
         tm.close()
+
+
+def test_object_arrays_are_not_byte_buffers():
+    # compress(out=) wrote a frame over the pointers of a numpy object array, whose
+    # cleanup then crashed the process; copies and gathers would have done the same.
+    x = torch.randn(64, 4, 8).to(torch.bfloat16)
+    ones = np.ones(8192, np.uint8)
+    calls = [lambda o: kvcore.compress(x, out=o), lambda o: kvcore.copy_async(o, ones),
+             lambda o: kvcore.copy_async(memoryview(o), ones), lambda o: kvcore.copy_async(ones, o),
+             lambda o: kvcore.gather(np.ones((2, 64), np.uint8), out=o), lambda o: kvcore.scatter(ones[:128], o.reshape(-1, 64))]
+    for call in calls:
+        objects = np.zeros(8192, dtype=object)
+        with pytest.raises(kvcore.InvalidArgumentError, match="Python objects"):
+            call(objects)
+        assert (objects == 0).all()
+
+
+def test_byte_tensor_of_a_numpy_array():
+    # The CUDA copy paths view host buffers through byte_tensor; a numpy array raised NameError.
+    from kvcore.mover.regions import byte_tensor, region
+
+    arr = np.arange(16, dtype=np.uint8)
+    t = byte_tensor(region(arr, writable=True, what="dst"), arr)
+    assert t.dtype == torch.uint8 and t.tolist() == list(range(16))
+    t[0] = 99
+    assert arr[0] == 99

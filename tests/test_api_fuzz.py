@@ -6,7 +6,8 @@ native conversion, an AttributeError from an object array, or a crash. The only
 other exception allowed is Python's own call check (a missing or duplicated
 argument). Found before this test: unhashable modes, backends and dtypes, sizes of
 2**64, object arrays as blocks, bfloat16 tensors as token ids or indices, arrays as
-engine names.
+engine names, Namespace fields of any type, PinnedBuffer views of non-dtypes, done
+callbacks that are not callable (they failed later, on a kvcore thread).
 """
 
 import math
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 import kvcore
-from kvcore.tiers import TierManager
+from kvcore.tiers import Namespace, RemoteConfig, TierConfig, TierManager
 
 X = torch.randn(64, 4, 8).to(torch.bfloat16)
 FRAME = kvcore.compress(X)
@@ -37,7 +38,9 @@ def junk() -> list:
         np.zeros(10, dtype=object), np.zeros((3, 3), dtype=np.complex64), np.zeros(4, dtype=bool),
         np.zeros(8, dtype=np.uint8)[::2], np.frombuffer(FRAME, dtype=np.uint8), np.array([2**63], dtype=np.uint64),
         [X, X], [FRAME, FRAME], [torch.empty_like(X)], [(X, X)], [(torch.empty_like(X), X)], [[X]],
-        list(range(64)), [True] * 3,
+        list(range(64)), [True] * 3, list(range(16)), torch.arange(64), np.arange(64), "m", Namespace("m", "bfloat16"),
+        torch.randn(2, 2, 64, 2, 8).to(torch.bfloat16), torch.empty(2, 2, 16, 2, 8, dtype=torch.float16),
+        torch.empty(2, 3, 64, 2, 8, dtype=torch.bfloat16),
     ]
 
 
@@ -61,6 +64,21 @@ def calls(tmp_path_factory):
     def make_manager(*a, **k):
         TierManager(*a, **k).close()
 
+    def on_buffer(method):
+        def call(*a, **k):
+            buf = pool.alloc(4096)
+            try:
+                getattr(buf, method)(*a, **k)
+            finally:
+                try:
+                    buf.free()
+                except kvcore.KVCoreError:  # a view of it still alive
+                    pass
+        return call
+
+    def on_future(method):
+        return lambda *a, **k: getattr(kvcore.compress_async(torch.randn(16, 16)), method)(*a, **k)
+
     table = {  # name: (callable, most positional arguments, keyword names)
         "compress": (kvcore.compress, 1, ["mode", "threads", "block_bytes", "backend", "out"]),
         "compress_many": (kvcore.compress_many, 1, ["mode", "threads", "block_bytes", "backend"]),
@@ -80,8 +98,23 @@ def calls(tmp_path_factory):
         "TierManager": (make_manager, 0, ["ddr_bytes", "chunk_tokens", "ssd_dir", "ssd_bytes", "codec", "policy",
                                           "allocator", "namespace", "ttl_s", "queue_chunks", "read_ahead"]),
     }
-    for name in ["store", "retrieve", "lookup", "evict", "pin", "unpin", "set_priority", "set_ttl", "prefetch",
-                 "estimate", "clear", "flush", "persist", "keys"]:
+    table.update({
+        "Namespace": (Namespace, 3, ["model_id", "dtype", "layout", "tp_rank", "tp_world", "salt"]),
+        "TierConfig": (lambda *a, **k: TierConfig(*a, **k).validate(), 2,
+                       ["ddr_bytes", "ssd_bytes", "chunk_tokens", "codec", "codec_threads", "policy", "allocator",
+                        "namespace", "frame_bytes", "remote", "remote_url", "hot_refresh_s"]),
+        "RemoteConfig": (lambda *a, **k: RemoteConfig(*a, **k).validate(), 2,
+                         ["url", "ttl_s", "part_bytes", "workers", "prefix", "max_parts", "op_timeout_s"]),
+        "PinnedBuffer.tensor": (on_buffer("tensor"), 2, ["dtype", "shape"]),
+        "PinnedBuffer.numpy": (on_buffer("numpy"), 1, ["dtype"]),
+        "Future.wait": (on_future("wait"), 1, ["timeout"]),
+        "Future.result": (on_future("result"), 1, ["timeout"]),
+        "Future.add_done_callback": (on_future("add_done_callback"), 1, []),
+        "TierManager.store": (tm.store, 2, ["copy", "layer_dim", "pin", "priority", "ttl_s", "namespace"]),
+        "TierManager.retrieve": (tm.retrieve, 2, ["on_layer", "namespace", "layer_dim"]),
+    })
+    for name in ["lookup", "evict", "pin", "unpin", "set_priority", "set_ttl", "prefetch", "estimate", "clear", "flush",
+                 "persist", "keys"]:
         table["TierManager." + name] = (getattr(tm, name), 2, [])
     yield table
     tm.close()

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from .. import _native
 from .._args import optional_seconds_arg
+from ..errors import InvalidArgumentError
 
 __all__ = ["Future"]
 
@@ -255,6 +256,8 @@ class Future:
     def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
         """Calls ``fn(future)`` once the operation finished (from a kvcore thread,
         or at once if it already has)."""
+        if not callable(fn):
+            raise InvalidArgumentError(f"add_done_callback needs a callable, got {fn!r}")
         with self._lock:
             if not self._fired and not self.done():
                 self._callbacks.append(fn)

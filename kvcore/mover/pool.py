@@ -72,6 +72,8 @@ class PinnedBuffer(_native.PinnedBlock):
 
         self._check_live()
         dtype = torch.uint8 if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype):
+            raise InvalidArgumentError(f"dtype must be a torch.dtype, got {dtype!r}")
         item = torch.empty((), dtype=dtype).element_size()
         if self.nbytes % item:
             raise InvalidArgumentError(f"{self.nbytes} bytes is not a whole number of {dtype} elements")
@@ -81,8 +83,11 @@ class PinnedBuffer(_native.PinnedBlock):
             t = torch.frombuffer(self, dtype=torch.uint8, count=self.nbytes)
         t = t.view(dtype)
         if shape is not None:
+            if not isinstance(shape, (list, tuple, torch.Size)):
+                raise InvalidArgumentError(f"shape must be a sequence of ints, got {shape!r}")
+            shape = tuple(int_arg(d, "a dimension of shape", -1) for d in shape)  # -1: inferred, as in view()
             try:
-                t = t.view(tuple(shape))
+                t = t.view(shape)
             except RuntimeError as e:
                 raise InvalidArgumentError(f"cannot view {self.nbytes} bytes as {dtype} {tuple(shape)}: {e}") from None
         self._views = [r for r in self._views if r() is not None]
@@ -94,7 +99,13 @@ class PinnedBuffer(_native.PinnedBlock):
         import numpy as np
 
         self._check_live()
-        return np.frombuffer(self, dtype=np.uint8 if dtype is None else dtype)
+        try:
+            dtype = np.dtype(np.uint8 if dtype is None else dtype)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"dtype must name a numpy dtype: {e}") from None
+        if dtype.hasobject or dtype.itemsize == 0 or self.nbytes % dtype.itemsize:
+            raise InvalidArgumentError(f"cannot view {self.nbytes} bytes as {dtype} elements")
+        return np.frombuffer(self, dtype=dtype)
 
     def _check_live(self) -> None:
         if self.freed:

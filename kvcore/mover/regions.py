@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .._args import check_plain_buffer
 from ..errors import InvalidArgumentError
 from .pool import PinnedBuffer
 
@@ -35,6 +36,8 @@ def region(obj: Any, *, writable: bool, what: str) -> Region:
     """The bytes of ``obj``: a PinnedBuffer, a contiguous torch tensor (CPU or
     CUDA), or any C-contiguous buffer-protocol object (numpy, bytearray...)."""
     if type(obj) is np.ndarray:  # fast path for the most common host buffer
+        if obj.dtype.hasobject:
+            raise InvalidArgumentError(f"{what}: an array of Python objects is not a byte buffer")
         if not obj.flags.c_contiguous:
             raise InvalidArgumentError(f"{what}: array must be C-contiguous")
         if writable and not obj.flags.writeable:
@@ -58,6 +61,7 @@ def region(obj: Any, *, writable: bool, what: str) -> Region:
         raise InvalidArgumentError(
             f"{what}: expected a tensor, numpy array, PinnedBuffer or buffer object, got {type(obj).__name__}"
         ) from None
+    check_plain_buffer(mv, what)
     if not mv.c_contiguous:
         mv.release()
         raise InvalidArgumentError(f"{what}: buffer must be C-contiguous")
@@ -77,12 +81,6 @@ def byte_tensor(r: Region, obj: Any) -> Any:
         return r.cuda.reshape(-1).view(torch.uint8)
     if is_tensor(obj):
         return obj.reshape(-1).view(torch.uint8)
-    if type(obj) is np.ndarray:  # fast path for the most common host buffer
-        if not obj.flags.c_contiguous:
-            raise InvalidArgumentError(f"{what}: array must be C-contiguous")
-        if writable and not obj.flags.writeable:
-            raise InvalidArgumentError(f"{what}: buffer is read-only")
-        return Region(obj.__array_interface__["data"][0], obj.nbytes, obj)
     if isinstance(obj, PinnedBuffer):
         return obj.tensor()
     if r.nbytes == 0:

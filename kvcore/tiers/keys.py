@@ -24,6 +24,7 @@ from typing import Sequence, Union
 import numpy as np
 import xxhash
 
+from .._args import int_arg
 from ..errors import InvalidArgumentError
 
 KEY_VERSION = 1
@@ -53,6 +54,11 @@ class Namespace:
     salt: str = ""
 
     def __post_init__(self) -> None:
+        for name in ("model_id", "dtype", "layout", "salt"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidArgumentError(f"Namespace.{name} must be a str, got {getattr(self, name)!r}")
+        int_arg(self.tp_rank, "Namespace.tp_rank")
+        int_arg(self.tp_world, "Namespace.tp_world", 1)
         if not (0 <= self.tp_rank < self.tp_world):
             raise InvalidArgumentError(f"tp_rank {self.tp_rank} is outside tp_world {self.tp_world}")
 
