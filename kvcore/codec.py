@@ -18,7 +18,7 @@ import torch
 from . import _native
 from ._args import check_plain_buffer, int_arg, mode_arg, optional_int_arg
 from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, OutOfMemoryError
 from .runs import output_runs
 
 _BACKENDS = {"auto": 0, "software": 1, "qat": 2}
@@ -313,7 +313,11 @@ def output_for(frame: FrameLike, out: Optional[torch.Tensor]) -> torch.Tensor:
 def _output_for(frame: FrameLike, out: Optional[torch.Tensor], *, runs: bool) -> torch.Tensor:
     dtype, shape = frame_desc(frame)
     if out is None:
-        return torch.empty(shape, dtype=dtype)
+        try:
+            return torch.empty(shape, dtype=dtype)
+        except RuntimeError as e:  # the allocator's refusal (a frame may hold far more than its own size)
+            nbytes = math.prod(shape) * dtype.itemsize
+            raise OutOfMemoryError(f"cannot allocate {nbytes} bytes for the decoded tensor {tuple(shape)}: {e}") from None
     if not isinstance(out, torch.Tensor):
         raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if not out.is_cpu:

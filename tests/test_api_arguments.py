@@ -230,3 +230,16 @@ def test_byte_tensor_of_a_numpy_array():
     assert t.dtype == torch.uint8 and t.tolist() == list(range(16))
     t[0] = 99
     assert arr[0] == 99
+
+
+def test_decoded_tensor_too_large_to_allocate_is_out_of_memory(monkeypatch):
+    # A frame may decode to a million times its size (16 MiB blocks of one value take
+    # about 17 bytes each): the allocator's refusal is a kvcore error.
+    frame = kvcore.compress(torch.zeros(1000, dtype=torch.bfloat16))
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(torch, "empty", refuse)
+    with pytest.raises(kvcore.OutOfMemoryError, match="2000 bytes"):
+        kvcore.decompress(frame)
