@@ -167,6 +167,10 @@ def test_errors_exit_2(capsys, tmp_path):
     assert main(["bench", "--codecs", "nope"]) == 2
     assert "unknown codec" in capsys.readouterr().err
     assert main(["bench", "--repeat", "0"]) == 2
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"\xff" * 64)  # a traceback from the safetensors package before
+    assert main(["bench", "--safetensors", str(junk)]) == 2
+    assert "not a readable safetensors file" in capsys.readouterr().err
 
 
 def test_missing_model_package_is_a_clear_error(capsys, tmp_path):

@@ -97,9 +97,13 @@ def load_safetensors_groups(
     With ``dtype`` every tensor is cast (see :func:`cast_kv`) first, giving a single group.
     Tensors of integer or bool dtypes are kept only when no ``dtype`` is given.
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    tensors = load_file(str(path))
+    try:
+        tensors = load_file(str(path))
+    except SafetensorError as e:
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
     if not tensors:
         raise ValueError(f"{path}: the file holds no tensors")
     target = parse_dtype(dtype) if dtype is not None else None
