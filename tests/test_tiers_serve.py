@@ -1,5 +1,6 @@
 """`kvcore serve`: the HTTP API over a real TierManager, and the command line."""
 
+import argparse
 import json
 import os
 import random
@@ -99,6 +100,24 @@ def test_loopback_only_by_default(tmp_path):
 def test_parse_bytes():
     assert parse_bytes("8G") == 8 << 30 and parse_bytes("512MiB") == 512 << 20 and parse_bytes("100") == 100
     assert parse_bytes("1.5k") == 1536
+    for bad in ("abc", "-1", "inf", "nan", "1e400"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_bytes(bad)
+
+
+def test_cli_errors_exit_2_without_a_traceback(tmp_path, capsys):
+    from kvcore.cli import main
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert main(["serve", "--ddr-bytes", "1M", "--ssd-dir", str(blocked / "sub"), "--ssd-bytes", "1G"]) == 2
+    assert "cannot use ssd_dir" in capsys.readouterr().err
+    assert main(["serve", "--ddr-bytes", "1M", "--tp-rank", "3"]) == 2
+    assert "tp_rank" in capsys.readouterr().err
+    for args in (["--port", "99999"], ["--ddr-bytes", "inf"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["serve", *args])
+        assert exit_info.value.code == 2
 
 
 def test_cli_serve_process(tmp_path):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import math
 import signal
 import sys
 import threading
@@ -53,14 +54,24 @@ def parse_bytes(text: str) -> int:
         value = float(t[: len(t) - len(unit)] if unit else t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a byte size: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("byte sizes must be >= 0")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"byte sizes must be finite and >= 0, got {text!r}")
     return int(value * _UNITS[unit])
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"ports are 0 to 65535, got {port}")
+    return port
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8411, help="port (default 8411; 0 = any free port)")
+    parser.add_argument("--port", type=_port, default=8411, help="port (default 8411; 0 = any free port)")
     parser.add_argument("--allow-remote", action="store_true",
                         help="allow a non-loopback --host (the API has no authentication)")
     parser.add_argument("--ddr-bytes", type=parse_bytes, default=parse_bytes("1G"), help="DDR capacity (1G)")
@@ -251,12 +262,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvcore serve: {args.host} is not a loopback address; pass --allow-remote to expose the "
               "cache (the API has no authentication)", file=sys.stderr)
         return 2
-    ns = Namespace(args.model, args.dtype, tp_rank=args.tp_rank, tp_world=args.tp_world, salt=args.salt)
-    remote = RemoteConfig(url=args.remote_url, ttl_s=args.remote_ttl) if args.remote_url else None
-    tm = TierManager(ddr_bytes=args.ddr_bytes, ssd_dir=args.ssd_dir, ssd_bytes=args.ssd_bytes,
-                     remote=remote, chunk_tokens=args.chunk_tokens, namespace=ns, policy=args.policy,
-                     codec=args.codec)
-    server = CacheServer(tm, args.host, args.port, allow_remote=args.allow_remote)
+    from ..errors import KVCoreError
+
+    try:
+        ns = Namespace(args.model, args.dtype, tp_rank=args.tp_rank, tp_world=args.tp_world, salt=args.salt)
+        remote = RemoteConfig(url=args.remote_url, ttl_s=args.remote_ttl) if args.remote_url else None
+        tm = TierManager(ddr_bytes=args.ddr_bytes, ssd_dir=args.ssd_dir, ssd_bytes=args.ssd_bytes,
+                         remote=remote, chunk_tokens=args.chunk_tokens, namespace=ns, policy=args.policy,
+                         codec=args.codec)
+    except (KVCoreError, OSError) as e:
+        print(f"kvcore serve: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        server = CacheServer(tm, args.host, args.port, allow_remote=args.allow_remote)
+    except OSError as e:  # the address is taken or not ours
+        tm.close()
+        print(f"kvcore serve: error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def _stop(*_):

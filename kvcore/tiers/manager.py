@@ -26,6 +26,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 import torch
 
 from .._args import int_arg, optional_int_arg, optional_seconds_arg, seconds_arg, wait_seconds
+from ..errors import IOError as KVIOError
 from ..errors import InvalidArgumentError, PoolExhausted
 from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_layers_into, encode_chunk,
                    encode_chunk_into, host_copy)
@@ -189,9 +190,12 @@ class TierManager:
         self.ddr_policy = make_policy(config.policy)
         self.ssd: Optional[SSDTier] = None
         if config.ssd_dir is not None and config.ssd_bytes > 0:
-            self.ssd = SSDTier(config.ssd_dir, config.ssd_bytes, direct_io=config.direct_io,
-                               fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
-                               evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
+            try:
+                self.ssd = SSDTier(config.ssd_dir, config.ssd_bytes, direct_io=config.direct_io,
+                                   fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
+                                   evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
+            except OSError as e:
+                raise KVIOError(f"cannot use ssd_dir {config.ssd_dir!r}: {e}") from e
         # pins and priorities outlive the process beside the SSD tier (hot_cold.py)
         self._hot = HotColdFile(config.ssd_dir, self._ns_tag) if self.ssd is not None else None
         self._hot_lock = threading.Lock()
