@@ -63,3 +63,19 @@ def check_plain_buffer(view: memoryview, what: str) -> None:
     if "O" in view.format:
         view.release()
         raise InvalidArgumentError(f"{what}: an array of Python objects is not a byte buffer")
+
+
+def check_tensor_memory(t: Any, what: str) -> None:
+    """Refuses a torch tensor whose memory is not its values as plain elements: sparse,
+    nested, quantized and meta tensors, and lazily negated or conjugated views (their
+    memory holds the values before the negation: a copy of it would change them)."""
+    import torch
+
+    if t.layout != torch.strided or t.is_nested or t.is_quantized:
+        kind = "nested" if t.is_nested else "quantized" if t.is_quantized else str(t.layout)
+        raise InvalidArgumentError(f"{what}: a {kind} tensor has no plain element memory")
+    if t.device.type == "meta":
+        raise InvalidArgumentError(f"{what}: a meta tensor holds no data")
+    if t.is_neg() or t.is_conj():
+        raise InvalidArgumentError(
+            f"{what}: a lazily negated or conjugated view; call .resolve_neg() / .resolve_conj() first")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import _native
-from ._args import check_plain_buffer, int_arg, mode_arg, optional_int_arg
+from ._args import check_plain_buffer, check_tensor_memory, int_arg, mode_arg, optional_int_arg
 from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
 from .errors import InvalidArgumentError, OutOfMemoryError
 from .runs import output_runs
@@ -31,6 +31,7 @@ def _frame_view(frame: FrameLike) -> memoryview:
     """A frame's bytes: any C-contiguous buffer (bytes, bytearray, memoryview, numpy
     array) or a contiguous CPU tensor (such as a pinned buffer's)."""
     if isinstance(frame, torch.Tensor):
+        check_tensor_memory(frame, "frame")
         if not frame.is_cpu or not frame.is_contiguous():
             raise InvalidArgumentError("a frame held in a tensor must be a contiguous CPU tensor")
         frame = frame.reshape(-1).view(torch.uint8).numpy()
@@ -55,7 +56,8 @@ def _sequence(xs: Any, what: str) -> list:
 
 def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
-        t = x.detach()
+        t = x.detach().resolve_neg().resolve_conj()  # materialised, as non-contiguous input is
+        check_tensor_memory(t, "x")
         if not t.is_cpu:
             t = t.cpu()
         return t
@@ -138,6 +140,7 @@ def compress(
 def _writable_bytes(out: Any) -> memoryview:
     """out's bytes as a memoryview: a buffer object, or a contiguous CPU torch tensor."""
     if isinstance(out, torch.Tensor):
+        check_tensor_memory(out, "out")
         if not out.is_cpu or not out.is_contiguous():
             raise InvalidArgumentError("out must be a contiguous CPU tensor")
         out = out.reshape(-1).view(torch.uint8).numpy()
@@ -320,6 +323,7 @@ def _output_for(frame: FrameLike, out: Optional[torch.Tensor], *, runs: bool) ->
             raise OutOfMemoryError(f"cannot allocate {nbytes} bytes for the decoded tensor {tuple(shape)}: {e}") from None
     if not isinstance(out, torch.Tensor):
         raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    check_tensor_memory(out, "out")
     if not out.is_cpu:
         raise InvalidArgumentError("out must be a CPU tensor")
     if not out.is_contiguous() and not (runs and out.numel() and output_runs(out) is not None):

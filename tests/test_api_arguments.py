@@ -243,3 +243,44 @@ def test_decoded_tensor_too_large_to_allocate_is_out_of_memory(monkeypatch):
     monkeypatch.setattr(torch, "empty", refuse)
     with pytest.raises(kvcore.OutOfMemoryError, match="2000 bytes"):
         kvcore.decompress(frame)
+
+
+def exotic_tensors() -> dict:
+    import warnings
+
+    x = torch.randn(64, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized and nested tensors are deprecated / prototype
+        return {"sparse": x.to_sparse(), "csr": x.to_sparse_csr(), "meta": torch.empty(64, 8, device="meta"),
+                "negated view": torch._neg_view(x), "quantized": torch.quantize_per_tensor(x, 0.1, 0, torch.qint8),
+                "nested": torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])}
+
+
+@pytest.mark.parametrize("kind", list(exotic_tensors()))
+def test_tensors_without_plain_memory_are_refused(kind):
+    # Sparse, nested, quantized and meta tensors raised torch's RuntimeError or
+    # NotImplementedError; a negated view (its memory holds the values before negation)
+    # was copied raw: compress gave back the values un-negated.
+    t = exotic_tensors()[kind]
+    tm = kvcore.TierManager(ddr_bytes=8 << 20, chunk_tokens=16)
+    frame = kvcore.compress(torch.randn(64, 8))
+    calls = [lambda: kvcore.decompress(frame, out=t), lambda: kvcore.compress(torch.randn(4), out=t),
+             lambda: kvcore.decompress(t), lambda: kvcore.copy_async(t, torch.randn(64, 8)),
+             lambda: kvcore.copy_async(torch.randn(64, 8), t), lambda: kvcore.gather(t),
+             lambda: kvcore.gather(torch.randn(64, 8), t), lambda: tm.store(list(range(16)), t),
+             lambda: tm.retrieve(list(range(16)), t)]
+    if kind != "negated view":
+        calls += [lambda: kvcore.compress(t), lambda: kvcore.compress_async(t)]
+    try:
+        for call in calls:
+            with pytest.raises(kvcore.InvalidArgumentError):
+                call()
+    finally:
+        tm.close()
+
+
+def test_negated_view_is_compressed_with_its_values():
+    x = torch._neg_view(torch.arange(8, dtype=torch.float32))
+    assert torch.equal(kvcore.decompress(kvcore.compress(x)), -torch.arange(8, dtype=torch.float32))
+    frame = kvcore.compress_async(x).result(10)
+    assert torch.equal(kvcore.decompress(frame), -torch.arange(8, dtype=torch.float32))

@@ -41,6 +41,7 @@ def junk() -> list:
         list(range(64)), [True] * 3, list(range(16)), torch.arange(64), np.arange(64), "m", Namespace("m", "bfloat16"),
         torch.randn(2, 2, 64, 2, 8).to(torch.bfloat16), torch.empty(2, 2, 16, 2, 8, dtype=torch.float16),
         torch.empty(2, 3, 64, 2, 8, dtype=torch.bfloat16),
+        X.float().to_sparse(), torch.empty(64, 4, 8, device="meta"), torch._neg_view(X.float()),
     ]
 
 

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from .. import _native
-from .._args import optional_int_arg
+from .._args import check_tensor_memory, optional_int_arg
 from ..errors import BufferTooSmallError, InvalidArgumentError
 from . import cuda as _cuda
 from .future import Future
@@ -164,6 +164,8 @@ def copy_many(
 
 
 def _indices(indices: Any, n_blocks: int, *, unique: bool) -> np.ndarray:
+    if is_tensor(indices):
+        check_tensor_memory(indices, "indices")
     try:
         idx = np.asarray(indices.detach().cpu() if is_tensor(indices) else indices)
     except (TypeError, ValueError, RuntimeError) as e:
@@ -199,6 +201,7 @@ class _Blocks:
             self.keep = [r.keep for r in regs]
             return
         if is_tensor(blocks):
+            check_tensor_memory(blocks, what)
             if blocks.dim() < 1:
                 raise InvalidArgumentError(f"{what}: needs a block dimension (dim 0)")
             if blocks.shape[0] and not blocks[0].is_contiguous():

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .._args import check_plain_buffer
+from .._args import check_plain_buffer, check_tensor_memory
 from ..errors import InvalidArgumentError
 from .pool import PinnedBuffer
 
@@ -47,6 +47,7 @@ def region(obj: Any, *, writable: bool, what: str) -> Region:
         mv = memoryview(obj)  # an export: free() is refused while the copy runs
         return Region(obj.address, obj.nbytes, mv)
     if is_tensor(obj):
+        check_tensor_memory(obj, what)
         if not obj.is_contiguous():
             raise InvalidArgumentError(f"{what}: tensor must be contiguous (call .contiguous())")
         nbytes = obj.numel() * obj.element_size()

@@ -36,6 +36,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 import xxhash
 
+from .._args import check_tensor_memory
 from ..errors import CorruptFrameError, InvalidArgumentError
 from ..runs import output_runs
 from .codecs import Codec, codec_for_code
@@ -172,13 +173,12 @@ def check_kv(kv: torch.Tensor, *, host: bool = True) -> None:
     or on any device that holds data (a GPU's KV cache; host=False)."""
     if not isinstance(kv, torch.Tensor):
         raise InvalidArgumentError(f"kv must be a torch.Tensor, not {type(kv).__name__}")
+    check_tensor_memory(kv, "kv")
     if kv.dim() != 5 or kv.shape[1] != 2:
         raise InvalidArgumentError(
             f"kv must be shaped [layers, 2, tokens, kv_heads, head_dim], got {tuple(kv.shape)}")
     if kv.dtype not in DTYPE_CODES:
         raise InvalidArgumentError(f"dtype {kv.dtype} is not supported by the tier manager")
-    if kv.device.type == "meta":
-        raise InvalidArgumentError("kv is a meta tensor: it holds no data")
     if host and kv.device.type != "cpu":
         raise InvalidArgumentError("kv must be a CPU tensor")
 
