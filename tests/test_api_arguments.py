@@ -284,3 +284,14 @@ def test_negated_view_is_compressed_with_its_values():
     assert torch.equal(kvcore.decompress(kvcore.compress(x)), -torch.arange(8, dtype=torch.float32))
     frame = kvcore.compress_async(x).result(10)
     assert torch.equal(kvcore.decompress(frame), -torch.arange(8, dtype=torch.float32))
+
+
+def test_compress_into_its_own_input_is_refused_by_name():
+    # The overlap check is shared with decompress_many, whose wording it used.
+    x = torch.randn(4096, 64).to(torch.bfloat16)
+    buf = torch.zeros(x.numel() * 2 + kvcore.max_frame_size(x.dtype, tuple(x.shape)), dtype=torch.uint8)
+    src = buf[: x.numel() * 2].view(torch.bfloat16).view(x.shape)
+    src.copy_(x)
+    with pytest.raises(kvcore.InvalidArgumentError, match="compress: an output overlaps a tensor being compressed"):
+        kvcore.compress(src, out=buf[100:])
+    assert torch.equal(src.view(torch.int16), x.view(torch.int16))

@@ -450,7 +450,7 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
         buffers.add(OutputRuns{jobs[i].dst, jobs[i].cap}, jobs[i].src, jobs[i].nbytes);
     }
     // Blocks are written concurrently, and an input must not change while it is read.
-    KVCORE_RETURN_IF_ERROR(buffers.check_disjoint());
+    KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("compress", "a tensor being compressed"));
     // Layouts are chosen for all frames at once (each reads a sample of its tensor).
     std::vector<Layout> layouts(n);
     default_pool().parallel_for(n, o.threads, [&](size_t i) {
@@ -572,7 +572,7 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
         total += jobs[i].out.bytes;
     }
     // Blocks are written concurrently, and a frame must not change while it is read.
-    KVCORE_RETURN_IF_ERROR(buffers.check_disjoint());
+    KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("decompress", "a frame"));
     for (const OutputRuns& o : buffers.outputs)
         if (o.contiguous()) advise_huge_pages(o.base, o.bytes);
     // Outputs larger than the last-level cache together would be evicted before

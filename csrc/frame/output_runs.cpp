@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kvcore::frame {
@@ -25,7 +26,7 @@ Status check_runs(const OutputRuns& out, unsigned elem_size) {
     return Status::ok();
 }
 
-Status BatchBuffers::check_disjoint() const {
+Status BatchBuffers::check_disjoint(const char* call, const char* input_kind) const {
     const OutputRuns* outs = outputs.data();
     const size_t n = outputs.size();
     std::vector<size_t> order;
@@ -45,14 +46,14 @@ Status BatchBuffers::check_disjoint() const {
             size_t left = 0;
             for (size_t off = 0; off < walk.bytes; off += left) {
                 const uintptr_t lo = reinterpret_cast<uintptr_t>(walk.at(off, &left));
-                if (other.touches(lo, lo + left)) return invalid("decompress_many: outputs overlap");
+                if (other.touches(lo, lo + left)) return invalid(std::string(call) + ": two outputs overlap");
             }
         }
     }
     for (const auto& [lo, hi] : inputs)
         for (size_t i = 0; i < n; ++i)
             if (outs[i].touches(lo, hi))
-                return invalid("decompress_many: an output overlaps a frame");
+                return invalid(std::string(call) + ": an output overlaps " + input_kind);
     return Status::ok();
 }
 

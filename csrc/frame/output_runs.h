@@ -51,8 +51,9 @@ struct BatchBuffers {
         outputs.push_back(out);
         inputs.emplace_back(reinterpret_cast<uintptr_t>(in), reinterpret_cast<uintptr_t>(in) + in_bytes);
     }
-    // kInvalidArgument when two outputs share a byte, or an output shares one with an input.
-    Status check_disjoint() const;
+    // kInvalidArgument when two outputs share a byte, or an output shares one with an
+    // input; the message names the operation (`call`) and what its inputs are (`input_kind`).
+    Status check_disjoint(const char* call, const char* input_kind) const;
 };
 
 }  // namespace kvcore::frame
