@@ -6,6 +6,8 @@ import time
 import pytest
 import torch
 
+import kvcore
+from kvcore import TierManager
 from kvcore.errors import UnsupportedError
 from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
@@ -228,3 +230,19 @@ def test_raw_reads_with_password_and_db(tmp_path, chunks):
         bad.close()
     finally:
         srv.kill()
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/abc", "redis://u:secret@127.0.0.1:99999/0", "http://x",
+                                 "redis://[bad", "garbage"])
+def test_malformed_urls_are_invalid_arguments(url, tmp_path):
+    # They raised ValueError from redis-py or the raw reader (the message masks credentials).
+    with pytest.raises(kvcore.InvalidArgumentError, match="RemoteConfig.url") as err:
+        TierManager(ddr_bytes=1 << 20, remote_url=url, ssd_dir=str(tmp_path), ssd_bytes=1 << 20)
+    assert "secret" not in str(err.value)
+    assert not list(tmp_path.iterdir())  # the SSD tier was not joined by the half-built manager
+
+
+def test_unreachable_cluster_is_a_backend_error():
+    # redis-py's RedisClusterException (not a RedisError) escaped before.
+    with pytest.raises(kvcore.BackendError, match="cannot reach the remote store"):
+        TierManager(ddr_bytes=1 << 20, remote_url="redis+cluster://127.0.0.1:1/0")

@@ -36,7 +36,7 @@ from .hot_cold import HotCold, HotColdFile
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
 from .metrics import Metrics
 from .policy import make_policy
-from .remote import RemoteConfig, RemoteTier
+from .remote import RemoteConfig, RemoteTier, redact_url
 from .ssd import ScratchPool, SSDTier
 
 log = logging.getLogger("kvcore.tiers")
@@ -188,6 +188,14 @@ class TierManager:
 
         self.ddr = DDRTier(make_allocator(config.ddr_bytes, config.allocator))
         self.ddr_policy = make_policy(config.policy)
+        # The remote tier first: it may refuse its url, and the SSD tier joins a shared
+        # directory that a half-built manager would not leave.
+        self.remote: Optional[RemoteTier] = None
+        if config.remote_url is not None or config.remote is not None:
+            rc = config.remote or RemoteConfig()
+            if config.remote_url is not None:
+                rc = replace(rc, url=config.remote_url)
+            self.remote = RemoteTier(rc, metrics=self.metrics)
         self.ssd: Optional[SSDTier] = None
         if config.ssd_dir is not None and config.ssd_bytes > 0:
             try:
@@ -209,12 +217,6 @@ class TierManager:
         self._writes = threading.BoundedSemaphore(2)  # staged chunks being written: bounded memory
         self._stream_io = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvcore-stream")
         self._io = cf.ThreadPoolExecutor(max_workers=max(1, config.read_ahead), thread_name_prefix="kvcore-read")
-        self.remote: Optional[RemoteTier] = None
-        if config.remote_url is not None or config.remote is not None:
-            rc = config.remote or RemoteConfig()
-            if config.remote_url is not None:
-                rc = replace(rc, url=config.remote_url)
-            self.remote = RemoteTier(rc, metrics=self.metrics)
         self.metrics.set_gauges(self._gauges)
 
         self._queue: "queue.Queue" = queue.Queue(maxsize=config.queue_chunks)
@@ -1200,7 +1202,7 @@ class TierManager:
                 {"dir": str(self.ssd.root), "direct_io": self.ssd._direct_ok, "last_error": self.ssd.last_error})
         if self.remote is not None:
             st["tiers"].setdefault("remote", {}).update(
-                {"url": _redact(self.remote.config.url), "breaker": self.remote.breaker.state})
+                {"url": redact_url(self.remote.config.url), "breaker": self.remote.breaker.state})
         return st
 
     def prometheus(self) -> str:
@@ -1258,9 +1260,3 @@ class TierManager:
         except Exception:
             pass
 
-
-def _redact(url: str) -> str:
-    if "@" in url:
-        scheme, rest = url.split("://", 1) if "://" in url else ("", url)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 from .._args import int_arg, optional_seconds_arg, seconds_arg, wait_seconds
-from ..errors import CorruptFrameError, InvalidArgumentError, UnsupportedError
+from ..errors import BackendError, CorruptFrameError, InvalidArgumentError, UnsupportedError
 from .blob import BlobHeader, StreamingChecksum, blob_total_size, body_size
 from .metrics import Metrics
 from .resp import RawGetter, RespError
@@ -79,6 +79,14 @@ class RemoteConfig:
         seconds_arg(self.reset_after_s, "RemoteConfig.reset_after_s", allow_zero=True)
         for name in ("failure_threshold", "part_bytes", "workers", "parallel_parts", "max_parts"):
             int_arg(getattr(self, name), f"RemoteConfig.{name}", 1)
+
+
+def redact_url(url: str) -> str:
+    """url with its credentials masked, for messages and status()."""
+    if "@" in url:
+        scheme, rest = url.split("://", 1) if "://" in url else ("", url)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
 
 
 class CircuitBreaker:
@@ -163,14 +171,20 @@ class RemoteTier:
         common = dict(socket_timeout=config.op_timeout_s, socket_connect_timeout=config.connect_timeout_s,
                       retry=Retry(NoBackoff(), 0))
         self._raw: Optional[RawGetter] = None
-        if cluster:
-            from redis.cluster import RedisCluster
+        try:
+            if cluster:
+                from redis.cluster import RedisCluster
 
-            self.client = RedisCluster.from_url(url, **common)
-        else:
-            self.client = redis.Redis.from_url(url, health_check_interval=0, **common)
-            if config.raw_reads and url.startswith("redis://"):
-                self._raw = RawGetter(url, timeout=config.op_timeout_s, connect_timeout=config.connect_timeout_s)
+                self.client = RedisCluster.from_url(url, **common)
+            else:
+                self.client = redis.Redis.from_url(url, health_check_interval=0, **common)
+                if config.raw_reads and url.startswith("redis://"):
+                    self._raw = RawGetter(url, timeout=config.op_timeout_s, connect_timeout=config.connect_timeout_s)
+        except ValueError as e:  # the url's scheme, port or database number
+            raise InvalidArgumentError(f"RemoteConfig.url {redact_url(config.url)!r}: {e}") from None
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
+            # a cluster client asks a node for the slot map at once
+            raise BackendError(f"cannot reach the remote store at {redact_url(config.url)}: {e}") from None
         self._errors = (redis.RedisError, OSError, cf.TimeoutError, ValueError)
         self._timeout_error = redis.TimeoutError
         self._pool = cf.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="kvcore-remote")
