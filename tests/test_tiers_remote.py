@@ -1,6 +1,8 @@
 """Remote tier against a real redis-server: round trip, TTL, parts, kill/restart, hang, close."""
 
+import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -246,3 +248,53 @@ def test_unreachable_cluster_is_a_backend_error():
     # redis-py's RedisClusterException (not a RedisError) escaped before.
     with pytest.raises(kvcore.BackendError, match="cannot reach the remote store"):
         TierManager(ddr_bytes=1 << 20, remote_url="redis+cluster://127.0.0.1:1/0")
+
+
+class ScriptedServer:
+    """A TCP server that answers every connection with one fixed byte string (or nothing)
+    and keeps it open: a misbehaving or foreign server for the raw reader."""
+
+    def __init__(self, reply: bytes):
+        self.reply = reply
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            conn.recv(1 << 16)
+            if self.reply:
+                conn.sendall(self.reply)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.parametrize("reply", [b"$99999999999\r\n", b"$-5\r\n", b"+OK\r\n", b"$abc\r\n", b"$10\r\nshort", b"",
+                                   b"-ERR nope\r\n", b"*3\r\n"])
+def test_raw_reader_survives_a_misbehaving_server(reply):
+    # A part 0 claiming 100 GB was allocated (bytearray of the claimed size) before its
+    # size was checked; every other reply must end in a miss within the timeouts.
+    srv = ScriptedServer(reply)
+    t = _tier(srv, op_timeout_s=0.5, lookup_timeout_s=0.5, part_bytes=1 << 20)
+    try:
+        start = time.monotonic()
+        assert t.get("ns", b"\1" * 16) is None
+        assert time.monotonic() - start < 5
+    finally:
+        t.close()
+        srv.close()

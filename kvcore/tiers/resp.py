@@ -172,16 +172,18 @@ class RawGetter:
             c.sock.sendall(b"".join(encode_command(b"GET", key_of(i)) for i in range(sent)))
             n0 = c.bulk_header()
             if n0 < 0:
-                self._drain(c, 1, sent)
+                self._drain(c, 1, sent, part_bytes)
                 ok = True
                 return None
+            if n0 > part_bytes:  # not a part of ours (another writer's key?): drop the connection unread
+                return False
             first = bytearray(n0)
             c.read_into(memoryview(first))
             c.skip_crlf()
             total = total_of(first)
             nparts = -(-total // part_bytes)
             if n0 != min(part_bytes, total) or nparts > max_parts:
-                self._drain(c, 1, sent)
+                self._drain(c, 1, sent, part_bytes)
                 ok = True
                 return False
             out = alloc(total)
@@ -195,6 +197,8 @@ class RawGetter:
                     c.sock.sendall(b"".join(encode_command(b"GET", key_of(k)) for k in range(sent, upto)))
                     sent = upto
                 n = c.bulk_header()
+                if n > part_bytes:
+                    raise RespError(f"a part of {n} bytes, parts are at most {part_bytes}")
                 if i >= nparts or n < 0 or short or n != min(part_bytes, total - i * part_bytes):
                     short = short or (i < nparts)
                     if n >= 0:  # drain it to keep the connection in sync
@@ -215,10 +219,12 @@ class RawGetter:
                 c.close()
 
     @staticmethod
-    def _drain(c: _Conn, first: int, end: int) -> None:
+    def _drain(c: _Conn, first: int, end: int, part_bytes: int) -> None:
         """Reads and drops the replies to GETs first..end-1."""
         for _ in range(first, end):
             n = c.bulk_header()
+            if n > part_bytes:
+                raise RespError(f"a part of {n} bytes, parts are at most {part_bytes}")
             if n >= 0:
                 sink = bytearray(n)
                 c.read_into(memoryview(sink))
