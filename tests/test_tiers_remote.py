@@ -298,3 +298,28 @@ def test_raw_reader_survives_a_misbehaving_server(reply):
     finally:
         t.close()
         srv.close()
+
+
+@pytest.mark.parametrize("raw", [True, False])
+@pytest.mark.parametrize("claimed", [3 << 30, 1 << 44])
+def test_damaged_size_in_part_zero_allocates_nothing(redis_server, chunks, raw, claimed):
+    # Part 0's frame table gives the value's total size. The redis-py path allocated a
+    # bytearray of whatever it said (MemoryError out of get, or gigabytes touched); both
+    # paths now refuse sizes past max_parts parts and drop the entry.
+    import redis
+    import struct
+
+    _kv, keys, blobs = chunks
+    t = _tier(redis_server, part_bytes=100_000, raw_reads=raw, max_parts=64)
+    try:
+        assert t.put("dmg", keys[0].digest, blobs[0])
+        r = redis.Redis.from_url(redis_server.url)
+        name = next(n for n in r.keys("kvcore:dmg:*") if n.endswith(b":0"))
+        head = bytearray(r.get(name))
+        off, _length = struct.unpack_from("<QQ", head, 48)  # the first frame table entry, after the header
+        struct.pack_into("<QQ", head, 48, off, claimed)
+        r.set(name, bytes(head))
+        assert t.get("dmg", keys[0].digest) is None
+        assert not r.exists(name)  # dropped as corrupt
+    finally:
+        t.close()

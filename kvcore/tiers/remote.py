@@ -185,7 +185,8 @@ class RemoteTier:
         except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
             # a cluster client asks a node for the slot map at once
             raise BackendError(f"cannot reach the remote store at {redact_url(config.url)}: {e}") from None
-        self._errors = (redis.RedisError, OSError, cf.TimeoutError, ValueError)
+        # A failed read is a miss; so is one the memory for its value could not be found for.
+        self._errors = (redis.RedisError, OSError, cf.TimeoutError, ValueError, MemoryError)
         self._timeout_error = redis.TimeoutError
         self._pool = cf.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="kvcore-remote")
         self._parts = cf.ThreadPoolExecutor(max_workers=max(1, config.parallel_parts),
@@ -286,6 +287,8 @@ class RemoteTier:
             nparts = -(-total // pb)
             if nparts <= 1 or len(first) != pb:
                 return first, None
+            if nparts > self.config.max_parts:  # a damaged size: allocate nothing for it
+                return first, False
             buf = bytearray(total)
             mv = memoryview(buf)
             mv[:pb] = first
@@ -398,7 +401,9 @@ class RemoteTier:
                     parts = -(-blob_total_size(first) // self.config.part_bytes)
                 except CorruptFrameError:
                     parts = 1
-                n += bool(self.client.delete(*[self._key(ns_tag, k, i) for i in range(max(1, parts))]))
+                # A damaged size may claim millions of parts: no value has more than max_parts.
+                parts = min(max(1, parts), self.config.max_parts)
+                n += bool(self.client.delete(*[self._key(ns_tag, k, i) for i in range(parts)]))
             return n
 
         try:
