@@ -166,8 +166,9 @@ def copy_many(
 def _indices(indices: Any, n_blocks: int, *, unique: bool) -> np.ndarray:
     if is_tensor(indices):
         check_tensor_memory(indices, "indices")
+        indices = indices.detach().cpu()
     try:
-        idx = np.asarray(indices.detach().cpu() if is_tensor(indices) else indices)
+        idx = np.asarray(indices)
     except (TypeError, ValueError, RuntimeError) as e:
         raise InvalidArgumentError(f"indices must be a 1-D sequence of block indices: {e}") from None
     if idx.ndim != 1:

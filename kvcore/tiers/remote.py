@@ -160,8 +160,6 @@ class RemoteTier:
         except ImportError as e:
             raise UnsupportedError("the remote tier needs the redis package: pip install 'redis>=5'") from e
 
-        if config.part_bytes <= 0:
-            raise InvalidArgumentError("part_bytes must be positive")
         self.config = config
         self.metrics = metrics or Metrics()
         self.breaker = CircuitBreaker(config.failure_threshold, config.reset_after_s)

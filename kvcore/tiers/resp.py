@@ -94,14 +94,18 @@ class _Conn:
             raise RespError(line[1:].decode(errors="replace"))
         return line
 
-    def bulk_header(self) -> int:
-        """Length of the next bulk reply (-1: nil)."""
+    def bulk_header(self, limit: Optional[int] = None) -> int:
+        """Length of the next bulk reply (-1: nil); a RespError past ``limit`` bytes, before
+        anything is read or allocated for it."""
         line = self.readline()
         if line[:1] == b"-":
             raise RespError(line[1:].decode(errors="replace"))
         if line[:1] != b"$":
             raise RespError(f"unexpected reply {line[:20]!r}")
-        return int(line[1:])
+        n = int(line[1:])
+        if limit is not None and n > limit:
+            raise RespError(f"a reply of {n} bytes, at most {limit} expected")
+        return n
 
 
 class RawGetter:
@@ -196,9 +200,7 @@ class RawGetter:
                     upto = min(nparts, i + WINDOW)
                     c.sock.sendall(b"".join(encode_command(b"GET", key_of(k)) for k in range(sent, upto)))
                     sent = upto
-                n = c.bulk_header()
-                if n > part_bytes:
-                    raise RespError(f"a part of {n} bytes, parts are at most {part_bytes}")
+                n = c.bulk_header(limit=part_bytes)
                 if i >= nparts or n < 0 or short or n != min(part_bytes, total - i * part_bytes):
                     short = short or (i < nparts)
                     if n >= 0:  # drain it to keep the connection in sync
@@ -222,9 +224,7 @@ class RawGetter:
     def _drain(c: _Conn, first: int, end: int, part_bytes: int) -> None:
         """Reads and drops the replies to GETs first..end-1."""
         for _ in range(first, end):
-            n = c.bulk_header()
-            if n > part_bytes:
-                raise RespError(f"a part of {n} bytes, parts are at most {part_bytes}")
+            n = c.bulk_header(limit=part_bytes)
             if n >= 0:
                 sink = bytearray(n)
                 c.read_into(memoryview(sink))
