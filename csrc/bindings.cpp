@@ -859,9 +859,6 @@ PYBIND11_MODULE(_native, m) {
         py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
         "Compresses every srcs[i] = (address, bytes, dtype code, shape) in one call, the blocks of all of them\n"
         "spread over the threads; returns the frames.");
-    m.def("set_stream_output_threshold", &fr::set_stream_output_threshold, py::arg("bytes"),
-          "Outputs above this many bytes are decoded with streaming stores (0: the LLC size); returns the\n"
-          "previous value. For tests.");
     m.def(
         "decompress_into",
         [](const py::buffer& frame, uint64_t out_addr, uint64_t out_bytes, uint64_t run_bytes, uint64_t run_stride,

@@ -255,8 +255,7 @@ def decompress_many(
     """Decode frames[i] into outs[i] for every i in one native call.
 
     The blocks of all frames are spread over the threads, so many small frames (the
-    layers of a KV chunk) keep every core busy, and outputs that together exceed the
-    last-level cache are written with streaming stores. Each out is checked like
+    layers of a KV chunk) keep every core busy. Each out is checked like
     decompress's ``out=`` (contiguous, or runs at one stride); outputs may interleave
     (chunks side by side in one tensor) but share no byte. Raises CorruptFrameError
     if any frame is bad (the contents of every out are then unspecified).

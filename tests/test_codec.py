@@ -123,25 +123,6 @@ def test_derived_dtypes_round_trip(dtype, mode):
     assert_bit_exact(kvcore.decompress(kvcore.compress(t, mode=mode)), t)
 
 
-@pytest.fixture
-def streaming_output():
-    """Every decode takes the streaming-store path (normally only outputs above the LLC size)."""
-    previous = kvcore._native.set_stream_output_threshold(1)
-    yield
-    kvcore._native.set_stream_output_threshold(previous)
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_streaming_output_path(streaming_output, variant, mode):
-    for name in ("minilm_l6_kv_bf16.safetensors", "stories260k_text_kv_fp16.safetensors"):
-        t = kvdata.stacked(name)[:2]
-        out = torch.empty_like(t)
-        frame = kvcore.compress(t, mode=mode, threads=2)
-        for threads in (1, 2, 1):
-            kvcore.decompress(frame, out=out, threads=threads)
-            assert_bit_exact(out, t)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_every_variant_round_trips_real_data(variant, mode):
     for name in ("minilm_l6_kv_bf16.safetensors", "stories260k_text_kv_fp16.safetensors"):
@@ -479,7 +460,7 @@ def test_decode_into_a_token_range_of_a_larger_tensor(dtype, mode, block_bytes):
         assert not bits(big[:, :, :40]).any() and not bits(big[:, :, 143:]).any()  # nothing outside
 
 
-def test_decode_many_chunks_side_by_side(streaming_output, variant):
+def test_decode_many_chunks_side_by_side(variant):
     kv = kvdata.stacked("stories260k_text_kv_fp16.safetensors")[:, :, :256]
     cuts = [0, 64, 100, 192, 256]
     frames = [kvcore.compress(kv[:, :, a:b], mode=("dense", "fast")[i % 2]) for i, (a, b) in

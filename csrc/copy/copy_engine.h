@@ -28,7 +28,7 @@ struct CopyOptions {
     size_t nt_threshold = 0;     // 0: last-level cache size; SIZE_MAX: never stream
 };
 
-// Size of the last-level cache in bytes (sysconf / sysfs; 8 MiB if unknown).
+// Size of the last-level cache in bytes (sysfs, else sysconf; 8 MiB if unknown).
 size_t llc_bytes();
 
 // One-thread copy of n bytes with the active variant (non-temporal when

@@ -139,9 +139,4 @@ using FrameDone = std::function<void(size_t frame, const Status& status)>;
 // (kInvalidArgument). on_frame (optional) reports each frame as it settles.
 Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const FrameDone& on_frame = {});
 
-// Decoded outputs larger than this many bytes in all are written with streaming
-// stores (0, the default: the last-level cache size). Returns the previous value.
-// For tests, which run the streaming path on inputs of any size.
-size_t set_stream_output_threshold(size_t bytes);
-
 }  // namespace kvcore::frame
