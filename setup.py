@@ -56,10 +56,13 @@ if not any(arg in sys.argv for arg in ("egg_info", "sdist", "--help", "clean")):
 ParallelCompile("NPY_NUM_BUILD_JOBS", default=0).install()  # compile files in parallel
 
 sources = sorted(glob("csrc/**/*.cpp", recursive=True))
+# Without the headers here, an edit to a header alone leaves the extension "up to date".
+headers = sorted(glob("csrc/**/*.h", recursive=True))
 
 native = Pybind11Extension(
     "kvcore._native",
     sources,
+    depends=headers,
     include_dirs=["csrc"],
     libraries=[lib for _h, lib, _p in SYSTEM_LIBRARIES] + ["dl", "pthread"],
     cxx_std=17,

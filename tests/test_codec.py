@@ -104,6 +104,26 @@ def real_in_dtype(name: str, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.float().to(dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("mode", ["dense", "fast"])
+def test_block_checksums_of_every_length_class(variant, dtype, mode):
+    """Decode checks each block's XXH3 from the merge kernel's registers (AVX-512) or by
+    reading the block back: block outputs around XXH3's 240-byte short-input limit, its
+    64-byte stripes and 1024-byte blocks, and the merge kernels' 128-element steps all
+    decode, into contiguous and strided outputs (a wrong digest is a CorruptFrameError)."""
+    src = real_in_dtype("stories260k_text_kv_fp16.safetensors", dtype).reshape(-1)
+    esize = src.element_size()
+    targets = [240, 241, 256, 257, 1023, 1024, 1025, 1088, 1089, 4096, 4160, 65535, 65536, 65537, 131073]
+    for nbytes in targets:
+        x = src[: max(1, nbytes // esize) + 1].reshape(-1, 1)
+        for block_bytes in (None, 1024, 4160):
+            frame = kvcore.compress(x, mode=mode, block_bytes=block_bytes)
+            assert_bit_exact(kvcore.decompress(frame), x)
+            wide = torch.zeros(x.shape[0], 3, dtype=dtype)
+            kvcore.decompress(frame, out=wide[:, 1:2])
+            assert_bit_exact(wide[:, 1:2].contiguous(), x)
+
+
 @pytest.mark.parametrize("name", [p.name for p in kvdata.files()])
 @pytest.mark.parametrize("mode", MODES)
 def test_real_files_round_trip(name, mode):

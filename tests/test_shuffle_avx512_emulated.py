@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 
 
-def build_and_run(tmp_path, harness: str, sources: list[str]) -> str:
+def build_and_run(tmp_path, harness: str, sources: list[str], libs: tuple[str, ...] = ()) -> str:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
@@ -25,7 +25,7 @@ def build_and_run(tmp_path, harness: str, sources: list[str]) -> str:
     exe = tmp_path / harness
     cmd = [cxx, "-std=c++17", "-O1", "-w", "-DKVCORE_EMULATE_AVX512", f"-I{ROOT / 'csrc'}",
            f"-I{ROOT / 'tests/native'}", str(ROOT / "tests/native" / f"{harness}.cpp"),
-           *(str(ROOT / "csrc" / s) for s in sources), "-o", str(exe)]
+           *(str(ROOT / "csrc" / s) for s in sources), *libs, "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
@@ -65,4 +65,10 @@ def test_avx512_low_bits_join_matches_the_specification_under_emulation(tmp_path
 def test_avx512_sign_bits_packing_matches_the_specification_under_emulation(tmp_path):
     out = build_and_run(tmp_path, "sign_bits_check", [
         "shuffle/sign_bits_avx512.cpp", "shuffle/sign_bits.cpp", "cpu/cpu_features.cpp"])
+    assert out.startswith("ok:")
+
+
+def test_xxh3_stripe_feed_matches_the_library_under_emulation(tmp_path):
+    """The decode checksum fed from the merge kernels' registers equals libxxhash's XXH3."""
+    out = build_and_run(tmp_path, "xxh3_stripes_check", ["checksum/xxh3_stripes.cpp"], libs=("-lxxhash",))
     assert out.startswith("ok:")

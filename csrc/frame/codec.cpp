@@ -9,6 +9,7 @@
 #include <string>
 
 #include "checksum/checksum.h"
+#include "checksum/xxh3_stripes.h"
 #include "common/aligned_buffer.h"
 #include "common/huge_pages.h"
 #include "entropy/huffman.h"
@@ -273,8 +274,18 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         if (checksum64(block_out, n, seed) != expected) return corrupt("block checksum mismatch");
         return Status::ok();
     }
-    // Merge and hash in cache-sized pieces, so the checksum reads hot data; a
-    // piece also ends where its output run does.
+    // The block's output in one run (the usual case) and long enough for XXH3's
+    // long-input path: one merge pass that checksums its output from registers.
+    if (run_left >= n * esize && n * esize >= Xxh3Stripes::kMinLength) {
+        Xxh3Stripes hash;
+        xxh3_stripes_begin(&hash, seed, n * esize);
+        if (shuffle::merge_hashed(planes, n, esize, t, block_out, &hash)) {
+            if (xxh3_stripes_finish(&hash, block_out) != expected) return corrupt("block checksum mismatch");
+            return Status::ok();
+        }
+    }
+    // Else merge and hash in cache-sized pieces, so the checksum reads hot data;
+    // a piece also ends where its output run does.
     thread_local StreamingChecksum64 sum;
     sum.reset(seed);
     const size_t piece = std::max<size_t>(1, kVerifyPieceBytes / esize / h.channels) * h.channels;

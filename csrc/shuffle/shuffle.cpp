@@ -7,6 +7,7 @@
 // in reverse order.
 #include "shuffle/shuffle.h"
 
+#include "checksum/xxh3_stripes.h"
 #include "common/aligned_buffer.h"
 #include "cpu/cpu_features.h"
 #include "shuffle/shuffle_internal.h"
@@ -187,6 +188,23 @@ void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const Pla
     if (isa & cpu::kIsaAvx512) return detail::merge_avx512(planes, n, elem_size, t, dst);
     if (isa & cpu::kIsaAvx2) return detail::merge_avx2(planes, n, elem_size, t, dst);
     detail::merge_scalar(planes, n, elem_size, t, dst);
+}
+
+bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst,
+                  Xxh3Stripes* hash) {
+    if (!(cpu::active_isa() & cpu::kIsaAvx512)) return false;
+    if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return true;
+    // The kernel feeds every vector it writes, so it stops before the input's
+    // last byte (whole kernel blocks only; its own scalar tail would feed nothing):
+    // the stripes after the in-order ones are finish()'s.
+    const size_t fed = hash->fed == 0 && n * elem_size == hash->len ? (n - 1) / detail::kMaxBlock * detail::kMaxBlock : 0;
+    detail::merge_hashed_avx512(planes, fed, elem_size, t, dst, hash);
+    if (fed < n) {
+        const uint8_t* rest[4];
+        for (unsigned p = 0; p < elem_size; ++p) rest[p] = planes[p] + fed;
+        merge(rest, n - fed, elem_size, detail::tail_transform(t, fed), dst + fed * elem_size);
+    }
+    return true;
 }
 
 }  // namespace kvcore::shuffle

@@ -22,6 +22,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace kvcore {
+struct Xxh3Stripes;
+}
+
 namespace kvcore::shuffle {
 
 struct PlaneTransform {
@@ -36,5 +40,11 @@ void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransfor
 
 // Inverse of split: dst receives n * elem_size bytes.
 void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
+
+// merge that also feeds hash (begun for n * elem_size bytes) the stripes of its
+// output as it writes them, leaving xxh3_stripes_finish fewer to read back. Only
+// the AVX-512 variant feeds; false (nothing written) when it is not active.
+bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst,
+                  Xxh3Stripes* hash);
 
 }  // namespace kvcore::shuffle

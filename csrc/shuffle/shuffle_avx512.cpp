@@ -11,6 +11,8 @@
 #include <cstring>
 
 #include "common/avx512_target.h"
+// (after avx512_target.h, which defines KV_AVX512)
+#include "checksum/xxh3_stripes_avx512.h"
 #include "shuffle/shuffle_internal.h"
 
 namespace kvcore::shuffle::detail {
@@ -18,6 +20,14 @@ namespace {
 
 KV_AVX512 inline __m512i ld(const uint8_t* p) { return _mm512_loadu_si512(p); }
 KV_AVX512 inline void st(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
+
+// A merge kernel hands each 64-byte output vector, in order, to a Feed: NoFeed,
+// or a StripeFeed that checksums the output from registers.
+struct NoFeed {
+    KV_AVX512 __m512i load() const { return _mm512_setzero_si512(); }
+    KV_AVX512 void store(__m512i) const {}
+    KV_AVX512 void add(__m512i&, __m512i) {}
+};
 
 // A byte-index vector for vpermt2b: idx[j] = f(j), each in [0, 128).
 template <typename F>
@@ -65,8 +75,10 @@ KV_AVX512 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uin
     split_rest(src, n, i, 1, t, planes);
 }
 
-template <bool Rot, bool Res>
-KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+template <bool Rot, bool Res, typename Feed>
+KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
+    Feed feed = fed_to;  // locals stay in registers
+    __m512i acc = feed.load();
     constexpr size_t B = 128;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
@@ -83,7 +95,11 @@ KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransfo
         if (Rot) a = rotr8(a), b = rotr8(b);
         st(dst + i, a);
         st(dst + i + 64, b);
+        feed.add(acc, a);
+        feed.add(acc, b);
     }
+    feed.store(acc);
+    fed_to = feed;
     merge_rest(planes, n, i, 1, t, dst);
 }
 
@@ -113,8 +129,10 @@ KV_AVX512 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uin
     split_rest(src, n, i, 2, t, planes);
 }
 
-template <bool Rot, bool Res>
-KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+template <bool Rot, bool Res, typename Feed>
+KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
+    Feed feed = fed_to;  // locals stay in registers
+    __m512i acc = feed.load();
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
@@ -134,7 +152,11 @@ KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransfo
         if (Rot) a = rotr16(a), b = rotr16(b);
         st(dst + 2 * i, a);
         st(dst + 2 * i + 64, b);
+        feed.add(acc, a);
+        feed.add(acc, b);
     }
+    feed.store(acc);
+    fed_to = feed;
     merge_rest(planes, n, i, 2, t, dst);
 }
 
@@ -175,8 +197,10 @@ KV_AVX512 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uin
     split_rest(src, n, i, 4, t, planes);
 }
 
-template <bool Rot, bool Res>
-KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+template <bool Rot, bool Res, typename Feed>
+KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
+    Feed feed = fed_to;  // locals stay in registers
+    __m512i acc = feed.load();
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
@@ -207,8 +231,14 @@ KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransfo
             _mm512_permutex2var_epi8(x1, second, y1),
         };
         uint8_t* d = dst + 4 * i;
-        for (int k = 0; k < 4; ++k) st(d + 64 * k, Rot ? _mm512_ror_epi32(o[k], 1) : o[k]);
+        for (int k = 0; k < 4; ++k) {
+            const __m512i v = Rot ? _mm512_ror_epi32(o[k], 1) : o[k];
+            st(d + 64 * k, v);
+            feed.add(acc, v);
+        }
     }
+    feed.store(acc);
+    fed_to = feed;
     merge_rest(planes, n, i, 4, t, dst);
 }
 
@@ -232,15 +262,19 @@ KV_AVX512 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, co
 #undef KV_SPLIT
 }
 
-KV_AVX512 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
-                            uint8_t* dst) {
+namespace {
+
+// The merge kernel for elem_size and t's transform, each output vector handed to feed.
+template <typename Feed>
+KV_AVX512 void merge_feeding(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
+                             uint8_t* dst, Feed& feed) {
     const bool rot = t.rotate, res = t.residual != nullptr;
-#define KV_MERGE(fn)                                                                      \
-    (rot ? (res ? fn<true, true>(planes, n, t, dst) : fn<true, false>(planes, n, t, dst)) \
-         : (res ? fn<false, true>(planes, n, t, dst) : fn<false, false>(planes, n, t, dst)))
+#define KV_MERGE(fn)                                                                                  \
+    (rot ? (res ? fn<true, true>(planes, n, t, dst, feed) : fn<true, false>(planes, n, t, dst, feed)) \
+         : (res ? fn<false, true>(planes, n, t, dst, feed) : fn<false, false>(planes, n, t, dst, feed)))
     switch (elem_size) {
         case 1:
-            if (!rot && !res) std::memcpy(dst, planes[0], n);
+            if (!rot && !res) std::memcpy(dst, planes[0], n);  // (fed nothing: the hash reads it after)
             else KV_MERGE(merge1);
             break;
         case 2: KV_MERGE(merge2); break;
@@ -248,6 +282,20 @@ KV_AVX512 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned ele
         default: break;
     }
 #undef KV_MERGE
+}
+
+}  // namespace
+
+KV_AVX512 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
+                            uint8_t* dst) {
+    NoFeed none;
+    merge_feeding(planes, n, elem_size, t, dst, none);
+}
+
+KV_AVX512 void merge_hashed_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size,
+                                   const PlaneTransform& t, uint8_t* dst, Xxh3Stripes* hash) {
+    StripeFeed feed(hash);
+    merge_feeding(planes, n, elem_size, t, dst, feed);
 }
 
 }  // namespace kvcore::shuffle::detail

@@ -72,6 +72,8 @@ void merge_avx2(const uint8_t* const* planes, size_t n, unsigned elem_size, cons
 
 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes);
 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
+void merge_hashed_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
+                         uint8_t* dst, Xxh3Stripes* hash);
 
 // Scalar finish of a SIMD pass: elements [done, n) with the phase moved on.
 inline void split_rest(const uint8_t* src, size_t n, size_t done, unsigned elem_size, const PlaneTransform& t,

@@ -65,3 +65,21 @@ static inline __m512i _mm512_maskz_loadu_epi64(uint8_t mask, const void* p) {
     return out;
 }
 #endif
+
+#ifndef _mm512_shuffle_epi32
+// Older SIMDe lacks it: within each 128-bit lane, dword l of the result is dword
+// (imm >> 2l) & 3 of a's lane.
+static inline __m512i kv_emulated_shuffle_epi32(__m512i a, int imm) {
+    uint32_t in[16], r[16];
+    std::memcpy(in, &a, 64);
+    for (int l = 0; l < 16; ++l) r[l] = in[(l & ~3) + ((imm >> (2 * (l & 3))) & 3)];
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#define _mm512_shuffle_epi32(a, imm) kv_emulated_shuffle_epi32((a), int(imm))
+#endif
+
+#ifndef _MM_PERM_BADC
+#define _MM_PERM_BADC 0x4E
+#endif
