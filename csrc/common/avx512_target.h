@@ -16,6 +16,8 @@
 #endif
 
 // GCC 12 reports its own _mm512_undefined_*() placeholders inside several
-// intrinsics (insert, extract, masked loads, permutes) as maybe-uninitialized: a
-// false positive, silenced for the files that include this header.
+// intrinsics (insert, extract, masked loads, permutes; shifts and multiplies in
+// an out-of-line function) as maybe-uninitialized or uninitialized: a false
+// positive, silenced for the files that include this header.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
