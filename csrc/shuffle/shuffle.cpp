@@ -192,13 +192,15 @@ void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const Pla
 
 bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst,
                   Xxh3Stripes* hash) {
-    if (!(cpu::active_isa() & cpu::kIsaAvx512)) return false;
+    const uint32_t isa = cpu::active_isa();
+    if (!(isa & (cpu::kIsaAvx512 | cpu::kIsaAvx2))) return false;
     if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return true;
     // The kernel feeds every vector it writes, so it stops before the input's
     // last byte (whole kernel blocks only; its own scalar tail would feed nothing):
     // the stripes after the in-order ones are finish()'s.
     const size_t fed = hash->fed == 0 && n * elem_size == hash->len ? (n - 1) / detail::kMaxBlock * detail::kMaxBlock : 0;
-    detail::merge_hashed_avx512(planes, fed, elem_size, t, dst, hash);
+    if (isa & cpu::kIsaAvx512) detail::merge_hashed_avx512(planes, fed, elem_size, t, dst, hash);
+    else detail::merge_hashed_avx2(planes, fed, elem_size, t, dst, hash);
     if (fed < n) {
         const uint8_t* rest[4];
         for (unsigned p = 0; p < elem_size; ++p) rest[p] = planes[p] + fed;

@@ -42,8 +42,8 @@ void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransfor
 void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
 
 // merge that also feeds hash (begun for n * elem_size bytes) the stripes of its
-// output as it writes them, leaving xxh3_stripes_finish fewer to read back. Only
-// the AVX-512 variant feeds; false (nothing written) when it is not active.
+// output as it writes them, leaving xxh3_stripes_finish fewer to read back. The
+// AVX-512 and AVX2 variants feed; false (nothing written) when neither is active.
 bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst,
                   Xxh3Stripes* hash);
 

@@ -18,11 +18,21 @@
 
 #define KV_AVX2 __attribute__((target("avx2,bmi,bmi2")))
 
+#include "checksum/xxh3_stripes_avx2.h"
+
 namespace kvcore::shuffle::detail {
 namespace {
 
 KV_AVX2 inline __m256i ld(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 KV_AVX2 inline void st(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+
+// A merge kernel hands each 64-byte stripe of its output (two vectors), in order,
+// to a Feed: NoFeed, or a StripeFeedAvx2 that checksums the output from registers.
+struct NoFeed {
+    KV_AVX2 void load(__m256i& lo, __m256i& hi) const { lo = hi = _mm256_setzero_si256(); }
+    KV_AVX2 void store(__m256i, __m256i) const {}
+    KV_AVX2 void add(__m256i&, __m256i&, __m256i, __m256i) {}
+};
 
 // Rotations by one bit within 8-, 16- and 32-bit lanes.
 KV_AVX2 inline __m256i rotl8(__m256i x) {
@@ -61,8 +71,11 @@ KV_AVX2 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
     split_rest(src, n, i, 1, t, planes);
 }
 
-template <bool Rot, bool Res>
-KV_AVX2 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+template <bool Rot, bool Res, typename Feed>
+KV_AVX2 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
+    Feed feed = fed_to;  // locals stay in registers
+    __m256i acc_lo, acc_hi;
+    feed.load(acc_lo, acc_hi);
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
@@ -79,7 +92,10 @@ KV_AVX2 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform
         if (Rot) a = rotr8(a), b = rotr8(b);
         st(dst + i, a);
         st(dst + i + 32, b);
+        feed.add(acc_lo, acc_hi, a, b);
     }
+    feed.store(acc_lo, acc_hi);
+    fed_to = feed;
     merge_rest(planes, n, i, 1, t, dst);
 }
 
@@ -121,8 +137,11 @@ KV_AVX2 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
     split_rest(src, n, i, 2, t, planes);
 }
 
-template <bool Rot, bool Res>
-KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+template <bool Rot, bool Res, typename Feed>
+KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
+    Feed feed = fed_to;  // locals stay in registers
+    __m256i acc_lo, acc_hi;
+    feed.load(acc_lo, acc_hi);
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
@@ -151,7 +170,11 @@ KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform
         st(o + 32, b);
         st(o + 64, c);
         st(o + 96, d);
+        feed.add(acc_lo, acc_hi, a, b);
+        feed.add(acc_lo, acc_hi, c, d);
     }
+    feed.store(acc_lo, acc_hi);
+    fed_to = feed;
     merge_rest(planes, n, i, 2, t, dst);
 }
 
@@ -194,8 +217,11 @@ KV_AVX2 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
     split_rest(src, n, i, 4, t, planes);
 }
 
-template <bool Rot, bool Res>
-KV_AVX2 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst) {
+template <bool Rot, bool Res, typename Feed>
+KV_AVX2 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
+    Feed feed = fed_to;  // locals stay in registers
+    __m256i acc_lo, acc_hi;
+    feed.load(acc_lo, acc_hi);
     constexpr size_t B = 32;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
@@ -220,8 +246,15 @@ KV_AVX2 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform
             _mm256_permute2x128_si256(x2, x3, 0x31),
         };
         uint8_t* d = dst + 4 * i;
-        for (int k = 0; k < 4; ++k) st(d + 32 * k, Rot ? rotr32(o[k]) : o[k]);
+        for (int k = 0; k < 4; ++k) {
+            if (Rot) o[k] = rotr32(o[k]);
+            st(d + 32 * k, o[k]);
+        }
+        feed.add(acc_lo, acc_hi, o[0], o[1]);
+        feed.add(acc_lo, acc_hi, o[2], o[3]);
     }
+    feed.store(acc_lo, acc_hi);
+    fed_to = feed;
     merge_rest(planes, n, i, 4, t, dst);
 }
 
@@ -246,15 +279,19 @@ KV_AVX2 void split_avx2(const uint8_t* src, size_t n, unsigned elem_size, const 
 #undef KV_SPLIT
 }
 
-KV_AVX2 void merge_avx2(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
-                        uint8_t* dst) {
+namespace {
+
+// The merge kernel for elem_size and t's transform, each output stripe handed to feed.
+template <typename Feed>
+KV_AVX2 void merge_feeding(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
+                           uint8_t* dst, Feed& feed) {
     const bool rot = t.rotate, res = t.residual != nullptr;
-#define KV_MERGE(fn)                                          \
-    (rot ? (res ? fn<true, true>(planes, n, t, dst) : fn<true, false>(planes, n, t, dst)) \
-         : (res ? fn<false, true>(planes, n, t, dst) : fn<false, false>(planes, n, t, dst)))
+#define KV_MERGE(fn)                                                                                  \
+    (rot ? (res ? fn<true, true>(planes, n, t, dst, feed) : fn<true, false>(planes, n, t, dst, feed)) \
+         : (res ? fn<false, true>(planes, n, t, dst, feed) : fn<false, false>(planes, n, t, dst, feed)))
     switch (elem_size) {
         case 1:
-            if (!rot && !res) std::memcpy(dst, planes[0], n);
+            if (!rot && !res) std::memcpy(dst, planes[0], n);  // (fed nothing: the hash reads it after)
             else KV_MERGE(merge1);
             break;
         case 2: KV_MERGE(merge2); break;
@@ -262,6 +299,20 @@ KV_AVX2 void merge_avx2(const uint8_t* const* planes, size_t n, unsigned elem_si
         default: break;
     }
 #undef KV_MERGE
+}
+
+}  // namespace
+
+KV_AVX2 void merge_avx2(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
+                        uint8_t* dst) {
+    NoFeed none;
+    merge_feeding(planes, n, elem_size, t, dst, none);
+}
+
+KV_AVX2 void merge_hashed_avx2(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
+                               uint8_t* dst, Xxh3Stripes* hash) {
+    StripeFeedAvx2 feed(hash);
+    merge_feeding(planes, n, elem_size, t, dst, feed);
 }
 
 }  // namespace kvcore::shuffle::detail
