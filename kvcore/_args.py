@@ -57,11 +57,14 @@ def mode_arg(mode: Any) -> int:
     return MODE_CODES[mode]
 
 
-def check_plain_buffer(view: memoryview, what: str) -> None:
-    """Refuses a buffer of Python object pointers (a numpy object array): writing bytes
-    over them corrupts the objects, and the array's cleanup then crashes the process."""
-    if "O" in view.format:
-        view.release()
+def check_plain_buffer(buf: Any, what: str) -> None:
+    """Refuses a buffer of Python object pointers (a numpy object array, or a memoryview
+    of one): writing bytes over them corrupts the objects, and the array's cleanup then
+    crashes the process. A refused memoryview is released."""
+    dtype = getattr(buf, "dtype", None)
+    if dtype.hasobject if dtype is not None else "O" in buf.format:
+        if isinstance(buf, memoryview):
+            buf.release()
         raise InvalidArgumentError(f"{what}: an array of Python objects is not a byte buffer")
 
 

@@ -57,11 +57,10 @@ void xxh3_stripes_begin(Xxh3Stripes* s, uint64_t seed, uint64_t len) {
     std::memcpy(s->acc, init, sizeof init);
     s->len = len;
     s->fed = 0;
-    s->regular = (len - 1) / 64;
 }
 
 uint64_t xxh3_stripes_finish(Xxh3Stripes* s, const uint8_t* data) {
-    for (; s->fed < s->regular; ++s->fed) {
+    for (const uint64_t regular = s->regular(); s->fed < regular; ++s->fed) {
         const unsigned n = s->fed % Xxh3Stripes::kStripesPerBlock;
         accumulate(s->acc, data + 64 * s->fed, s->secret + 8 * n);
         if (n + 1 == Xxh3Stripes::kStripesPerBlock) scramble(s->acc, s->secret + kScrambleSecret);

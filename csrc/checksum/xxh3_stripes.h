@@ -22,8 +22,10 @@ struct Xxh3Stripes {
     alignas(64) uint64_t acc[8];
     alignas(64) uint8_t secret[kSecretBytes];
     uint64_t len = 0;
-    uint64_t fed = 0;       // stripes accumulated so far
-    uint64_t regular = 0;   // stripes accumulated in order: (len - 1) / 64; the last 64 bytes come after
+    uint64_t fed = 0;  // stripes accumulated so far
+
+    // Stripes accumulated in order; the last 64 bytes come after them.
+    uint64_t regular() const { return (len - 1) / 64; }
 };
 
 // Starts the hash of len (>= kMinLength) bytes.

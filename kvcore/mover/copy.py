@@ -20,7 +20,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from .. import _native
-from .._args import check_tensor_memory, optional_int_arg
+from .._args import check_plain_buffer, check_tensor_memory, optional_int_arg
 from ..errors import BufferTooSmallError, InvalidArgumentError
 from . import cuda as _cuda
 from .future import Future
@@ -223,8 +223,7 @@ class _Blocks:
                 arr = np.asarray(blocks) if not isinstance(blocks, np.ndarray) else blocks
             except (TypeError, ValueError, RuntimeError) as e:
                 raise InvalidArgumentError(f"{what}: not an array of blocks: {e}") from None
-            if arr.dtype.hasobject:
-                raise InvalidArgumentError(f"{what}: an array of Python objects holds no block bytes")
+            check_plain_buffer(arr, what)
             if arr.ndim < 1:
                 raise InvalidArgumentError(f"{what}: needs a block dimension (axis 0)")
             if writable and not arr.flags.writeable:

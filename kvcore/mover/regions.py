@@ -36,8 +36,7 @@ def region(obj: Any, *, writable: bool, what: str) -> Region:
     """The bytes of ``obj``: a PinnedBuffer, a contiguous torch tensor (CPU or
     CUDA), or any C-contiguous buffer-protocol object (numpy, bytearray...)."""
     if type(obj) is np.ndarray:  # fast path for the most common host buffer
-        if obj.dtype.hasobject:
-            raise InvalidArgumentError(f"{what}: an array of Python objects is not a byte buffer")
+        check_plain_buffer(obj, what)
         if not obj.flags.c_contiguous:
             raise InvalidArgumentError(f"{what}: array must be C-contiguous")
         if writable and not obj.flags.writeable:
