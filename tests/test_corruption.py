@@ -153,6 +153,25 @@ def test_edited_row_tables_are_detected(field, value):
             kvcore.decompress(bytes(frame))
 
 
+@pytest.mark.parametrize("n_distinct, n_rows", [(5, 4096), (200, 4096), (700, 4096), (3800, 4096)])
+def test_row_indices_past_the_distinct_rows_are_detected(n_distinct, n_rows):
+    # Index widths 3, 8, 10 and 12 bits; the last plane has few repeats, the
+    # others many (their rows are joined by different loops).
+    g = torch.Generator().manual_seed(n_distinct)
+    distinct = (torch.randn(n_distinct, 32, generator=g) * 4).to(torch.bfloat16)
+    picks = torch.cat([torch.arange(n_distinct), torch.randint(0, n_distinct, (n_rows - n_distinct,), generator=g)])
+    frame = bytearray(kvcore.compress(distinct[picks].contiguous(), mode="fast"))
+    method, at, _ = next(p for p in planes(bytes(frame)) if p[0] == ROWS)
+    _, rows, copies, _ = row_table(bytes(frame), at)
+    assert (rows, rows - copies) == (n_rows, n_distinct)
+    width = (n_distinct - 1).bit_length()
+    first_index = at + 8 + (rows + 7) // 8
+    value = int.from_bytes(frame[first_index : first_index + 2], "little") | ((1 << width) - 1)  # >= n_distinct
+    frame[first_index : first_index + 2] = value.to_bytes(2, "little")
+    with pytest.raises(kvcore.CorruptFrameError, match="does not exist"):
+        kvcore.decompress(bytes(frame))
+
+
 def test_swapped_blocks_are_detected():
     frame = FRAMES["fp32"]
     n_blocks = struct.unpack_from("<I", frame, 12)[0]

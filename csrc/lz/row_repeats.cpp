@@ -1,5 +1,6 @@
 #include "lz/row_repeats.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -187,24 +188,96 @@ Status parse_row_table(const uint8_t* payload, size_t size, size_t n, RowTable* 
     return Status::ok();
 }
 
-Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
+namespace {
+
+// The copies' indices unpacked to one entry each (T: uint8_t when they are at
+// most 8 bits wide), plus one spare entry so that a branch-free loop may read the
+// next index before knowing whether the row needs it. Corrupt when an index does
+// not name a distinct row.
+template <typename T>
+Status unpack_indices(const RowTable& t, std::vector<T>& idx) {
+    idx.resize(t.copies + 1);
+    idx[t.copies] = 0;
+    if (t.width == 0) {  // one distinct row
+        std::fill(idx.begin(), idx.end(), T(0));
+        return Status::ok();
+    }
+    size_t top = 0;
+    if (t.width == 8) {
+        std::memcpy(idx.data(), t.indices, t.copies);
+        if (t.copies != 0) top = *std::max_element(idx.begin(), idx.begin() + t.copies);
+    } else {
+        const size_t ib = index_bytes(t.copies, t.width);
+        const uint64_t mask = (uint64_t(1) << t.width) - 1;
+        size_t k = 0, pos = 0;
+        // 8-byte reads while they stay inside the field, then the careful read.
+        for (const size_t fast = ib < 8 ? 0 : ((ib - 8) * 8) / t.width + 1; k < std::min(fast, t.copies);
+             ++k, pos += t.width) {
+            uint64_t v;
+            std::memcpy(&v, t.indices + (pos >> 3), 8);
+            const size_t i = (v >> (pos & 7)) & mask;
+            idx[k] = static_cast<T>(i);
+            top = std::max(top, i);
+        }
+        for (; k < t.copies; ++k, pos += t.width) {
+            const size_t i = read_index(t.indices, ib, pos, t.width);
+            idx[k] = static_cast<T>(i);
+            top = std::max(top, i);
+        }
+    }
+    if (t.copies != 0 && top >= t.distinct) return bad("a row repeats a row that does not exist");
+    return Status::ok();
+}
+
+// Bits [64 word, 64 word + 64) of the repeat bitmap (zero past its end).
+inline uint64_t bitmap_word(const RowTable& t, size_t word) {
+    const size_t bm = bitmap_bytes(t.rows);
+    uint64_t bits = 0;
+    if (word * 8 + 8 <= bm) {
+        std::memcpy(&bits, t.bitmap + word * 8, 8);
+    } else {
+        for (size_t i = word * 8; i < bm; ++i) bits |= uint64_t(t.bitmap[i]) << (8 * (i - word * 8));
+    }
+    return bits;
+}
+
+// A run of new rows: the next distinct rows in order, one copy.
+inline void copy_new_rows(uint8_t* out, const uint8_t* distinct, size_t rb, size_t& r, size_t& next, size_t end) {
+    if (end <= r) return;
+    std::memcpy(out + r * rb, distinct + next * rb, (end - r) * rb);
+    next += end - r;
+    r = end;
+}
+
+// Rows [0, count) of out, where bit j of bits says row j repeats distinct row
+// idx[k] (k counting the repeats) and is otherwise the next new row. Branch-free:
+// the choice is a mask, as repeats and new rows interleave unpredictably. RB: the
+// row length when fixed at compile time (0: rb).
+template <size_t RB, typename T>
+inline void repeat_rows(uint8_t* out, const uint8_t* distinct, size_t rb, uint64_t bits, size_t count, const T* idx,
+                        size_t& k, size_t& next) {
+    const size_t len = RB ? RB : rb;
+    size_t kk = k, nn = next;  // locals: stores through out (uint8_t) may alias the references
+    for (size_t j = 0; j < count; ++j) {
+        const size_t repeat = (bits >> j) & 1;
+        const size_t src = nn ^ ((size_t(idx[kk]) ^ nn) & (0 - repeat));
+        kk += repeat;
+        nn += repeat ^ 1;
+        copy_row(out + j * len, distinct + src * len, len);
+    }
+    k = kk;
+    next = nn;
+}
+
+// Planes where few rows repeat: the new rows between repeats are one copy per run,
+// each repeat's index read where it is stored.
+Status join_few_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
     const size_t rb = t.row_bytes, bm = bitmap_bytes(t.rows), ib = index_bytes(t.copies, t.width);
     size_t next = 0, r = 0, pos = 0;  // next distinct row; first row not yet written; index bit position
-    // The bitmap 64 rows at a time: the rows before each repeat are new rows, which
-    // are the next distinct rows in order (one copy for the run).
     for (size_t word = 0; word * 8 < bm; ++word) {
-        uint64_t bits = 0;
-        if (word * 8 + 8 <= bm) {
-            std::memcpy(&bits, t.bitmap + word * 8, 8);
-        } else {
-            for (size_t i = word * 8; i < bm; ++i) bits |= uint64_t(t.bitmap[i]) << (8 * (i - word * 8));
-        }
-        for (; bits; bits &= bits - 1) {
+        for (uint64_t bits = bitmap_word(t, word); bits; bits &= bits - 1) {
             const size_t rep = word * 64 + size_t(__builtin_ctzll(bits));
-            if (rep > r) {
-                std::memcpy(out + r * rb, distinct + next * rb, (rep - r) * rb);
-                next += rep - r;
-            }
+            copy_new_rows(out, distinct, rb, r, next, rep);
             const uint32_t i = t.width ? read_index(t.indices, ib, pos, t.width) : 0;
             pos += t.width;
             if (i >= t.distinct) return bad("a row repeats a row that does not exist");
@@ -212,8 +285,48 @@ Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
             r = rep + 1;
         }
     }
-    std::memcpy(out + r * rb, distinct + next * rb, (t.rows - r) * rb);
+    copy_new_rows(out, distinct, rb, r, next, t.rows);
     return Status::ok();
+}
+
+// Planes where many rows repeat: the indices unpacked first, then per 64 rows
+// either the runs of new rows (few repeats) or a branch-free copy per row (many:
+// mispredicted run ends would cost more than the rows).
+template <typename T>
+Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
+    thread_local std::vector<T> idx;
+    KVCORE_RETURN_IF_ERROR(unpack_indices(t, idx));
+    const size_t rb = t.row_bytes, bm = bitmap_bytes(t.rows);
+    size_t next = 0, r = 0, k = 0;  // next distinct row; first row not yet written; next index
+    for (size_t word = 0; word * 8 < bm; ++word) {
+        uint64_t bits = bitmap_word(t, word);
+        const size_t first = word * 64, count = std::min<size_t>(64, t.rows - first);
+        if (popcount8(bits) * 2 < count) {
+            for (; bits; bits &= bits - 1) {
+                const size_t rep = first + size_t(__builtin_ctzll(bits));
+                copy_new_rows(out, distinct, rb, r, next, rep);
+                copy_row(out + rep * rb, distinct + size_t(idx[k++]) * rb, rb);
+                r = rep + 1;
+            }
+            continue;
+        }
+        copy_new_rows(out, distinct, rb, r, next, first);
+        if (rb == 32) {
+            repeat_rows<32>(out + first * rb, distinct, rb, bits, count, idx.data(), k, next);
+        } else {
+            repeat_rows<0>(out + first * rb, distinct, rb, bits, count, idx.data(), k, next);
+        }
+        r = first + count;
+    }
+    copy_new_rows(out, distinct, rb, r, next, t.rows);
+    return Status::ok();
+}
+
+}  // namespace
+
+Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
+    if (t.copies * 4 < t.rows) return join_few_repeats(t, distinct, out);
+    return t.width <= 8 ? join_many_repeats<uint8_t>(t, distinct, out) : join_many_repeats<uint32_t>(t, distinct, out);
 }
 
 }  // namespace kvcore::lz
