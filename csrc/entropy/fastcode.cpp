@@ -378,7 +378,7 @@ KV_AVX2_INLINE void decode_patch_group(const __m256i* V, const __m256i* T, __m25
 }
 
 Status decode_groups_avx512(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
-    if (!fastcode_detail::decode_groups_avx512(p.w, t.rows, p.codes, p.groups, t.full, p.lit, p.nexc, k_io, dst))
+    if (!fastcode_detail::decode_groups_avx512(p.w, p.codes, p.groups, t.full, p.lit, p.nexc, k_io, dst))
         return corrupt("fastcode: more escapes than literals");
     return Status::ok();
 }

@@ -56,11 +56,11 @@ inline size_t stream_size(unsigned w, size_t n, uint64_t nexc) {
 
 // The AVX-512 group decoder (fastcode_avx512.cpp; needs F, BW, VBMI, VBMI2): the
 // codes of `groups` whole groups into dst (256 symbols each). table: the 128 symbols
-// of the codes (entry 2^w - 1, the escape, is don't-care); rows: row-progressive
-// (row j starts at table[16 j]). Escapes take literals lit[*k_io, nexc) in order;
+// of the codes (entry 2^w - 1, the escape, is don't-care; a row-progressive table
+// is read whole like any other). Escapes take literals lit[*k_io, nexc) in order;
 // false when the groups hold more escapes than that (dst then partly written).
-bool decode_groups_avx512(unsigned w, bool rows, const uint8_t* codes, size_t groups, const uint8_t* table,
-                          const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst);
+bool decode_groups_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
+                          uint64_t nexc, uint64_t* k_io, uint8_t* dst);
 
 // The AVX-512 group encoder: `groups` groups of src into their codes at out, with
 // code_of[byte] the code of each byte value (2^w - 1: escaped); escaped bytes go

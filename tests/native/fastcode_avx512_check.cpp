@@ -73,8 +73,8 @@ int main() {
                         std::vector<uint8_t> lits(lit.begin(), lit.begin() + nexc);
                         std::vector<uint8_t> got(groups * kGroup + 1, 0xEE);
                         uint64_t k = 0;
-                        const bool ok = decode_groups_avx512(w, rows, packed.data(), groups, table, lits.data(), nexc,
-                                                             &k, got.data());
+                        const bool ok = decode_groups_avx512(w, packed.data(), groups, table, lits.data(), nexc, &k,
+                                                             got.data());
                         const bool right = short_by ? !ok
                                                     : ok && k == nexc && got.back() == 0xEE &&
                                                           (want.empty() || std::memcmp(got.data(), want.data(), want.size()) == 0);
