@@ -83,3 +83,30 @@ static inline __m512i kv_emulated_shuffle_epi32(__m512i a, int imm) {
 #ifndef _MM_PERM_BADC
 #define _MM_PERM_BADC 0x4E
 #endif
+
+#ifndef _mm512_shldv_epi16
+// Older SIMDe lacks VBMI2's funnel shift: per 16-bit lane, the upper half of
+// (a:b) << (c mod 16), a being the high word.
+static inline __m512i _mm512_shldv_epi16(__m512i a, __m512i b, __m512i c) {
+    uint16_t x[32], y[32], n[32], r[32];
+    std::memcpy(x, &a, 64);
+    std::memcpy(y, &b, 64);
+    std::memcpy(n, &c, 64);
+    for (int l = 0; l < 32; ++l) r[l] = static_cast<uint16_t>(((uint32_t(x[l]) << 16 | y[l]) << (n[l] & 15)) >> 16);
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif
+
+#ifndef _mm512_testn_epi8_mask
+// Older SIMDe lacks it: bit j set where byte j of a & b is zero.
+static inline uint64_t _mm512_testn_epi8_mask(__m512i a, __m512i b) {
+    uint8_t x[64], y[64];
+    std::memcpy(x, &a, 64);
+    std::memcpy(y, &b, 64);
+    uint64_t m = 0;
+    for (int j = 0; j < 64; ++j) m |= uint64_t((x[j] & y[j]) == 0) << j;
+    return m;
+}
+#endif
