@@ -12,8 +12,10 @@ namespace kvcore {
 
 class StripeFeedAvx2 {
 public:
-    explicit StripeFeedAvx2(Xxh3Stripes* s)
-        : s_(s), secret_(s->secret), fed_(s->fed), in_block_(unsigned(s->fed % Xxh3Stripes::kStripesPerBlock)) {}
+    static constexpr unsigned kStripesPerBlock = Xxh3Stripes::kStripesPerBlock;
+
+    // s->fed must be a whole number of blocks (kernels start at stripe 0).
+    explicit StripeFeedAvx2(Xxh3Stripes* s) : s_(s), secret_(s->secret), fed_(s->fed), in_block_(0) {}
     KV_AVX2 void load(__m256i& lo, __m256i& hi) const {
         lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(s_->acc));
         hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(s_->acc + 4));
@@ -26,18 +28,22 @@ public:
     }
     // The next 64 bytes of the input (a: bytes 0..31, b: 32..63), which must be
     // one of its (len - 1) / 64 in-order stripes (the caller bounds its calls).
+    // After each kStripesPerBlock of them, counted from stripe 0, the caller
+    // calls end_block() (between its inner loops: shuffle_internal.h, inner_end).
     KV_AVX2 __attribute__((always_inline)) void add(__m256i& lo, __m256i& hi, __m256i a, __m256i b) {
         const uint8_t* key = secret_ + 8 * in_block_;
         lo = accumulate(lo, a, key);
         hi = accumulate(hi, b, key + 32);
         ++fed_;
-        // Once in 16 stripes, and out of line (inline, GCC keeps the accumulators on the stack).
-        if (__builtin_expect(++in_block_ == Xxh3Stripes::kStripesPerBlock, 0)) {
-            in_block_ = 0;
-            const uint8_t* key = secret_ + Xxh3Stripes::kSecretBytes - 64;
-            lo = scrambled(lo, key);
-            hi = scrambled(hi, key + 32);
-        }
+        ++in_block_;
+    }
+
+    // XXH3's scramble at the end of each block of stripes.
+    KV_AVX2 __attribute__((always_inline)) void end_block(__m256i& lo, __m256i& hi) {
+        in_block_ = 0;
+        const uint8_t* key = secret_ + Xxh3Stripes::kSecretBytes - 64;
+        lo = scrambled(lo, key);
+        hi = scrambled(hi, key + 32);
     }
 
 private:
@@ -47,7 +53,7 @@ private:
         // Lane j also takes the data of lane j ^ 1.
         return _mm256_add_epi64(acc, _mm256_add_epi64(product, _mm256_shuffle_epi32(data, 0x4E)));
     }
-    KV_AVX2 __attribute__((noinline)) static __m256i scrambled(__m256i acc, const uint8_t* key) {
+    KV_AVX2 __attribute__((always_inline)) static __m256i scrambled(__m256i acc, const uint8_t* key) {
         const __m256i prime = _mm256_set1_epi32(int(0x9E3779B1u));
         const __m256i k = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key));
         const __m256i a = _mm256_xor_si256(_mm256_xor_si256(acc, _mm256_srli_epi64(acc, 47)), k);

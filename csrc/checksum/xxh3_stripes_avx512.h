@@ -11,9 +11,10 @@ namespace kvcore {
 
 class StripeFeed {
 public:
-    explicit StripeFeed(Xxh3Stripes* s)
-        : s_(s), secret_(s->secret), fed_(s->fed),
-          in_block_(unsigned(s->fed % Xxh3Stripes::kStripesPerBlock)) {}
+    static constexpr unsigned kStripesPerBlock = Xxh3Stripes::kStripesPerBlock;
+
+    // s->fed must be a whole number of blocks (kernels start at stripe 0).
+    explicit StripeFeed(Xxh3Stripes* s) : s_(s), secret_(s->secret), fed_(s->fed), in_block_(0) {}
     KV_AVX512 __m512i load() const { return _mm512_load_si512(s_->acc); }
     // Writes the accumulators and the count of stripes fed back (for finish()).
     KV_AVX512 void store(__m512i acc) const {
@@ -22,30 +23,30 @@ public:
     }
     // The next 64 bytes of the input, which must be one of its (len - 1) / 64
     // in-order stripes (the caller bounds its calls; no check here keeps the
-    // accumulators in a register).
-    KV_AVX512 __attribute__((always_inline)) void add(__m512i& acc, __m512i data) {
+    // accumulators in a register). After each kStripesPerBlock of them, counted
+    // from stripe 0, the caller calls end_block().
+    KV_AVX512 __attribute__((always_inline)) __m512i add(__m512i acc, __m512i data) {
         const __m512i key = _mm512_xor_si512(data, _mm512_loadu_si512(secret_ + 8 * in_block_));
         const __m512i product = _mm512_mul_epu32(key, _mm512_srli_epi64(key, 32));
         // Lane j also takes the data of lane j ^ 1.
-        acc = _mm512_add_epi64(acc, _mm512_add_epi64(product, _mm512_shuffle_epi32(data, _MM_PERM_BADC)));
         ++fed_;
-        // Once in 16 stripes, and out of line: inline, GCC keeps acc on the stack
-        // across the branch (a store and a load on every stripe).
-        if (__builtin_expect(++in_block_ == Xxh3Stripes::kStripesPerBlock, 0)) {
-            in_block_ = 0;
-            acc = scrambled(acc, secret_);
-        }
+        ++in_block_;
+        return _mm512_add_epi64(acc, _mm512_add_epi64(product, _mm512_shuffle_epi32(data, _MM_PERM_BADC)));
     }
 
-private:
-    KV_AVX512 __attribute__((noinline)) static __m512i scrambled(__m512i acc, const uint8_t* secret) {
+    // XXH3's scramble at the end of each block of stripes. A kernel calls it
+    // between its inner loops: a branch inside the loop (inline or a call) made
+    // GCC keep the accumulators on the stack, a store and a load per stripe.
+    KV_AVX512 __attribute__((always_inline)) __m512i end_block(__m512i acc) {
+        in_block_ = 0;
         const __m512i prime = _mm512_set1_epi32(int(0x9E3779B1u));
-        const __m512i key = _mm512_loadu_si512(secret + Xxh3Stripes::kSecretBytes - 64);
+        const __m512i key = _mm512_loadu_si512(secret_ + Xxh3Stripes::kSecretBytes - 64);
         const __m512i a = _mm512_xor_si512(_mm512_xor_si512(acc, _mm512_srli_epi64(acc, 47)), key);
         const __m512i lo = _mm512_mul_epu32(a, prime), hi = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), prime);
         return _mm512_add_epi64(lo, _mm512_slli_epi64(hi, 32));
     }
 
+private:
     Xxh3Stripes* s_;
     const uint8_t* secret_;
     uint64_t fed_;

@@ -31,7 +31,9 @@ KV_AVX2 inline void st(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_
 struct NoFeed {
     KV_AVX2 void load(__m256i& lo, __m256i& hi) const { lo = hi = _mm256_setzero_si256(); }
     KV_AVX2 void store(__m256i, __m256i) const {}
+    static constexpr unsigned kStripesPerBlock = 1u << 30;
     KV_AVX2 void add(__m256i&, __m256i&, __m256i, __m256i) {}
+    KV_AVX2 void end_block(__m256i&, __m256i&) {}
 };
 
 // Rotations by one bit within 8-, 16- and 32-bit lanes.
@@ -74,25 +76,28 @@ KV_AVX2 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
 template <bool Rot, bool Res, typename Feed>
 KV_AVX2 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
+    constexpr size_t B = 64;
+    const ResidualPattern res(t, n);  // (may allocate: before the accumulators, which no call may cross in registers)
+    const size_t step = res.step(B);
     __m256i acc_lo, acc_hi;
     feed.load(acc_lo, acc_hi);
-    constexpr size_t B = 64;
-    const ResidualPattern res(t, n);
-    const size_t step = res.step(B);
     size_t pos = 0, i = 0;
     const uint8_t* in = planes[0];
-    for (; i + B <= n; i += B) {
-        __m256i a = ld(in + i), b = ld(in + i + 32);
-        if (Res) {
-            const uint8_t* r = res.bytes() + pos;
-            a = _mm256_add_epi8(a, ld(r));
-            b = _mm256_add_epi8(b, ld(r + 32));
-            res.advance(pos, step);
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 1, Feed>(i, n, &full); i < end; i += B) {
+            __m256i a = ld(in + i), b = ld(in + i + 32);
+            if (Res) {
+                const uint8_t* r = res.bytes() + pos;
+                a = _mm256_add_epi8(a, ld(r));
+                b = _mm256_add_epi8(b, ld(r + 32));
+                res.advance(pos, step);
+            }
+            if (Rot) a = rotr8(a), b = rotr8(b);
+            st(dst + i, a);
+            st(dst + i + 32, b);
+            feed.add(acc_lo, acc_hi, a, b);
         }
-        if (Rot) a = rotr8(a), b = rotr8(b);
-        st(dst + i, a);
-        st(dst + i + 32, b);
-        feed.add(acc_lo, acc_hi, a, b);
+        if (full) feed.end_block(acc_lo, acc_hi);
     }
     feed.store(acc_lo, acc_hi);
     fed_to = feed;
@@ -140,38 +145,41 @@ KV_AVX2 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
 template <bool Rot, bool Res, typename Feed>
 KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
+    constexpr size_t B = 64;
+    const ResidualPattern res(t, n);  // (may allocate: before the accumulators, which no call may cross in registers)
+    const size_t step = res.step(B);
     __m256i acc_lo, acc_hi;
     feed.load(acc_lo, acc_hi);
-    constexpr size_t B = 64;
-    const ResidualPattern res(t, n);
-    const size_t step = res.step(B);
     const uint8_t* p0 = planes[0];
     const uint8_t* p1 = planes[1];
     size_t pos = 0, i = 0;
-    for (; i + B <= n; i += B) {
-        __m256i lo0 = ld(p0 + i), lo1 = ld(p0 + i + 32);
-        __m256i hi0 = ld(p1 + i), hi1 = ld(p1 + i + 32);
-        if (Res) {
-            const uint8_t* r = res.bytes() + pos;
-            hi0 = _mm256_add_epi8(hi0, ld(r));
-            hi1 = _mm256_add_epi8(hi1, ld(r + 32));
-            res.advance(pos, step);
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
+            __m256i lo0 = ld(p0 + i), lo1 = ld(p0 + i + 32);
+            __m256i hi0 = ld(p1 + i), hi1 = ld(p1 + i + 32);
+            if (Res) {
+                const uint8_t* r = res.bytes() + pos;
+                hi0 = _mm256_add_epi8(hi0, ld(r));
+                hi1 = _mm256_add_epi8(hi1, ld(r + 32));
+                res.advance(pos, step);
+            }
+            // After (q0 q2 q1 q3), the in-lane unpacks yield elements 0..15 and 16..31.
+            lo0 = _mm256_permute4x64_epi64(lo0, 0xD8);
+            hi0 = _mm256_permute4x64_epi64(hi0, 0xD8);
+            lo1 = _mm256_permute4x64_epi64(lo1, 0xD8);
+            hi1 = _mm256_permute4x64_epi64(hi1, 0xD8);
+            __m256i a = _mm256_unpacklo_epi8(lo0, hi0), b = _mm256_unpackhi_epi8(lo0, hi0);
+            __m256i c = _mm256_unpacklo_epi8(lo1, hi1), d = _mm256_unpackhi_epi8(lo1, hi1);
+            if (Rot) a = rotr16(a), b = rotr16(b), c = rotr16(c), d = rotr16(d);
+            uint8_t* o = dst + 2 * i;
+            st(o, a);
+            st(o + 32, b);
+            st(o + 64, c);
+            st(o + 96, d);
+            feed.add(acc_lo, acc_hi, a, b);
+            feed.add(acc_lo, acc_hi, c, d);
         }
-        // After (q0 q2 q1 q3), the in-lane unpacks yield elements 0..15 and 16..31.
-        lo0 = _mm256_permute4x64_epi64(lo0, 0xD8);
-        hi0 = _mm256_permute4x64_epi64(hi0, 0xD8);
-        lo1 = _mm256_permute4x64_epi64(lo1, 0xD8);
-        hi1 = _mm256_permute4x64_epi64(hi1, 0xD8);
-        __m256i a = _mm256_unpacklo_epi8(lo0, hi0), b = _mm256_unpackhi_epi8(lo0, hi0);
-        __m256i c = _mm256_unpacklo_epi8(lo1, hi1), d = _mm256_unpackhi_epi8(lo1, hi1);
-        if (Rot) a = rotr16(a), b = rotr16(b), c = rotr16(c), d = rotr16(d);
-        uint8_t* o = dst + 2 * i;
-        st(o, a);
-        st(o + 32, b);
-        st(o + 64, c);
-        st(o + 96, d);
-        feed.add(acc_lo, acc_hi, a, b);
-        feed.add(acc_lo, acc_hi, c, d);
+        if (full) feed.end_block(acc_lo, acc_hi);
     }
     feed.store(acc_lo, acc_hi);
     fed_to = feed;
@@ -220,38 +228,41 @@ KV_AVX2 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
 template <bool Rot, bool Res, typename Feed>
 KV_AVX2 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
+    constexpr size_t B = 32;
+    const ResidualPattern res(t, n);  // (may allocate: before the accumulators, which no call may cross in registers)
+    const size_t step = res.step(B);
     __m256i acc_lo, acc_hi;
     feed.load(acc_lo, acc_hi);
-    constexpr size_t B = 32;
-    const ResidualPattern res(t, n);
-    const size_t step = res.step(B);
     size_t pos = 0, i = 0;
-    for (; i + B <= n; i += B) {
-        const __m256i q0 = ld(planes[0] + i), q1 = ld(planes[1] + i), q2 = ld(planes[2] + i);
-        __m256i q3 = ld(planes[3] + i);
-        if (Res) {
-            q3 = _mm256_add_epi8(q3, ld(res.bytes() + pos));
-            res.advance(pos, step);
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
+            const __m256i q0 = ld(planes[0] + i), q1 = ld(planes[1] + i), q2 = ld(planes[2] + i);
+            __m256i q3 = ld(planes[3] + i);
+            if (Res) {
+                q3 = _mm256_add_epi8(q3, ld(res.bytes() + pos));
+                res.advance(pos, step);
+            }
+            // Byte pairs (b0 b1) and (b2 b3): lane 0 holds elements 0..7 / 8..15, lane 1 16..23 / 24..31.
+            const __m256i a_lo = _mm256_unpacklo_epi8(q0, q1), a_hi = _mm256_unpackhi_epi8(q0, q1);
+            const __m256i b_lo = _mm256_unpacklo_epi8(q2, q3), b_hi = _mm256_unpackhi_epi8(q2, q3);
+            // Whole elements: x0 = (0..3 | 16..19), x1 = (4..7 | 20..23), x2 = (8..11 | 24..27), x3 = (12..15 | 28..31).
+            const __m256i x0 = _mm256_unpacklo_epi16(a_lo, b_lo), x1 = _mm256_unpackhi_epi16(a_lo, b_lo);
+            const __m256i x2 = _mm256_unpacklo_epi16(a_hi, b_hi), x3 = _mm256_unpackhi_epi16(a_hi, b_hi);
+            __m256i o[4] = {
+                _mm256_permute2x128_si256(x0, x1, 0x20),
+                _mm256_permute2x128_si256(x2, x3, 0x20),
+                _mm256_permute2x128_si256(x0, x1, 0x31),
+                _mm256_permute2x128_si256(x2, x3, 0x31),
+            };
+            uint8_t* d = dst + 4 * i;
+            for (int k = 0; k < 4; ++k) {
+                if (Rot) o[k] = rotr32(o[k]);
+                st(d + 32 * k, o[k]);
+            }
+            feed.add(acc_lo, acc_hi, o[0], o[1]);
+            feed.add(acc_lo, acc_hi, o[2], o[3]);
         }
-        // Byte pairs (b0 b1) and (b2 b3): lane 0 holds elements 0..7 / 8..15, lane 1 16..23 / 24..31.
-        const __m256i a_lo = _mm256_unpacklo_epi8(q0, q1), a_hi = _mm256_unpackhi_epi8(q0, q1);
-        const __m256i b_lo = _mm256_unpacklo_epi8(q2, q3), b_hi = _mm256_unpackhi_epi8(q2, q3);
-        // Whole elements: x0 = (0..3 | 16..19), x1 = (4..7 | 20..23), x2 = (8..11 | 24..27), x3 = (12..15 | 28..31).
-        const __m256i x0 = _mm256_unpacklo_epi16(a_lo, b_lo), x1 = _mm256_unpackhi_epi16(a_lo, b_lo);
-        const __m256i x2 = _mm256_unpacklo_epi16(a_hi, b_hi), x3 = _mm256_unpackhi_epi16(a_hi, b_hi);
-        __m256i o[4] = {
-            _mm256_permute2x128_si256(x0, x1, 0x20),
-            _mm256_permute2x128_si256(x2, x3, 0x20),
-            _mm256_permute2x128_si256(x0, x1, 0x31),
-            _mm256_permute2x128_si256(x2, x3, 0x31),
-        };
-        uint8_t* d = dst + 4 * i;
-        for (int k = 0; k < 4; ++k) {
-            if (Rot) o[k] = rotr32(o[k]);
-            st(d + 32 * k, o[k]);
-        }
-        feed.add(acc_lo, acc_hi, o[0], o[1]);
-        feed.add(acc_lo, acc_hi, o[2], o[3]);
+        if (full) feed.end_block(acc_lo, acc_hi);
     }
     feed.store(acc_lo, acc_hi);
     fed_to = feed;

@@ -24,9 +24,11 @@ KV_AVX512 inline void st(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
 // A merge kernel hands each 64-byte output vector, in order, to a Feed: NoFeed,
 // or a StripeFeed that checksums the output from registers.
 struct NoFeed {
+    static constexpr unsigned kStripesPerBlock = 1u << 30;
     KV_AVX512 __m512i load() const { return _mm512_setzero_si512(); }
     KV_AVX512 void store(__m512i) const {}
-    KV_AVX512 void add(__m512i&, __m512i) {}
+    KV_AVX512 __m512i add(__m512i acc, __m512i) { return acc; }
+    KV_AVX512 __m512i end_block(__m512i acc) { return acc; }
 };
 
 // A byte-index vector for vpermt2b: idx[j] = f(j), each in [0, 128).
@@ -78,25 +80,28 @@ KV_AVX512 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uin
 template <bool Rot, bool Res, typename Feed>
 KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
-    __m512i acc = feed.load();
     constexpr size_t B = 128;
-    const ResidualPattern res(t, n);
+    const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
+    __m512i acc = feed.load();
     size_t pos = 0, i = 0;
     const uint8_t* in = planes[0];
-    for (; i + B <= n; i += B) {
-        __m512i a = ld(in + i), b = ld(in + i + 64);
-        if (Res) {
-            const uint8_t* r = res.bytes() + pos;
-            a = _mm512_add_epi8(a, ld(r));
-            b = _mm512_add_epi8(b, ld(r + 64));
-            res.advance(pos, step);
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
+            __m512i a = ld(in + i), b = ld(in + i + 64);
+            if (Res) {
+                const uint8_t* r = res.bytes() + pos;
+                a = _mm512_add_epi8(a, ld(r));
+                b = _mm512_add_epi8(b, ld(r + 64));
+                res.advance(pos, step);
+            }
+            if (Rot) a = rotr8(a), b = rotr8(b);
+            st(dst + i, a);
+            st(dst + i + 64, b);
+            acc = feed.add(acc, a);
+            acc = feed.add(acc, b);
         }
-        if (Rot) a = rotr8(a), b = rotr8(b);
-        st(dst + i, a);
-        st(dst + i + 64, b);
-        feed.add(acc, a);
-        feed.add(acc, b);
+        if (full) acc = feed.end_block(acc);
     }
     feed.store(acc);
     fed_to = feed;
@@ -132,28 +137,31 @@ KV_AVX512 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uin
 template <bool Rot, bool Res, typename Feed>
 KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
-    __m512i acc = feed.load();
     constexpr size_t B = 64;
-    const ResidualPattern res(t, n);
+    const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
+    __m512i acc = feed.load();
     // Output byte j of elements 0..31: low plane byte j/2 (even j) or high plane byte j/2 (odd j, +64).
     const __m512i first = index_vector([](int j) { return (j & 1 ? 64 : 0) + j / 2; });
     const __m512i second = index_vector([](int j) { return (j & 1 ? 64 : 0) + 32 + j / 2; });
     size_t pos = 0, i = 0;
-    for (; i + B <= n; i += B) {
-        const __m512i lo = ld(planes[0] + i);
-        __m512i hi = ld(planes[1] + i);
-        if (Res) {
-            hi = _mm512_add_epi8(hi, ld(res.bytes() + pos));
-            res.advance(pos, step);
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
+            const __m512i lo = ld(planes[0] + i);
+            __m512i hi = ld(planes[1] + i);
+            if (Res) {
+                hi = _mm512_add_epi8(hi, ld(res.bytes() + pos));
+                res.advance(pos, step);
+            }
+            __m512i a = _mm512_permutex2var_epi8(lo, first, hi);
+            __m512i b = _mm512_permutex2var_epi8(lo, second, hi);
+            if (Rot) a = rotr16(a), b = rotr16(b);
+            st(dst + 2 * i, a);
+            st(dst + 2 * i + 64, b);
+            acc = feed.add(acc, a);
+            acc = feed.add(acc, b);
         }
-        __m512i a = _mm512_permutex2var_epi8(lo, first, hi);
-        __m512i b = _mm512_permutex2var_epi8(lo, second, hi);
-        if (Rot) a = rotr16(a), b = rotr16(b);
-        st(dst + 2 * i, a);
-        st(dst + 2 * i + 64, b);
-        feed.add(acc, a);
-        feed.add(acc, b);
+        if (full) acc = feed.end_block(acc);
     }
     feed.store(acc);
     fed_to = feed;
@@ -200,10 +208,10 @@ KV_AVX512 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uin
 template <bool Rot, bool Res, typename Feed>
 KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
-    __m512i acc = feed.load();
     constexpr size_t B = 64;
-    const ResidualPattern res(t, n);
+    const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
+    __m512i acc = feed.load();
     // Sources: x = (plane 0 | plane 1) and y = (plane 2 | plane 3) of 32 elements,
     // each plane 32 bytes. Output byte 4e + p of element e (+16 for the second vector).
     const __m512i first = index_vector([](int j) {
@@ -215,27 +223,30 @@ KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransfo
         return (p >= 2 ? 64 : 0) + (p & 1) * 32 + e;
     });
     size_t pos = 0, i = 0;
-    for (; i + B <= n; i += B) {
-        const __m512i q0 = ld(planes[0] + i), q1 = ld(planes[1] + i), q2 = ld(planes[2] + i);
-        __m512i q3 = ld(planes[3] + i);
-        if (Res) {
-            q3 = _mm512_add_epi8(q3, ld(res.bytes() + pos));
-            res.advance(pos, step);
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 4, Feed>(i, n, &full); i < end; i += B) {
+            const __m512i q0 = ld(planes[0] + i), q1 = ld(planes[1] + i), q2 = ld(planes[2] + i);
+            __m512i q3 = ld(planes[3] + i);
+            if (Res) {
+                q3 = _mm512_add_epi8(q3, ld(res.bytes() + pos));
+                res.advance(pos, step);
+            }
+            const __m512i x0 = _mm512_shuffle_i64x2(q0, q1, 0x44), x1 = _mm512_shuffle_i64x2(q0, q1, 0xEE);
+            const __m512i y0 = _mm512_shuffle_i64x2(q2, q3, 0x44), y1 = _mm512_shuffle_i64x2(q2, q3, 0xEE);
+            __m512i o[4] = {
+                _mm512_permutex2var_epi8(x0, first, y0),
+                _mm512_permutex2var_epi8(x0, second, y0),
+                _mm512_permutex2var_epi8(x1, first, y1),
+                _mm512_permutex2var_epi8(x1, second, y1),
+            };
+            uint8_t* d = dst + 4 * i;
+            for (int k = 0; k < 4; ++k) {
+                const __m512i v = Rot ? _mm512_ror_epi32(o[k], 1) : o[k];
+                st(d + 64 * k, v);
+                acc = feed.add(acc, v);
+            }
         }
-        const __m512i x0 = _mm512_shuffle_i64x2(q0, q1, 0x44), x1 = _mm512_shuffle_i64x2(q0, q1, 0xEE);
-        const __m512i y0 = _mm512_shuffle_i64x2(q2, q3, 0x44), y1 = _mm512_shuffle_i64x2(q2, q3, 0xEE);
-        __m512i o[4] = {
-            _mm512_permutex2var_epi8(x0, first, y0),
-            _mm512_permutex2var_epi8(x0, second, y0),
-            _mm512_permutex2var_epi8(x1, first, y1),
-            _mm512_permutex2var_epi8(x1, second, y1),
-        };
-        uint8_t* d = dst + 4 * i;
-        for (int k = 0; k < 4; ++k) {
-            const __m512i v = Rot ? _mm512_ror_epi32(o[k], 1) : o[k];
-            st(d + 64 * k, v);
-            feed.add(acc, v);
-        }
+        if (full) acc = feed.end_block(acc);
     }
     feed.store(acc);
     fed_to = feed;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -76,6 +77,21 @@ void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneT
 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
 void merge_hashed_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
                          uint8_t* dst, Xxh3Stripes* hash);
+
+// A hashing merge kernel's loop is a loop of inner loops, each of steps of B
+// elements that feed kStripes stripes: the feed's block ends (XXH3's scramble)
+// fall between inner loops, so that no branch or call inside them makes GCC keep
+// the accumulators on the stack (a store and a load per stripe). The end of the
+// inner loop from element i: a block's worth of steps, or fewer where n ends
+// first (*full = false: the last one).
+template <size_t B, unsigned kStripes, typename Feed>
+inline size_t inner_end(size_t i, size_t n, bool* full) {
+    static_assert(Feed::kStripesPerBlock % kStripes == 0, "a step must not straddle a block end");
+    constexpr size_t per_block = Feed::kStripesPerBlock / kStripes;
+    const size_t steps = std::min(per_block, (n - i) / B);
+    *full = steps == per_block;
+    return i + steps * B;
+}
 
 // Scalar finish of a SIMD pass: elements [done, n) with the phase moved on.
 inline void split_rest(const uint8_t* src, size_t n, size_t done, unsigned elem_size, const PlaneTransform& t,

@@ -26,7 +26,10 @@ namespace {
 KV_AVX512 void feed_avx512(kvcore::Xxh3Stripes* s, const uint8_t* data, uint64_t stripes) {
     kvcore::StripeFeed f(s);
     __m512i acc = f.load();
-    for (uint64_t i = 0; i < stripes; ++i) f.add(acc, _mm512_loadu_si512(data + 64 * i));
+    for (uint64_t i = 0; i < stripes; ++i) {
+        acc = f.add(acc, _mm512_loadu_si512(data + 64 * i));
+        if ((i + 1) % kvcore::StripeFeed::kStripesPerBlock == 0) acc = f.end_block(acc);
+    }
     f.store(acc);
 }
 
@@ -38,6 +41,7 @@ KV_AVX2 void feed_avx2(kvcore::Xxh3Stripes* s, const uint8_t* data, uint64_t str
     for (uint64_t i = 0; i < stripes; ++i) {
         const auto* p = reinterpret_cast<const __m256i*>(data + 64 * i);
         f.add(lo, hi, _mm256_loadu_si256(p), _mm256_loadu_si256(p + 1));
+        if ((i + 1) % kvcore::StripeFeedAvx2::kStripesPerBlock == 0) f.end_block(lo, hi);
     }
     f.store(lo, hi);
 }
