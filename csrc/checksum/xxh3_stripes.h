@@ -1,6 +1,6 @@
 // XXH3-64 (seeded) of an input longer than 240 bytes, computed from its 64-byte
 // stripes as a kernel produces them: a merge kernel feeds each output vector
-// while it is still in a register (xxh3_stripes_avx512.h), so the checksum of
+// while it is still in a register (xxh3_stripes_avx512.h, xxh3_stripes_avx2.h), so the checksum of
 // decoded bytes costs no second pass over them. The digest equals
 // XXH3_64bits_withSeed(data, len, seed) of the whole input.
 //

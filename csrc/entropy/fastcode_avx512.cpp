@@ -23,11 +23,18 @@ constexpr unsigned comp_offset(unsigned w, unsigned c) { return c == 4 ? 0 : c =
 
 // Where a C-bit component of output vectors 2J and 2J + 1 sits in its byte of the
 // group's vector: bit C * f in the low half (vector 2J) and C * (f + 1) in the high
-// half, f = 2J mod 8 / C. As 16-bit shift counts, one per half.
+// half, f = 2J mod 8 / C.
+constexpr unsigned field_bit(unsigned c, unsigned j) { return c * ((2 * j) % (8 / c)); }
+
+// A 16-bit count for each half of a register (lo: vector 2J, hi: 2J + 1).
+KV_AVX512 inline __m512i per_half(unsigned lo, unsigned hi) {
+    return _mm512_inserti64x4(_mm512_set1_epi16(short(lo)), _mm256_set1_epi16(short(hi)), 1);
+}
+
+// The component's position as shift counts (the encoder shifts fields up to it).
 template <unsigned C, unsigned J>
 KV_AVX512 inline __m512i half_shifts() {
-    constexpr unsigned f = (2 * J) % (8 / C);
-    return _mm512_inserti64x4(_mm512_set1_epi16(short(C * f)), _mm256_set1_epi16(short(C * f + C)), 1);
+    return per_half(field_bit(C, J), field_bit(C, J) + C);
 }
 
 // Component (C bits at code offset o) of output vectors 2J, 2J + 1, rotated (per
@@ -35,11 +42,10 @@ KV_AVX512 inline __m512i half_shifts() {
 // other bits are left as garbage for the caller to mask off or ignore.
 template <unsigned W, unsigned C, unsigned J>
 KV_AVX512 inline __m512i component(const uint8_t* g) {
-    constexpr unsigned o = comp_offset(W, C), per = 8 / C, f = (2 * J) % per;
+    constexpr unsigned o = comp_offset(W, C), per = 8 / C, at = field_bit(C, J);
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * (o + 2 * J / per)));
     const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1);
-    const __m512i counts = _mm512_inserti64x4(_mm512_set1_epi16(short((o + 16 - C * f) % 16)),
-                                              _mm256_set1_epi16(short((o + 16 - C * f - C) % 16)), 1);
+    const __m512i counts = per_half((o + 16 - at) % 16, (o + 16 - at - C) % 16);
     return _mm512_shldv_epi16(both, both, counts);  // a funnel shift of a word with itself: a rotate
 }
 
