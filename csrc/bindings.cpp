@@ -673,7 +673,7 @@ PYBIND11_MODULE(_native, m) {
             if (_PyBytes_Resize(&raw, Py_ssize_t(written)) != 0) throw py::error_already_set();
             return py::reinterpret_steal<py::bytes>(raw);
         },
-        py::arg("src"), "Huffman-codes a byte buffer (order-0, canonical, 4 streams); returns the stream.");
+        py::arg("src"), "Huffman-codes a byte buffer (order-0, canonical, 6 streams); returns the stream.");
     m.def(
         "huffman_decode",
         [](const py::buffer& stream, long long n) {
@@ -725,7 +725,7 @@ PYBIND11_MODULE(_native, m) {
             return size;
         },
         py::arg("src"), py::arg("sampled") = false,
-        "Upper bound (exact + <= 3 bytes) of len(huffman_encode(src)), without coding; sampled=True: "
+        "Upper bound (exact + <= 5 bytes) of len(huffman_encode(src)), without coding; sampled=True: "
         "the estimate from sampled weights that the frame encoder uses to skip planes that would not shrink.");
     m.def(
         "byte_histogram",

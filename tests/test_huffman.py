@@ -17,11 +17,14 @@ from hypothesis import strategies as st
 import kvcore
 from kvcore import _native
 
-from conftest import KVDATA
+from conftest import KVDATA, ROOT
 from isa_variants import VARIANTS, use_variant
 
 PIECE = 128 * 1024
-HEADER_MAX = 1 + 32 + 128 + 12  # tag, symbol bitmap, 256 length nibbles, 3 stream sizes
+STREAMS = 6  # tag 3: six segments, each coded last symbol first
+SIZES = 4 * (STREAMS - 1)  # the stream sizes after the code lengths
+HEADER_MAX = 1 + 32 + 128 + SIZES  # tag, symbol bitmap, 256 length nibbles, stream sizes
+LEGACY = ROOT / "tests" / "data" / "huffman_tag2.npz"  # tag 2 streams and a frame, written at 9859826
 
 
 @pytest.fixture(params=VARIANTS)
@@ -108,11 +111,11 @@ def test_real_planes_size_near_entropy(planes):
             piece = plane[start : start + PIECE]
             counts = np.bincount(piece, minlength=256)
             m = int((counts > 0).sum())
-            header = 1 + 32 + (m + 1) // 2 + 12
+            header = 1 + 32 + (m + 1) // 2 + SIZES
             size = len(_native.huffman_encode(piece.tobytes()))
             h = entropy_bits(counts) / 8
             assert size - header >= h - 1e-6, name  # no code beats the entropy
-            assert size - header <= huffman_bits(counts) / 8 * slack + 4, name
+            assert size - header <= huffman_bits(counts) / 8 * slack + STREAMS, name
             total += size
             total_h += h
         # Over the whole file (headers included) within 2.5 % of the order-0 entropy.
@@ -165,7 +168,7 @@ def test_windowed_pairs_on_channel_groups(planes):
 # ---------------------------------------------------------------- synthetic inputs
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 100, 4097, 1 << 20])
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 6, 7, 11, 13, 100, 4097, 1 << 20])
 def test_sizes(variant, n):
     rng = np.random.default_rng(n)
     skewed = np.minimum(rng.geometric(0.3, n), 255).astype(np.uint8)
@@ -188,13 +191,13 @@ def test_empty_and_constant_forms(variant):
 def test_two_symbols_use_one_bit(variant):
     data = bytes([5, 9] * 5000)
     stream = round_trip(data)
-    assert len(stream) <= 1 + 32 + 1 + 12 + len(data) // 8 + 4
+    assert len(stream) <= 1 + 32 + 1 + SIZES + len(data) // 8 + STREAMS
 
 
 def test_uniform_random_stays_near_raw(variant):
     data = np.random.default_rng(1).integers(0, 256, 1 << 18, dtype=np.uint8)
     stream = round_trip(data)
-    assert len(stream) <= len(data) + HEADER_MAX + 4
+    assert len(stream) <= len(data) + HEADER_MAX + STREAMS
     assert len(stream) <= _native.huffman_bound(len(data))
 
 
@@ -382,7 +385,7 @@ def test_random_garbage(variant):
         size = rng.randint(0, 300)
         garbage = bytearray(rng.getrandbits(8) for _ in range(size))
         if garbage and rng.random() < 0.7:
-            garbage[0] = 2  # Huffman tag: exercise the header and stream checks
+            garbage[0] = rng.choice([2, 3])  # Huffman tags: exercise the header and stream checks
         _decode_or_corrupt(bytes(garbage), rng.choice([0, 1, 5, 100, 1000, 5000]))
 
 
@@ -392,7 +395,7 @@ def test_header_fields_checked(variant):
     m = sum(bin(x).count("1") for x in b[1:33])
     sizes_at = 1 + 32 + (m + 1) // 2
     # Stream sizes that overrun the input or shift the streams.
-    for k in range(3):
+    for k in range(STREAMS - 1):
         for delta in (1, -1, 1 << 20, -(1 << 31) & 0xFFFFFFFF):
             c = bytearray(b)
             v = int.from_bytes(c[sizes_at + 4 * k : sizes_at + 4 * k + 4], "little")
@@ -508,7 +511,7 @@ def test_estimate_bounds_the_encoded_size(variant):
     for data in cases:
         size = len(_native.huffman_encode(data))
         estimate = _native.huffman_estimate(data)
-        assert size <= estimate <= size + 3, (len(data), size, estimate)
+        assert size <= estimate <= size + STREAMS - 1, (len(data), size, estimate)
 
 
 def _low_planes() -> list[np.ndarray]:
@@ -551,3 +554,106 @@ def test_avx512_presence_scan_matches_scalar(tmp_path):
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert run.stdout.startswith("ok:")
+
+
+# ---------------------------------------------------------------- stream layout, old and new
+
+
+def _reference_decode(stream: bytes, n: int) -> bytes:
+    """The layout documented at the top of csrc/entropy/huffman.cpp, read bit by bit:
+    tag 3 codes each of six segments last symbol first, tag 2 each of four first symbol
+    first; canonical codes by (length, symbol), MSB-first, zero pad to a byte."""
+    tag = stream[0]
+    streams = {3: 6, 2: 4}[tag]
+    lengths = _header_lengths(stream)
+    m = len(lengths)
+    by_code = {}
+    code, prev_len = 0, 0
+    for sym, length in sorted(lengths.items(), key=lambda kv: (kv[1], kv[0])):
+        code <<= length - prev_len
+        by_code[(length, code)] = sym
+        code, prev_len = code + 1, length
+    pos = 1 + 32 + (m + 1) // 2
+    sizes = [int.from_bytes(stream[pos + 4 * k : pos + 4 * k + 4], "little") for k in range(streams - 1)]
+    pos += 4 * (streams - 1)
+    sizes.append(len(stream) - pos - sum(sizes))
+    out = []
+    for k in range(streams):
+        body = stream[pos : pos + sizes[k]]
+        pos += sizes[k]
+        bits = "".join(f"{b:08b}" for b in body)
+        count = n // streams + (k < n % streams)
+        segment, at, code, length = [], 0, 0, 0
+        while len(segment) < count:
+            code, length, at = code << 1 | int(bits[at]), length + 1, at + 1
+            if (length, code) in by_code:
+                segment.append(by_code[(length, code)])
+                code, length = 0, 0
+        assert set(bits[at:]) <= {"0"} and len(bits) - at < 8  # only the zero pad is left
+        out += segment[::-1] if tag == 3 else segment
+    return bytes(out)
+
+
+@pytest.mark.parametrize("n", [2, 7, 13, 700, 5003])
+def test_stream_layout_is_the_documented_one(variant, n):
+    """An independent bit-by-bit reader of the documented layout decodes what the encoder
+    writes, for windowed (two symbols a lookup) and wide alphabets and for segment lengths
+    that differ by one."""
+    rng = np.random.default_rng(n)
+    for data in (np.minimum(rng.geometric(0.35, n), 30).astype(np.uint8),
+                 rng.integers(0, 256, n, dtype=np.uint8)):
+        raw = data.tobytes()
+        stream = _native.huffman_encode(raw)
+        assert stream[0] == 3 or (n == 2 and stream[0] == 1), stream[0]
+        if stream[0] == 3:
+            assert _reference_decode(stream, n) == raw
+
+
+def _legacy() -> dict[str, np.ndarray]:
+    if not LEGACY.is_file():
+        pytest.fail(f"{LEGACY} is missing")
+    with np.load(LEGACY) as f:
+        return {k: f[k] for k in f.files}
+
+
+def test_forward_streams_written_before_still_decode(variant):
+    """Tag 2 streams (four segments coded first symbol first) from the encoder before tag 3
+    (9859826): real exponent and fp16 planes, odd lengths, two symbols, all 256 symbols."""
+    legacy = _legacy()
+    names = [k[4:] for k in legacy if k.startswith("raw:")]
+    assert len(names) == 6
+    for name in names:
+        raw, stream = legacy[f"raw:{name}"].tobytes(), legacy[f"stream:{name}"].tobytes()
+        assert stream[0] == 2
+        assert _native.huffman_decode(stream, len(raw)) == raw, name
+        assert _reference_decode(stream, len(raw)) == raw, name
+
+
+def test_forward_stream_mutations_end_in_corrupt_or_exact_size(variant):
+    legacy = _legacy()
+    stream = legacy["stream:five_symbols_64"].tobytes()
+    n = legacy["raw:five_symbols_64"].size
+    for cut in range(len(stream)):
+        with pytest.raises(kvcore.CorruptFrameError):
+            _native.huffman_decode(stream[:cut], n)
+    rng = random.Random(8)
+    big = legacy["stream:stories_exponents_20003"].tobytes()
+    for _ in range(300):
+        b = bytearray(big)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(b) * 8)
+            b[i >> 3] ^= 1 << (i & 7)
+        _decode_or_corrupt(bytes(b), 20003)
+
+
+def test_frame_written_with_forward_streams_still_decodes():
+    """A dense frame (grouped Huffman) of MiniLM bf16 rows written at 9859826."""
+    torch = pytest.importorskip("torch")
+    legacy = _legacy()
+    frame = legacy["frame:minilm_bf16_dense"].tobytes()
+    assert "grouped" in kvcore.frame_info(frame)["methods"]
+    back = kvcore.decompress(frame)
+    assert tuple(back.shape) == tuple(legacy["frame_shape:minilm_bf16_dense"])
+    assert back.dtype == torch.bfloat16
+    assert back.view(torch.int16).numpy().view(np.uint8).reshape(-1).tobytes() == \
+        legacy["frame_raw:minilm_bf16_dense"].tobytes()

@@ -27,7 +27,7 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
                       size_t* written, bool exact_counts = true);
 
 // Size of the stream huffman_encode would produce for a plane of n symbols with
-// these 256 counts, without coding it: an upper bound at most 3 bytes above the
+// these 256 counts, without coding it: an upper bound at most 5 bytes above the
 // exact size (per-stream padding is not known in advance). Cost: building the code.
 // With exact_counts false, hist holds weights (as for huffman_encode) and the
 // result is their estimate scaled to n symbols plus a 1/64 margin: huffman_encode

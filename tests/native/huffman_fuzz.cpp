@@ -7,11 +7,17 @@
 // must return kOk or kCorruptFrame. Encoding into every too-small capacity must
 // fail cleanly. Both SIMD variants run (alternating iterations).
 //
-// usage: huffman_fuzz SEED ITERATIONS
+// The encoder writes tag 3 streams only; streams of the older layout (tag 2) come
+// from files, each a u32 symbol count (little endian) and the stream, and are
+// mutated in a third of the iterations.
+//
+// usage: huffman_fuzz SEED ITERATIONS [LEGACY_STREAM_FILE...]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <vector>
@@ -41,10 +47,25 @@ int fail(const char* what, size_t n, const kvcore::Status& st) {
 int main(int argc, char** argv) {
     std::mt19937_64 rng(argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1);
     const long iters = argc > 2 ? std::atol(argv[2]) : 10000;
+    struct Legacy {
+        std::vector<uint8_t> stream;
+        size_t n;
+    };
+    std::vector<Legacy> legacy;
+    for (int a = 3; a < argc; ++a) {
+        std::ifstream f(argv[a], std::ios::binary);
+        std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), {});
+        if (bytes.size() < 5) {
+            std::fprintf(stderr, "FAIL: legacy stream file %s is too short\n", argv[a]);
+            return 1;
+        }
+        const size_t n = size_t(bytes[0]) | size_t(bytes[1]) << 8 | size_t(bytes[2]) << 16 | size_t(bytes[3]) << 24;
+        legacy.push_back({std::vector<uint8_t>(bytes.begin() + 4, bytes.end()), n});
+    }
     long decoded = 0, corrupt = 0;
     for (long it = 0; it < iters; ++it) {
         kvcore::cpu::set_disabled_isa((it & 1) ? kvcore::cpu::kIsaAvx2 : 0);
-        const size_t n = rng() % 5 == 0 ? rng() % 20 : rng() % 6000;
+        size_t n = rng() % 5 == 0 ? rng() % 20 : rng() % 6000;
         std::vector<uint8_t> src(n);
         const int kind = int(rng() % 5);
         std::geometric_distribution<int> geo(0.1 + double(rng() % 80) / 100.0);
@@ -76,6 +97,15 @@ int main(int argc, char** argv) {
             }
         }
         std::vector<uint8_t> m = enc;
+        if (!legacy.empty() && rng() % 3 == 0) {
+            const Legacy& l = legacy[rng() % legacy.size()];
+            auto in = exact_copy(l.stream);
+            std::unique_ptr<uint8_t[]> out(new uint8_t[l.n ? l.n : 1]);
+            st = huffman_decode(in.get(), l.stream.size(), out.get(), l.n);
+            if (!st.is_ok()) return fail("legacy stream decode", l.n, st);
+            m = l.stream;
+            n = l.n;
+        }
         switch (rng() % 6) {
             case 0:
                 for (int f = 1 + int(rng() % 4); f > 0 && !m.empty(); --f) m[rng() % m.size()] ^= uint8_t(1u << (rng() % 8));
@@ -91,7 +121,7 @@ int main(int argc, char** argv) {
             case 4:
                 m.resize(rng() % 400);
                 for (auto& c : m) c = uint8_t(rng());
-                if (!m.empty()) m[0] = 2;
+                if (!m.empty()) m[0] = uint8_t(2 + rng() % 2);
                 break;
             default:
                 if (m.size() > 80) m[33 + rng() % 40] = uint8_t(rng());  // lengths and stream sizes
