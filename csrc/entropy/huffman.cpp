@@ -65,7 +65,9 @@ constexpr uint8_t kTagForward = 2;
 constexpr uint8_t kTagHuffman = 3;
 constexpr size_t kBitmapBytes = 32;
 
-size_t header_size(unsigned m, unsigned streams = kStreams) { return 1 + kBitmapBytes + (m + 1) / 2 + 4 * (streams - 1); }
+size_t header_size(unsigned m, unsigned streams = kStreams) {
+    return 1 + kBitmapBytes + (m + 1) / 2 + 4 * (streams - 1);
+}
 
 KV_ALWAYS_INLINE uint64_t load_be64(const uint8_t* p) {
     uint64_t v;
@@ -77,6 +79,11 @@ KV_ALWAYS_INLINE void store_be64(uint8_t* p, uint64_t v) {
     std::memcpy(p, &v, 8);
 }
 KV_ALWAYS_INLINE void store_le64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+KV_ALWAYS_INLINE uint64_t load_le64(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+}
 KV_ALWAYS_INLINE uint32_t load_le32(const uint8_t* p) {
     return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
@@ -170,15 +177,14 @@ void limited_lengths(const uint64_t* counts, unsigned max_len, uint8_t* lens) {
     }
 }
 
-// Canonical order of the present symbols: by (length, symbol). Returns m.
-unsigned canonical_order(const uint8_t* lens, uint8_t* order) {
-    unsigned first[kMaxLen + 2] = {};  // counting sort by length (lens are 0..kMaxLen)
-    for (unsigned s = 0; s < 256; ++s) ++first[lens[s] + 1];
-    first[1] = 0;  // length 0: absent, not ordered
+// Canonical order of the m present symbols syms[] (increasing, lengths 1..kMaxLen):
+// by (length, symbol), a counting sort over them alone (a pass over all 256
+// symbols costs more than a small plane's table on its dependent counter updates).
+void canonical_order(const uint8_t* lens, const uint8_t* syms, unsigned m, uint8_t* order) {
+    unsigned first[kMaxLen + 2] = {};
+    for (unsigned i = 0; i < m; ++i) ++first[lens[syms[i]] + 1];
     for (unsigned len = 2; len <= kMaxLen + 1; ++len) first[len] += first[len - 1];
-    for (unsigned s = 0; s < 256; ++s)
-        if (lens[s]) order[first[lens[s]]++] = uint8_t(s);
-    return first[kMaxLen];
+    for (unsigned i = 0; i < m; ++i) order[first[lens[syms[i]]]++] = syms[i];
 }
 
 // ---------------------------------------------------------------- encoder
@@ -348,7 +354,8 @@ void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, PairTable* 
         for (unsigned j = 0; j < m; ++j) {
             const uint64_t cb = t.code[syms[j]];
             const unsigned lb = unsigned(cb & 0xff);
-            row[(syms[j] & (kPairWindow - 1)) << kPairBits] = (cb & ~uint64_t(0xff)) + ((ca & ~uint64_t(0xff)) >> lb) + lb + la;
+            row[(syms[j] & (kPairWindow - 1)) << kPairBits] =
+                (cb & ~uint64_t(0xff)) + ((ca & ~uint64_t(0xff)) >> lb) + lb + la;
         }
     }
 }
@@ -388,9 +395,8 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_windowed(SegmentJob& a
 
 // ---------------------------------------------------------------- decoder
 
-// Single-symbol table entry: symbol | length << 8.
-//
-// Multi-symbol entries, in one of two layouts:
+// Table entries hold every whole code in the next kTableBits bits (at least one,
+// as kTableBits = kMaxLen), in one of two layouts:
 // - forward (tag 2): symbols in bytes 0..5 (first in byte 0), bits in byte 6,
 //   count in byte 7; stored at the output position, which then advances;
 // - backward (tag 3): bits in byte 0, count in byte 1, symbols in bytes 7..2
@@ -398,110 +404,123 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_windowed(SegmentJob& a
 //   down by the count. Adding the whole entry to the bit position adds its bits.
 struct Tables {
     alignas(64) uint64_t multi[kTableSize];
-    alignas(64) uint16_t single[kTableSize];
+    const uint8_t* lens;  // code length of each symbol: the first symbol of an entry, alone
 };
 
 template <bool kBackward>
 struct Entry {
-    static constexpr uint64_t kSymbols = kBackward ? 0x00ffffffffff0000ull : 0x0000ffffffffffffull;
     static constexpr uint64_t kMeta = kBackward ? 0xffffull : 0xffff000000000000ull;
     static constexpr unsigned kCountShift = kBackward ? 8 : 56;
     static constexpr unsigned kBitsShift = kBackward ? 0 : 48;
-    // Symbol s of length len put in front of the entry r (dropping r's kMaxSyms-th symbol).
-    static KV_ALWAYS_INLINE uint64_t prepend(uint64_t r, uint64_t add) {
-        return (kBackward ? (r >> 8) & kSymbols : (r & 0xffffffffffffull) << 8) + (r & kMeta) + add;
-    }
-    static uint64_t add(unsigned s, unsigned len) {
-        return kBackward ? uint64_t(s) << 56 | len | uint64_t(1) << 8 : s | uint64_t(len) << 48 | uint64_t(1) << 56;
-    }
     static unsigned count(uint64_t r) { return unsigned(r >> kCountShift) & 0xff; }
     static unsigned bits(uint64_t r) { return unsigned(r >> kBitsShift) & 0xff; }
+    // The i-th symbol of r, and symbol s placed as the first one.
     static unsigned symbol(uint64_t r, unsigned i) { return unsigned(r >> (kBackward ? 56 - 8 * i : 8 * i)) & 0xff; }
-    static uint64_t with_meta(uint64_t r, unsigned bits, unsigned count) {
-        return (r & ~kMeta) | uint64_t(bits) << kBitsShift | uint64_t(count) << kCountShift;
+    static uint64_t first(unsigned s) { return uint64_t(s) << (kBackward ? 56 : 0); }
+    // r with a code of len bits put in front, its symbol still zero: `grown` when r
+    // holds fewer than kMaxSyms symbols, else `kept` (r's last symbol dropped with its bits).
+    static KV_ALWAYS_INLINE uint64_t moved(uint64_t r) {
+        return kBackward ? (r >> 8) & 0x00ffffffffff0000ull : (r & 0x0000ffffffffffffull) << 8;
+    }
+    static KV_ALWAYS_INLINE uint64_t grown(uint64_t r, unsigned len) {
+        return moved(r) + (r & kMeta) + (uint64_t(len) << kBitsShift) + (uint64_t(1) << kCountShift);
+    }
+    static uint64_t kept(uint64_t r, unsigned len, const uint8_t* lens) {
+        const unsigned kept_bits = bits(r) + len - lens[symbol(r, kMaxSyms - 1)];
+        return (moved(r) & ~kMeta) | uint64_t(kept_bits) << kBitsShift | uint64_t(kMaxSyms) << kCountShift;
     }
 };
 
-// The multi-symbol table by dynamic programming over suffix widths: the entry of
-// a w-bit string x is x's first code (when it fits in w bits) followed by the
-// entry of the w - len bits after it, kept to kMaxSyms symbols. The strings
-// starting with one code are a contiguous range, so each (width, symbol) pair
-// fills a range from the shorter width's table in one tight loop.
-// row[j] = the symbol and length in `add` put in front of rest[j], ignoring the
-// kMaxSyms limit; returns whether any rest[j] was already full.
+// behind[j] = Entry::grown(rest[j], len) for j < span; returns whether any rest[j]
+// is full (holds kMaxSyms symbols). The portable loop, then the same in AVX2.
 template <bool kBackward>
-KV_ALWAYS_INLINE bool prepend_tail(const uint64_t* rest, uint64_t* row, uint32_t from, uint32_t span, uint64_t add) {
+KV_ALWAYS_INLINE bool grow_tail(const uint64_t* rest, uint64_t* behind, uint32_t from, uint32_t span, unsigned len) {
     using E = Entry<kBackward>;
-    uint64_t full = 0;
+    bool any_full = false;
     for (uint32_t j = from; j < span; ++j) {
-        const uint64_t r = rest[j];
-        row[j] = E::prepend(r, add);
-        full |= uint64_t(E::count(r) == kMaxSyms);
+        behind[j] = E::grown(rest[j], len);
+        any_full |= E::count(rest[j]) == kMaxSyms;
     }
-    return full != 0;
+    return any_full;
 }
 
 template <bool kBackward>
-bool prepend_scalar(const uint64_t* rest, uint64_t* row, uint32_t span, uint64_t add) {
-    return prepend_tail<kBackward>(rest, row, 0, span, add);
-}
-
-template <bool kBackward>
-__attribute__((target("avx2"))) bool prepend_avx2(const uint64_t* rest, uint64_t* row, uint32_t span, uint64_t add) {
+__attribute__((target("avx2"))) bool grow_avx2(const uint64_t* rest, uint64_t* behind, uint32_t span, unsigned len) {
     using E = Entry<kBackward>;
-    const __m256i syms = _mm256_set1_epi64x(int64_t(E::kSymbols));
+    const __m256i symbols = _mm256_set1_epi64x(int64_t(kBackward ? 0x00ffffffffff0000ull : 0x0000ffffffffffffull));
     const __m256i meta = _mm256_set1_epi64x(int64_t(E::kMeta));
-    const __m256i plus = _mm256_set1_epi64x(int64_t(add));
+    const __m256i plus = _mm256_set1_epi64x(int64_t(uint64_t(len) << E::kBitsShift | uint64_t(1) << E::kCountShift));
     const __m256i count_mask = _mm256_set1_epi64x(int64_t(uint64_t(0xff) << E::kCountShift));
     const __m256i full_count = _mm256_set1_epi64x(int64_t(uint64_t(kMaxSyms) << E::kCountShift));
     __m256i full = _mm256_setzero_si256();
     uint32_t j = 0;
     for (; j + 4 <= span; j += 4) {
         const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest + j));
-        const __m256i moved = kBackward ? _mm256_and_si256(_mm256_srli_epi64(r, 8), syms)
-                                        : _mm256_slli_epi64(_mm256_and_si256(r, syms), 8);
+        const __m256i moved = kBackward ? _mm256_and_si256(_mm256_srli_epi64(r, 8), symbols)
+                                        : _mm256_slli_epi64(_mm256_and_si256(r, symbols), 8);
         const __m256i e = _mm256_add_epi64(_mm256_add_epi64(moved, _mm256_and_si256(r, meta)), plus);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + j), e);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(behind + j), e);
         full = _mm256_or_si256(full, _mm256_cmpeq_epi64(_mm256_and_si256(r, count_mask), full_count));
     }
-    return !_mm256_testz_si256(full, full) || prepend_tail<kBackward>(rest, row, j, span, add);
+    return !_mm256_testz_si256(full, full) | grow_tail<kBackward>(rest, behind, j, span, len);
 }
 
-template <bool kBackward>
-void build_multi(const uint8_t* lens, const uint8_t* order, const uint32_t* start, unsigned m, uint64_t* multi) {
+// The multi-symbol table by dynamic programming over suffix widths: the entry of
+// a w-bit string x is x's first code (when it fits in w bits) followed by the
+// entry of the w - len bits after it, kept to kMaxSyms symbols. The strings that
+// start with a code of length len are a contiguous range per symbol, in canonical
+// order, and the part after the code is the same for every symbol of that length:
+// it is computed once per (w, len) and each symbol's range is that run plus the
+// symbol, one add per entry (about 4096 entries in all, with no call per symbol).
+template <bool kBackward, bool kAvx2>
+KV_ALWAYS_INLINE void build_multi_impl(const uint8_t* lens, const uint8_t* order, const uint32_t* start, unsigned m,
+                                       uint64_t* multi) {
     using E = Entry<kBackward>;
-    const bool avx2 = (cpu::active_isa() & cpu::kIsaAvx2) != 0;
     // by_width[(1 << w) + x] = entry of the w-bit string x, for w < kTableBits.
     alignas(64) uint64_t by_width[kTableSize];
+    alignas(64) uint64_t behind[kTableSize / 2];
     by_width[1] = 0;  // width 0: nothing decoded
     for (unsigned w = 1; w <= kTableBits; ++w) {
         uint64_t* row = w == kTableBits ? multi : by_width + (1u << w);
         uint32_t covered = 0;
-        for (unsigned i = 0; i < m; ++i) {
-            const unsigned s = order[i], len = lens[s];
-            if (len > w) break;
-            const uint32_t lo = start[i] >> (kTableBits - w);
+        unsigned i = 0;
+        while (i < m && lens[order[i]] <= w) {
+            const unsigned len = lens[order[i]];
             const uint32_t span = 1u << (w - len);
             const uint64_t* rest = by_width + span;  // entries of width w - len
-            const uint64_t add = E::add(s, len);
-            // Prepending to an entry that is already full is rare: a branch-free
-            // (vector) pass first, then the exact pass only where needed.
-            const bool full = avx2 ? prepend_avx2<kBackward>(rest, row + lo, span, add)
-                                   : prepend_scalar<kBackward>(rest, row + lo, span, add);
-            if (full) {
-                for (uint32_t j = 0; j < span; ++j) {
-                    const uint64_t r = rest[j];
-                    if (E::count(r) != kMaxSyms) continue;
-                    // Keep kMaxSyms: drop the last symbol and its bits.
-                    const unsigned last = E::symbol(r, kMaxSyms - 1);
-                    row[lo + j] = E::with_meta(row[lo + j], E::bits(r) + len - lens[last], kMaxSyms);
-                }
+            // A vector pass, then again one by one where rest[j] was full (dropping
+            // its last symbol needs that symbol's length).
+            bool any_full;
+            if constexpr (kAvx2)
+                any_full = grow_avx2<kBackward>(rest, behind, span, len);
+            else
+                any_full = grow_tail<kBackward>(rest, behind, 0, span, len);
+            if (any_full)
+                for (uint32_t j = 0; j < span; ++j)
+                    if (E::count(rest[j]) == kMaxSyms) behind[j] = E::kept(rest[j], len, lens);
+            uint64_t* out = row + (start[i] >> (kTableBits - w));
+            for (; i < m && lens[order[i]] == len; ++i, out += span) {
+                const uint64_t sym = E::first(order[i]);
+                for (uint32_t j = 0; j < span; ++j) out[j] = behind[j] + sym;
             }
-            covered = lo + span;
+            covered = uint32_t(out - row);
         }
         // Strings whose first code is longer than w decode nothing at this width.
         for (uint32_t j = covered; j < (1u << w); ++j) row[j] = 0;
     }
+}
+
+template <bool kBackward>
+void build_multi_portable(const uint8_t* lens, const uint8_t* order, const uint32_t* start, unsigned m,
+                          uint64_t* multi) {
+    build_multi_impl<kBackward, false>(lens, order, start, m, multi);
+}
+
+// The same with 4-entry vector adds (the runs are mostly long).
+template <bool kBackward>
+__attribute__((target("avx2"))) void build_multi_avx2(const uint8_t* lens, const uint8_t* order, const uint32_t* start,
+                                                      unsigned m, uint64_t* multi) {
+    build_multi_impl<kBackward, true>(lens, order, start, m, multi);
 }
 
 // Builds the tables from canonical order and lengths; false when the code is not complete.
@@ -514,12 +533,14 @@ bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, Tables*
         const uint32_t span = 1u << (kTableBits - len);
         if (pos + span > kTableSize) return false;
         start[i] = pos;
-        const uint16_t e = uint16_t(s | len << 8);
-        for (uint32_t j = 0; j < span; ++j) t->single[pos + j] = e;
         pos += span;
     }
     if (pos != kTableSize) return false;
-    build_multi<kBackward>(lens, order, start, m, t->multi);
+    t->lens = lens;
+    if (cpu::active_isa() & cpu::kIsaAvx2)
+        build_multi_avx2<kBackward>(lens, order, start, m, t->multi);
+    else
+        build_multi_portable<kBackward>(lens, order, start, m, t->multi);
     return true;
 }
 
@@ -567,9 +588,9 @@ KV_ALWAYS_INLINE void decode_tail(const uint8_t* src, size_t src_size, const Tab
             }
             s.bitpos += E::bits(e);
         } else {
-            const uint16_t e1 = t.single[idx];
-            *(kBackward ? --s.out : s.out++) = uint8_t(e1);
-            s.bitpos += e1 >> 8;
+            const unsigned sym = E::symbol(e, 0);
+            *(kBackward ? --s.out : s.out++) = uint8_t(sym);
+            s.bitpos += t.lens[sym];
         }
     }
     s.pos += s.bitpos >> 3;
@@ -647,7 +668,7 @@ KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, c
     // speed, so only the last few dozen symbols of each take decode_tail's checks.
     for (unsigned k = 0; k < kS; ++k) {
         StreamState& s = st[k];
-        for (size_t rounds = safe_rounds<kBackward>(src_size, s); rounds; rounds = safe_rounds<kBackward>(src_size, s)) {
+        for (size_t rounds; (rounds = safe_rounds<kBackward>(src_size, s)) != 0;) {
             const uint8_t* in = src + s.pos;
             uint64_t b = s.bitpos;
             uint8_t* o = s.out;
@@ -664,7 +685,7 @@ KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, c
     }
 }
 
-// Decodes the streams of a tag 3 (backward) or tag 2 (forward) stream set.
+// The interleaved fast loop over a tag 3 (backward) or tag 2 (forward) stream set.
 template <bool kBackward>
 void decode_streams_scalar(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
     decode_streams_impl<kBackward ? kStreams : kForwardStreams, kBackward>(src, src_size, t, st);
@@ -677,6 +698,22 @@ __attribute__((target("avx2,bmi,bmi2"))) void decode_streams_bmi2(const uint8_t*
 }
 
 bool use_bmi2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
+
+// Decodes every stream of a tag 3 (backward) or tag 2 (forward) stream set to
+// its end; false when the code lengths do not form a complete code.
+template <bool kBackward>
+bool decode_streams(const uint8_t* src, size_t src_size, const uint8_t* lens, const uint8_t* order, unsigned m,
+                    StreamState* st) {
+    Tables tables;
+    if (!build_tables<kBackward>(lens, order, m, &tables)) return false;
+    if (use_bmi2())
+        decode_streams_bmi2<kBackward>(src, src_size, tables, st);
+    else
+        decode_streams_scalar<kBackward>(src, src_size, tables, st);
+    for (unsigned k = 0; k < (kBackward ? kStreams : kForwardStreams); ++k)
+        decode_tail<kBackward>(src, src_size, tables, st[k]);
+    return true;
+}
 
 }  // namespace
 
@@ -725,20 +762,18 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     }
     uint64_t counts[256];
     uint64_t total = 0;
-    unsigned m = 0, last = 0;
+    uint8_t syms[256];  // the present symbols, increasing
+    unsigned m = 0;
     for (unsigned s = 0; s < 256; ++s) {
         counts[s] = hist[s];
         total += hist[s];
-        if (hist[s]) {
-            ++m;
-            last = s;
-        }
+        if (hist[s]) syms[m++] = uint8_t(s);
     }
     if (exact_counts ? total != n : total == 0) return invalid("huffman_encode: histogram does not sum to n");
     if (m == 1) {
         if (cap < 2) return make_status(Code::kBufferTooSmall, "huffman_encode: capacity below 2 bytes");
         dst[0] = kTagConst;
-        dst[1] = uint8_t(last);
+        dst[1] = syms[0];
         *written = 2;
         return Status::ok();
     }
@@ -746,7 +781,9 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     uint8_t lens[256];
     limited_lengths(counts, kMaxLen, lens);
     uint8_t order[256];
-    if (canonical_order(lens, order) != m) return make_status(Code::kBackendError, "huffman: code length failure");
+    for (unsigned i = 0; i < m; ++i)
+        if (lens[syms[i]] == 0) return make_status(Code::kBackendError, "huffman: code length failure");
+    canonical_order(lens, syms, m, order);
     uint64_t total_bits = 0;
     for (unsigned s = 0; s < 256; ++s) total_bits += counts[s] * lens[s];
     const size_t hsize = header_size(m);
@@ -866,19 +903,20 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
     const unsigned streams = backward ? kStreams : kForwardStreams;
     if (src_size < 1 + kBitmapBytes) return corrupt("huffman: truncated header");
     const uint8_t* bitmap = src + 1;
+    uint8_t syms[256];  // the present symbols, increasing
     unsigned m = 0;
-    for (unsigned i = 0; i < kBitmapBytes; ++i) m += unsigned(__builtin_popcount(bitmap[i]));
+    for (unsigned w = 0; w < kBitmapBytes / 8; ++w)
+        for (uint64_t bits = load_le64(bitmap + 8 * w); bits; bits &= bits - 1)
+            syms[m++] = uint8_t(64 * w + unsigned(__builtin_ctzll(bits)));
     if (m < 2) return corrupt("huffman: fewer than two symbols in a Huffman stream");
     const size_t hsize = header_size(m, streams);
     if (src_size < hsize) return corrupt("huffman: truncated header");
     const uint8_t* nib = bitmap + kBitmapBytes;
-    uint8_t lens[256] = {};
-    for (unsigned s = 0, j = 0; s < 256; ++s) {
-        if (!(bitmap[s >> 3] & (1u << (s & 7)))) continue;
+    uint8_t lens[256];
+    for (unsigned j = 0; j < m; ++j) {
         const unsigned len = (nib[j >> 1] >> (4 * (j & 1))) & 0xf;
         if (len < 1 || len > kMaxLen) return corrupt("huffman: code length out of range");
-        lens[s] = uint8_t(len);
-        ++j;
+        lens[syms[j]] = uint8_t(len);
     }
     if ((m & 1) && (nib[m >> 1] >> 4) != 0) return corrupt("huffman: nonzero pad nibble");
     const uint8_t* size_bytes = nib + (m + 1) / 2;
@@ -906,19 +944,11 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
     }
 
     uint8_t order[256];
-    if (canonical_order(lens, order) != m) return corrupt("huffman: bad code lengths");
-    Tables tables;
-    const bool complete = backward ? build_tables<true>(lens, order, m, &tables) : build_tables<false>(lens, order, m, &tables);
+    canonical_order(lens, syms, m, order);
+    const bool complete = backward ? decode_streams<true>(src, src_size, lens, order, m, st)
+                                   : decode_streams<false>(src, src_size, lens, order, m, st);
     if (!complete) return corrupt("huffman: code lengths do not form a complete code");
-    if (backward)
-        use_bmi2() ? decode_streams_bmi2<true>(src, src_size, tables, st) : decode_streams_scalar<true>(src, src_size, tables, st);
-    else
-        use_bmi2() ? decode_streams_bmi2<false>(src, src_size, tables, st) : decode_streams_scalar<false>(src, src_size, tables, st);
     for (unsigned k = 0; k < streams; ++k) {
-        if (backward)
-            decode_tail<true>(src, src_size, tables, st[k]);
-        else
-            decode_tail<false>(src, src_size, tables, st[k]);
         // The stream must end in its last byte, and the pad bits must be zero.
         const size_t end = start[k] + size[k];
         const size_t used = st[k].pos + (st[k].bitpos ? 1 : 0);
