@@ -412,6 +412,9 @@ struct Entry {
     static constexpr uint64_t kMeta = kBackward ? 0xffffull : 0xffff000000000000ull;
     static constexpr unsigned kCountShift = kBackward ? 8 : 56;
     static constexpr unsigned kBitsShift = kBackward ? 0 : 48;
+    // The symbols that stay when one is put in front: masked before (forward) or
+    // after (backward) the byte shift that makes room for it.
+    static constexpr uint64_t kStaying = kBackward ? 0x00ffffffffff0000ull : 0x0000ffffffffffffull;
     static unsigned count(uint64_t r) { return unsigned(r >> kCountShift) & 0xff; }
     static unsigned bits(uint64_t r) { return unsigned(r >> kBitsShift) & 0xff; }
     // The i-th symbol of r, and symbol s placed as the first one.
@@ -420,7 +423,7 @@ struct Entry {
     // r with a code of len bits put in front, its symbol still zero: `grown` when r
     // holds fewer than kMaxSyms symbols, else `kept` (r's last symbol dropped with its bits).
     static KV_ALWAYS_INLINE uint64_t moved(uint64_t r) {
-        return kBackward ? (r >> 8) & 0x00ffffffffff0000ull : (r & 0x0000ffffffffffffull) << 8;
+        return kBackward ? (r >> 8) & kStaying : (r & kStaying) << 8;
     }
     static KV_ALWAYS_INLINE uint64_t grown(uint64_t r, unsigned len) {
         return moved(r) + (r & kMeta) + (uint64_t(len) << kBitsShift) + (uint64_t(1) << kCountShift);
@@ -447,7 +450,7 @@ KV_ALWAYS_INLINE bool grow_tail(const uint64_t* rest, uint64_t* behind, uint32_t
 template <bool kBackward>
 __attribute__((target("avx2"))) bool grow_avx2(const uint64_t* rest, uint64_t* behind, uint32_t span, unsigned len) {
     using E = Entry<kBackward>;
-    const __m256i symbols = _mm256_set1_epi64x(int64_t(kBackward ? 0x00ffffffffff0000ull : 0x0000ffffffffffffull));
+    const __m256i staying = _mm256_set1_epi64x(int64_t(E::kStaying));
     const __m256i meta = _mm256_set1_epi64x(int64_t(E::kMeta));
     const __m256i plus = _mm256_set1_epi64x(int64_t(uint64_t(len) << E::kBitsShift | uint64_t(1) << E::kCountShift));
     const __m256i count_mask = _mm256_set1_epi64x(int64_t(uint64_t(0xff) << E::kCountShift));
@@ -456,8 +459,8 @@ __attribute__((target("avx2"))) bool grow_avx2(const uint64_t* rest, uint64_t* b
     uint32_t j = 0;
     for (; j + 4 <= span; j += 4) {
         const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest + j));
-        const __m256i moved = kBackward ? _mm256_and_si256(_mm256_srli_epi64(r, 8), symbols)
-                                        : _mm256_slli_epi64(_mm256_and_si256(r, symbols), 8);
+        const __m256i moved = kBackward ? _mm256_and_si256(_mm256_srli_epi64(r, 8), staying)
+                                        : _mm256_slli_epi64(_mm256_and_si256(r, staying), 8);
         const __m256i e = _mm256_add_epi64(_mm256_add_epi64(moved, _mm256_and_si256(r, meta)), plus);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(behind + j), e);
         full = _mm256_or_si256(full, _mm256_cmpeq_epi64(_mm256_and_si256(r, count_mask), full_count));
