@@ -526,9 +526,10 @@ __attribute__((target("avx2"))) void build_multi_avx2(const uint8_t* lens, const
     build_multi_impl<kBackward, true>(lens, order, start, m, multi);
 }
 
-// Builds the tables from canonical order and lengths; false when the code is not complete.
+// Builds the tables from canonical order and lengths (avx2: with the AVX2 build);
+// false when the code is not complete.
 template <bool kBackward>
-bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, Tables* t) {
+bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, bool avx2, Tables* t) {
     uint32_t start[256];
     uint32_t pos = 0;
     for (unsigned i = 0; i < m; ++i) {
@@ -540,7 +541,7 @@ bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, Tables*
     }
     if (pos != kTableSize) return false;
     t->lens = lens;
-    if (cpu::active_isa() & cpu::kIsaAvx2)
+    if (avx2)
         build_multi_avx2<kBackward>(lens, order, start, m, t->multi);
     else
         build_multi_portable<kBackward>(lens, order, start, m, t->multi);
@@ -707,9 +708,10 @@ bool use_bmi2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
 template <bool kBackward>
 bool decode_streams(const uint8_t* src, size_t src_size, const uint8_t* lens, const uint8_t* order, unsigned m,
                     StreamState* st) {
+    const bool bmi2 = use_bmi2();
     Tables tables;
-    if (!build_tables<kBackward>(lens, order, m, &tables)) return false;
-    if (use_bmi2())
+    if (!build_tables<kBackward>(lens, order, m, bmi2, &tables)) return false;
+    if (bmi2)
         decode_streams_bmi2<kBackward>(src, src_size, tables, st);
     else
         decode_streams_scalar<kBackward>(src, src_size, tables, st);
