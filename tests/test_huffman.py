@@ -287,14 +287,31 @@ def test_histogram_estimate(variant):
     _check_weights(rng.integers(0, 256, 100000, dtype=np.uint8))
 
 
+def test_which_planes_are_sampled(variant):
+    """Planes below 8 KiB are counted exactly; from 8 KiB a plane whose values span at most
+    64 values (a channel group's exponents) is sampled, a wider one only from 32 KiB."""
+    rng = np.random.default_rng(12)
+
+    def plane(n, width):
+        d = (rng.geometric(0.3, n).clip(1, width) + 100).astype(np.uint8)
+        d[[5, 6]] = [101, 100 + width]  # the range's ends
+        return d
+
+    for n, width, exact in ((8191, 64, True), (8192, 64, False), (8192, 65, True), (32767, 65, True),
+                            (32768, 65, False), (20000, 2, False)):
+        assert _check_weights(plane(n, width)) == exact, (n, width)
+        assert _native.byte_histogram_estimate(plane(n, width), False)[1] == exact, (n, width)
+
+
+@pytest.mark.parametrize("size", [300000, 20000])  # sampled at two periods: below 32 KiB, more densely
 @pytest.mark.parametrize("row", [32, 384, 1024])
-def test_sampled_weights_see_every_channel(variant, row):
+def test_sampled_weights_see_every_channel(variant, row, size):
     """The sample spreads over every channel of planes made of rows (32 or 384 bytes, as
     stories260K's and MiniLM's KV): each half of the row has values of its own, and both
     get weights near their counts. A sample taken at a period that divides the row would
     see one half only."""
     rng = np.random.default_rng(row)
-    rows = 300000 // row
+    rows = size // row
     first = rng.integers(100, 104, (rows, row // 2))
     second = rng.integers(104, 108, (rows, row - row // 2))
     plane = np.concatenate([first, second], axis=1).astype(np.uint8).reshape(-1)

@@ -16,12 +16,22 @@
 namespace kvcore::entropy {
 namespace {
 
-constexpr size_t kSampleMin = 32768;   // smaller planes are counted exactly
-// The first kSampleTaken bytes of every kSamplePeriod are counted. 136 = 8 x 17: in a
-// plane of rows whose length is a multiple of 8 (and not of 136), the counted bytes
-// start at every multiple of 8 within a row, so every channel is sampled; a period of
+// Planes are counted exactly below kSampleMin bytes, or below kSampleMinNarrow
+// when their values span more than kNarrowWidth values: a sample's error grows
+// with the alphabet it spreads over, so a narrow plane (the exponents of one
+// channel group) can be sampled from a quarter of the size a wide one (sign
+// bits, fp16 top bytes) needs for the same cost in code length.
+constexpr size_t kSampleMin = 32768;
+constexpr size_t kSampleMinNarrow = 8192;
+constexpr unsigned kNarrowWidth = 64;
+// The first kSampleTaken bytes of every period are counted: kSamplePeriod, or
+// kSmallSamplePeriod in planes below kSampleMin (more of a small plane, for a
+// sample of about the same error). Both are 8 x an odd prime: in a plane of rows
+// whose length is a multiple of 8 (and not of the period), the counted bytes start
+// at every multiple of 8 within a row, so every channel is sampled; a period of
 // 128 would count the same 16 channels of every row of 32 or 384 bytes.
-constexpr size_t kSamplePeriod = 136;
+constexpr size_t kSamplePeriod = 136;      // 8 x 17
+constexpr size_t kSmallSamplePeriod = 88;  // 8 x 11
 constexpr size_t kSampleTaken = 16;
 // Values in range that the sample missed are looked for in the plane. AVX2 looks
 // for 8 at a time, with vector compares that stop once all 8 have turned up: a
@@ -61,12 +71,13 @@ KV_ALWAYS_INLINE void histogram_impl(const uint8_t* src, size_t n, uint32_t* his
     k.sum(hist);
 }
 
-// Counts the first kSampleTaken bytes of every kSamplePeriod; returns how many were counted.
+// Counts the first kSampleTaken bytes of every period; returns how many were counted.
 KV_ALWAYS_INLINE size_t sampled_impl(const uint8_t* src, size_t n, uint32_t* hist) {
+    const size_t period = n < kSampleMin ? kSmallSamplePeriod : kSamplePeriod;
     Counts k;
     std::memset(&k, 0, sizeof(k));
     size_t taken = 0;
-    for (size_t base = 0; base + kSamplePeriod <= n; base += kSamplePeriod, taken += kSampleTaken)
+    for (size_t base = 0; base + period <= n; base += period, taken += kSampleTaken)
         for (size_t j = 0; j < kSampleTaken; j += 16) k.add16(src + base + j);
     k.sum(hist);
     return taken;
@@ -168,22 +179,36 @@ void find_values(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k, 
     detail::find_values_scalar(src, n, cand, k, found);
 }
 
-// What both estimates start with: small planes are counted exactly, and a plane
-// whose exact value range is one value is constant. Returns true when hist then
+// The number of values from the smaller end of the range to the larger, taking
+// the narrower of the unsigned and the signed reading (which wraps through 0).
+unsigned range_width(const Range& r, uint8_t* lo) {
+    const unsigned uwidth = unsigned(r.umax) - r.umin + 1;
+    const unsigned swidth = unsigned(int(r.smax) - int(r.smin) + 1);
+    *lo = uwidth <= swidth ? r.umin : static_cast<uint8_t>(r.smin);
+    return uwidth <= swidth ? uwidth : swidth;
+}
+
+// What both estimates start with: planes too small to sample (see kSampleMin)
+// are counted exactly, and a plane whose exact value range is one value is constant. Returns true when hist then
 // holds the exact counts; else *r is the plane's value range.
 bool exact_if_small_or_constant(const uint8_t* src, size_t n, uint32_t* hist, Range* r) {
-    if (n < kSampleMin) {
+    if (n < kSampleMinNarrow) {
         histogram(src, n, hist);
         return true;
     }
     *r = use_avx2() ? range_avx2(src, n) : range_scalar(src, n);
+    uint8_t lo;
+    if (n < kSampleMin && range_width(*r, &lo) > kNarrowWidth) {
+        histogram(src, n, hist);
+        return true;
+    }
     if (r->umin != r->umax) return false;
     std::memset(hist, 0, 256 * sizeof(uint32_t));
     hist[r->umin] = static_cast<uint32_t>(n);
     return true;
 }
 
-// A sampled count scaled to the whole plane (taken <= n / 8, so it fits: at most n).
+// A sampled count scaled to the whole plane (count <= taken <= n, so it fits: at most n).
 uint32_t scaled(uint32_t count, size_t n, size_t taken) {
     return static_cast<uint32_t>(uint64_t(count) * n / taken);
 }
@@ -236,11 +261,9 @@ bool histogram_weights(const uint8_t* src, size_t n, uint32_t* hist) {
 bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
     Range r;
     if (exact_if_small_or_constant(src, n, hist, &r)) return true;
-    // The narrower of the two ranges holds every value; a signed one wraps through 0.
-    const unsigned uwidth = unsigned(r.umax) - r.umin + 1;
-    const unsigned swidth = unsigned(int(r.smax) - int(r.smin) + 1);
-    const uint8_t lo = uwidth <= swidth ? r.umin : static_cast<uint8_t>(r.smin);
-    const unsigned width = uwidth <= swidth ? uwidth : swidth;
+    // The narrower of the two ranges holds every value.
+    uint8_t lo;
+    const unsigned width = range_width(r, &lo);
 
     const size_t taken = sampled(src, n, hist);
     uint8_t unseen[256];

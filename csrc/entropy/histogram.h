@@ -10,16 +10,18 @@ namespace kvcore::entropy {
 void histogram(const uint8_t* src, size_t n, uint32_t* hist);
 
 // Weights for building a code: hist[256] is overwritten with counts scaled to
-// about n, measured on an eighth of the plane, and every symbol that occurs in
-// src gets a nonzero weight (found from the plane's exact value range: values in
-// it that the sample missed weigh 1 where they occur, 0 where they do not).
-// Returns true when the weights are the exact counts (small or constant planes).
+// about n, measured on a sample of the plane (an eighth of a large one, a fifth
+// of one below 32 KiB), and every symbol that occurs in src gets a nonzero
+// weight (found from the plane's exact value range: values in it that the sample
+// missed weigh 1 where they occur, 0 where they do not). Returns true when the
+// weights are the exact counts: constant planes, planes below 8 KiB, and planes
+// below 32 KiB whose values span more than 64 values.
 bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist);
 
 // The same weights without the guarantee that every symbol of src has one: a
 // value the sample missed may weigh 0. For coders that escape any value
-// (fastcode), which then never pay for an exact count. True when exact (small or
-// constant planes).
+// (fastcode), which then never pay for an exact count. True when exact (as for
+// histogram_estimate).
 bool histogram_weights(const uint8_t* src, size_t n, uint32_t* hist);
 
 }  // namespace kvcore::entropy
