@@ -335,6 +335,11 @@ def test_weights_without_completeness(variant):
     assert abs(sum(weights) - len(d)) < 0.05 * len(d)
     assert _native.byte_histogram_estimate(d[:1000], False) == (np.bincount(d[:1000], minlength=256).tolist(), True)
     assert _native.byte_histogram_estimate(np.full(100000, 3, np.uint8), False)[1]
+    # A sample of one value from a plane that is not constant: estimated, not exact.
+    d = np.full(100000, 3, np.uint8)
+    d[[20, 30]] = [60, 200]
+    weights, exact = _native.byte_histogram_estimate(d, False)
+    assert not exact and weights[3] == 100000 and sum(weights) == 100000
 
 
 def test_estimated_weights_code_round_trip(variant):

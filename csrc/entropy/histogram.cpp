@@ -251,9 +251,19 @@ void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
 }
 
 bool histogram_weights(const uint8_t* src, size_t n, uint32_t* hist) {
-    Range r;
-    if (exact_if_small_or_constant(src, n, hist, &r)) return true;
-    const size_t taken = sampled(src, n, hist);
+    // Here the value range only tells whether the plane is constant (or, below
+    // kSampleMin, narrow): a large plane whose sample holds two values is not, so
+    // it skips the range pass.
+    size_t taken = 0;
+    if (n >= kSampleMin) {
+        taken = sampled(src, n, hist);
+        if (std::count_if(hist, hist + 256, [](uint32_t c) { return c != 0; }) < 2) taken = 0;
+    }
+    if (taken == 0) {
+        Range r;
+        if (exact_if_small_or_constant(src, n, hist, &r)) return true;
+        taken = sampled(src, n, hist);
+    }
     for (unsigned s = 0; s < 256; ++s) hist[s] = scaled(hist[s], n, taken);
     return false;
 }
