@@ -41,6 +41,20 @@ struct SampleRows {
     uint64_t elems(uint64_t r) const { return std::min(n_elems, start(r) + row_len) - start(r); }
 };
 
+// The analysis reads rows spread over the tensor, each a new run of cache misses
+// that the hardware prefetcher does not see coming: the next one is prefetched
+// while one is read (dense compress of MiniLM frames: 192 KiB 1.11x, 510 KiB 1.05x).
+// always_inline: GCC finds a function that only prefetches free of side effects
+// and drops its calls.
+inline __attribute__((always_inline)) void prefetch_bytes(const uint8_t* p, uint64_t bytes) {
+    for (uint64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
+
+inline __attribute__((always_inline)) void prefetch_next(const uint8_t* src, const SampleRows& rows, unsigned esize,
+                                                         uint64_t r) {
+    if (r + 1 < rows.rows) prefetch_bytes(src + rows.start(r + 1) * esize, rows.elems(r + 1) * esize);
+}
+
 // Symbol counts of each byte plane of the sample (split as the encoder splits:
 // the SIMD shuffle).
 void sample_counts(const uint8_t* src, const SampleRows& rows, unsigned esize, bool rotate,
@@ -53,6 +67,7 @@ void sample_counts(const uint8_t* src, const SampleRows& rows, unsigned esize, b
     shuffle::PlaneTransform t;
     t.rotate = rotate;
     for (uint64_t r = 0; r < rows.rows; ++r) {
+        prefetch_next(src, rows, esize, r);
         const uint64_t len = rows.elems(r);
         shuffle::split(src + rows.start(r) * esize, len, esize, t, planes);
         for (unsigned p = 0; p < esize; ++p) planes[p] += len;
@@ -72,6 +87,7 @@ void sample_counts_2byte(const uint8_t* src, const SampleRows& rows, PlaneCounts
         ++low[table + ((x & 0xffu) | (uint32_t(x >> 15) << 8))];
     };
     for (uint64_t r = 0; r < rows.rows; ++r) {
+        prefetch_next(src, rows, 2, r);
         const uint8_t* p = src + rows.start(r) * 2;
         const uint64_t len = rows.elems(r);
         uint64_t i = 0;
@@ -113,8 +129,10 @@ void gather_tops(const uint8_t* src, uint64_t rows, uint32_t channels, unsigned 
     planes[esize - 1] = row_major.data();
     shuffle::PlaneTransform t;
     t.rotate = rotate;
+    const uint64_t row_bytes = uint64_t(channels) * esize;
     for (uint64_t k = 0; k < kResidualRows; ++k) {
-        shuffle::split(src + (k * step) * channels * esize, channels, esize, t, planes);
+        if (k + 1 < kResidualRows) prefetch_bytes(src + (k + 1) * step * row_bytes, row_bytes);
+        shuffle::split(src + k * step * row_bytes, channels, esize, t, planes);
         planes[esize - 1] += channels;
     }
     tops->resize(size_t(kResidualRows) * channels);
