@@ -179,26 +179,31 @@ void find_values(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k, 
     detail::find_values_scalar(src, n, cand, k, found);
 }
 
-// The number of values from the smaller end of the range to the larger, taking
-// the narrower of the unsigned and the signed reading (which wraps through 0).
-unsigned range_width(const Range& r, uint8_t* lo) {
+// The values of a range: the narrower of its unsigned and its signed reading (a
+// signed one wraps through 0), as its first value and its number of values.
+struct Window {
+    uint8_t lo;
+    unsigned width;
+};
+
+Window values_of(const Range& r) {
     const unsigned uwidth = unsigned(r.umax) - r.umin + 1;
     const unsigned swidth = unsigned(int(r.smax) - int(r.smin) + 1);
-    *lo = uwidth <= swidth ? r.umin : static_cast<uint8_t>(r.smin);
-    return uwidth <= swidth ? uwidth : swidth;
+    if (uwidth <= swidth) return {r.umin, uwidth};
+    return {static_cast<uint8_t>(r.smin), swidth};
 }
 
 // What both estimates start with: planes too small to sample (see kSampleMin)
-// are counted exactly, and a plane whose exact value range is one value is constant. Returns true when hist then
-// holds the exact counts; else *r is the plane's value range.
+// are counted exactly, and a plane whose exact value range is one value is
+// constant. Returns true when hist then holds the exact counts; else *r is the
+// plane's value range.
 bool exact_if_small_or_constant(const uint8_t* src, size_t n, uint32_t* hist, Range* r) {
     if (n < kSampleMinNarrow) {
         histogram(src, n, hist);
         return true;
     }
     *r = use_avx2() ? range_avx2(src, n) : range_scalar(src, n);
-    uint8_t lo;
-    if (n < kSampleMin && range_width(*r, &lo) > kNarrowWidth) {
+    if (n < kSampleMin && values_of(*r).width > kNarrowWidth) {
         histogram(src, n, hist);
         return true;
     }
@@ -271,9 +276,7 @@ bool histogram_weights(const uint8_t* src, size_t n, uint32_t* hist) {
 bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
     Range r;
     if (exact_if_small_or_constant(src, n, hist, &r)) return true;
-    // The narrower of the two ranges holds every value.
-    uint8_t lo;
-    const unsigned width = range_width(r, &lo);
+    const auto [lo, width] = values_of(r);
 
     const size_t taken = sampled(src, n, hist);
     uint8_t unseen[256];

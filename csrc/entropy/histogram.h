@@ -10,8 +10,8 @@ namespace kvcore::entropy {
 void histogram(const uint8_t* src, size_t n, uint32_t* hist);
 
 // Weights for building a code: hist[256] is overwritten with counts scaled to
-// about n, measured on a sample of the plane (an eighth of a large one, a fifth
-// of one below 32 KiB), and every symbol that occurs in src gets a nonzero
+// about n, measured on a sample of the plane (1 byte in 8.5 of a large one, 1 in
+// 5.5 of one below 32 KiB), and every symbol that occurs in src gets a nonzero
 // weight (found from the plane's exact value range: values in it that the sample
 // missed weigh 1 where they occur, 0 where they do not). Returns true when the
 // weights are the exact counts: constant planes, planes below 8 KiB, and planes
