@@ -417,6 +417,26 @@ def test_garbage(variant):
         decode_checked(bytes([w, nexc]) + body.tobytes(), n)
 
 
+@pytest.mark.parametrize("n", [241, 255, 256, 320, 321, 1088, 1089, 1090, 4161, 65536, 65537])
+def test_fp8_blocks_checksummed_while_decoding(variant, n):
+    """A one-byte fastcode plane decodes straight into the output, and where the AVX-512
+    decoder runs it checksums the groups it writes (those before the block's last 64 bytes)
+    from its registers, the rest after. Every block length around a group (256 bytes) or
+    stripe (64) end decodes, and no changed byte of a block's payload gets past the check."""
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(skewed(n, n).astype(np.int8)).view(torch.float8_e4m3fn)
+    frame = kvcore.compress(x, mode="fast", block_bytes=max(64, n))
+    assert kvcore.frame_info(frame)["methods"].keys() == {"fastcode"}
+    assert torch.equal(kvcore.decompress(frame).view(torch.uint8), x.view(torch.uint8))
+    rng = np.random.default_rng(n)
+    payload_start = len(frame) - kvcore.frame_info(frame)["methods"]["fastcode"]["bytes"]
+    for at in rng.integers(payload_start, len(frame), 40):
+        bad = bytearray(frame)
+        bad[at] ^= 1 << int(rng.integers(0, 8))
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(bytes(bad))
+
+
 # ----------------------------------------------------------------- properties
 
 from hypothesis import given, settings, strategies as st  # noqa: E402

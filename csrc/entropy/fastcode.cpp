@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "checksum/xxh3_stripes.h"
 #include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 #include "entropy/fastcode_format.h"
@@ -896,6 +897,10 @@ Status fastcode_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8
 }
 
 Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n) {
+    return fastcode_decode_hashed(src, src_size, dst, n, nullptr);
+}
+
+Status fastcode_decode_hashed(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n, Xxh3Stripes* hash) {
     if (!src && src_size) return invalid("fastcode: null stream");
     if (!dst && n) return invalid("fastcode: null destination");
     Parsed p;
@@ -903,8 +908,19 @@ Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t
     Table t;
     build_table(p.w, p.table, &t);
     uint64_t k = 0;
-    KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, cpu::active_isa(), t.rows)(p, t, &k, dst));
-    KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, dst + p.groups * kGroup));
+    Parsed rest = p;
+    const uint32_t isa = cpu::active_isa();
+    if (hash != nullptr && (isa & cpu::kIsaAvx512) && hash->fed == 0 && hash->len == n) {
+        // The groups before the plane's last 64 bytes are hashed as they are decoded.
+        const size_t hashed = std::min<size_t>(p.groups, hash->regular() / 4);
+        if (!fastcode_detail::decode_groups_hashed_avx512(p.w, p.codes, hashed, t.full, p.lit, p.nexc, &k, dst, hash))
+            return corrupt("fastcode: more escapes than literals");
+        rest.codes += hashed * 32 * p.w;
+        rest.groups -= hashed;
+        dst += hashed * kGroup;
+    }
+    KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, isa, t.rows)(rest, t, &k, dst));
+    KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, dst + rest.groups * kGroup));
     if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
     return Status::ok();
 }

@@ -12,6 +12,10 @@
 
 #include "common/status.h"
 
+namespace kvcore {
+struct Xxh3Stripes;
+}  // namespace kvcore
+
 namespace kvcore::entropy {
 
 // Stream layout: fastcode_format.h. Variants (portable, AVX2) are picked with
@@ -31,6 +35,12 @@ Status fastcode_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8
 // (the stream size must match n exactly, escape codes must match the literal
 // count); never reads outside [src, src + src_size) or writes outside dst[0, n).
 Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
+
+// fastcode_decode that also feeds hash (begun over the n decoded bytes, nothing
+// fed yet) the stripes it writes while they are in registers, where the AVX-512
+// decoder runs (else it feeds none); xxh3_stripes_finish(hash, dst) then
+// completes the digest from the rest. Null hash: fastcode_decode.
+Status fastcode_decode_hashed(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n, Xxh3Stripes* hash);
 
 // Additions to the fixed interface above.
 //

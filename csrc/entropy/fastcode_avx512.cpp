@@ -10,9 +10,12 @@
 // Encoder: a byte's code is two 128-entry permutes and a blend; each component
 // is shifted into place per half and the halves OR-ed into one 32-byte vector;
 // escaped bytes leave by one compress per register.
+#include <algorithm>
 #include <cstring>
 
 #include "common/avx512_target.h"
+// (after avx512_target.h, which defines KV_AVX512)
+#include "checksum/xxh3_stripes_avx512.h"
 #include "entropy/fastcode_format.h"
 
 namespace kvcore::entropy::fastcode_detail {
@@ -101,42 +104,87 @@ KV_AVX512 inline __m512i symbols(__m512i inverted, __m512i R0, __m512i R1) {
     }
 }
 
-template <unsigned W>
+// The decoder hands each 64-byte output vector, in order, to a Feed: NoFeed, or
+// a StripeFeed that checksums the output from registers (an in-place plane's
+// checksum then costs no second pass).
+struct NoFeed {
+    static constexpr unsigned kStripesPerBlock = 1u << 30;
+    KV_AVX512 __m512i load() const { return _mm512_setzero_si512(); }
+    KV_AVX512 void store(__m512i) const {}
+    KV_AVX512 __m512i add(__m512i acc, __m512i) { return acc; }
+    KV_AVX512 __m512i end_block(__m512i acc) { return acc; }
+};
+
+// A group's 256 output bytes are four stripes; XXH3's block ends (every
+// kStripesPerBlock stripes) fall between inner loops of whole groups, so that
+// no call inside them makes GCC keep the accumulators on the stack.
+template <unsigned W, typename Feed>
 KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
-                             uint64_t nexc, uint64_t* k_io, uint8_t* dst) {
+                             uint64_t nexc, uint64_t* k_io, uint8_t* dst, Feed& fed_to) {
+    static_assert(Feed::kStripesPerBlock % 4 == 0, "a group must not straddle a block end");
+    constexpr size_t kGroupsPerBlock = Feed::kStripesPerBlock / 4;
+    Feed feed = fed_to;  // locals stay in registers
     alignas(64) uint8_t reversed[128];
     constexpr unsigned top = (1u << W) - 1;
     for (unsigned j = 0; j < 128; ++j) reversed[j] = table[top - (j & top)];
     const __m512i R0 = _mm512_load_si512(reversed), R1 = _mm512_load_si512(reversed + 64);
     const __m512i low_bits = _mm512_set1_epi8(char((1u << W) - 1));
     uint64_t k = *k_io;
-    for (size_t gi = 0; gi < groups; ++gi) {
-        const uint8_t* g = codes + gi * 32 * W;
-        uint8_t* out = dst + gi * kGroup;
-        const __m512i c0 = inverted_codes_of<W, 0>(g), c1 = inverted_codes_of<W, 1>(g);
-        const __m512i c2 = inverted_codes_of<W, 2>(g), c3 = inverted_codes_of<W, 3>(g);
-        __m512i r[4] = {symbols<W>(c0, R0, R1), symbols<W>(c1, R0, R1), symbols<W>(c2, R0, R1),
-                        symbols<W>(c3, R0, R1)};
-        const uint64_t m[4] = {_mm512_testn_epi8_mask(c0, low_bits), _mm512_testn_epi8_mask(c1, low_bits),
-                                _mm512_testn_epi8_mask(c2, low_bits), _mm512_testn_epi8_mask(c3, low_bits)};
-        if ((m[0] | m[1] | m[2] | m[3]) != 0) {
-            const uint64_t n0 = uint64_t(__builtin_popcountll(m[0])), n1 = uint64_t(__builtin_popcountll(m[1]));
-            const uint64_t n2 = uint64_t(__builtin_popcountll(m[2])), n3 = uint64_t(__builtin_popcountll(m[3]));
-            if (n0 + n1 + n2 + n3 > nexc - k) return false;
-            // Reads exactly the literals taken: lit[k, k + n) with k + n <= nexc.
-            r[0] = _mm512_mask_expandloadu_epi8(r[0], m[0], lit + k);
-            r[1] = _mm512_mask_expandloadu_epi8(r[1], m[1], lit + k + n0);
-            r[2] = _mm512_mask_expandloadu_epi8(r[2], m[2], lit + k + n0 + n1);
-            r[3] = _mm512_mask_expandloadu_epi8(r[3], m[3], lit + k + n0 + n1 + n2);
-            k += n0 + n1 + n2 + n3;
+    __m512i acc = feed.load();
+    size_t gi = 0;
+    for (bool full = true; full;) {
+        const size_t end = gi + std::min(kGroupsPerBlock, groups - gi);
+        full = end - gi == kGroupsPerBlock;
+        for (; gi < end; ++gi) {
+            const uint8_t* g = codes + gi * 32 * W;
+            uint8_t* out = dst + gi * kGroup;
+            const __m512i c0 = inverted_codes_of<W, 0>(g), c1 = inverted_codes_of<W, 1>(g);
+            const __m512i c2 = inverted_codes_of<W, 2>(g), c3 = inverted_codes_of<W, 3>(g);
+            __m512i r[4] = {symbols<W>(c0, R0, R1), symbols<W>(c1, R0, R1), symbols<W>(c2, R0, R1),
+                            symbols<W>(c3, R0, R1)};
+            const uint64_t m[4] = {_mm512_testn_epi8_mask(c0, low_bits), _mm512_testn_epi8_mask(c1, low_bits),
+                                    _mm512_testn_epi8_mask(c2, low_bits), _mm512_testn_epi8_mask(c3, low_bits)};
+            if ((m[0] | m[1] | m[2] | m[3]) != 0) {
+                const uint64_t n0 = uint64_t(__builtin_popcountll(m[0])), n1 = uint64_t(__builtin_popcountll(m[1]));
+                const uint64_t n2 = uint64_t(__builtin_popcountll(m[2])), n3 = uint64_t(__builtin_popcountll(m[3]));
+                if (n0 + n1 + n2 + n3 > nexc - k) return false;
+                // Reads exactly the literals taken: lit[k, k + n) with k + n <= nexc.
+                r[0] = _mm512_mask_expandloadu_epi8(r[0], m[0], lit + k);
+                r[1] = _mm512_mask_expandloadu_epi8(r[1], m[1], lit + k + n0);
+                r[2] = _mm512_mask_expandloadu_epi8(r[2], m[2], lit + k + n0 + n1);
+                r[3] = _mm512_mask_expandloadu_epi8(r[3], m[3], lit + k + n0 + n1 + n2);
+                k += n0 + n1 + n2 + n3;
+            }
+            for (unsigned j = 0; j < 4; ++j) {
+                _mm512_storeu_si512(out + 64 * j, r[j]);
+                acc = feed.add(acc, r[j]);
+            }
         }
-        for (unsigned j = 0; j < 4; ++j) _mm512_storeu_si512(out + 64 * j, r[j]);
+        if (full) acc = feed.end_block(acc);
     }
+    feed.store(acc);
+    fed_to = feed;
     *k_io = k;
     return true;
 }
 
+template <unsigned W>
+KV_AVX512 bool decode_plain(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
+                            uint64_t nexc, uint64_t* k_io, uint8_t* dst) {
+    NoFeed none;
+    return decode_groups<W>(codes, groups, table, lit, nexc, k_io, dst, none);
+}
+
+template <unsigned W>
+KV_AVX512 bool decode_hashed(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
+                             uint64_t nexc, uint64_t* k_io, uint8_t* dst, Xxh3Stripes* hash) {
+    StripeFeed feed(hash);
+    return decode_groups<W>(codes, groups, table, lit, nexc, k_io, dst, feed);
+}
+
 using GroupsFn = bool (*)(const uint8_t*, size_t, const uint8_t*, const uint8_t*, uint64_t, uint64_t*, uint8_t*);
+using HashedGroupsFn = bool (*)(const uint8_t*, size_t, const uint8_t*, const uint8_t*, uint64_t, uint64_t*,
+                                uint8_t*, Xxh3Stripes*);
 
 // ---- encoder
 
@@ -236,10 +284,18 @@ bool encode_groups_avx512(unsigned w, const uint8_t* src, size_t groups, const u
 
 bool decode_groups_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
                           uint64_t nexc, uint64_t* k_io, uint8_t* dst) {
-    static const GroupsFn by_width[8] = {nullptr,          decode_groups<1>, decode_groups<2>, decode_groups<3>,
-                                         decode_groups<4>, decode_groups<5>, decode_groups<6>, decode_groups<7>};
+    static const GroupsFn by_width[8] = {nullptr,         decode_plain<1>, decode_plain<2>, decode_plain<3>,
+                                         decode_plain<4>, decode_plain<5>, decode_plain<6>, decode_plain<7>};
     if (w < 1 || w > kMaxWidth) return false;
     return by_width[w](codes, groups, table, lit, nexc, k_io, dst);
+}
+
+bool decode_groups_hashed_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table,
+                                 const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst, Xxh3Stripes* hash) {
+    static const HashedGroupsFn by_width[8] = {nullptr,          decode_hashed<1>, decode_hashed<2>, decode_hashed<3>,
+                                               decode_hashed<4>, decode_hashed<5>, decode_hashed<6>, decode_hashed<7>};
+    if (w < 1 || w > kMaxWidth) return false;
+    return by_width[w](codes, groups, table, lit, nexc, k_io, dst, hash);
 }
 
 }  // namespace kvcore::entropy::fastcode_detail

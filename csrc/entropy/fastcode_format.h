@@ -30,6 +30,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace kvcore {
+struct Xxh3Stripes;
+}  // namespace kvcore
+
 namespace kvcore::entropy::fastcode_detail {
 
 constexpr size_t kGroup = 256;          // symbols per group
@@ -61,6 +65,12 @@ inline size_t stream_size(unsigned w, size_t n, uint64_t nexc) {
 // false when the groups hold more escapes than that (dst then partly written).
 bool decode_groups_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
                           uint64_t nexc, uint64_t* k_io, uint8_t* dst);
+
+// The same, also feeding the groups' output to hash (xxh3_stripes.h) from
+// registers: hash must be begun over the plane and have no stripe fed yet, and
+// the groups must end before its last 64 bytes (4 * groups <= hash->regular()).
+bool decode_groups_hashed_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table,
+                                 const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst, Xxh3Stripes* hash);
 
 // The AVX-512 group encoder: `groups` groups of src into their codes at out, with
 // code_of[byte] the code of each byte value (2^w - 1: escaped); escaped bytes go

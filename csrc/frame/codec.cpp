@@ -12,6 +12,7 @@
 #include "checksum/xxh3_stripes.h"
 #include "common/aligned_buffer.h"
 #include "common/huge_pages.h"
+#include "entropy/fastcode.h"
 #include "entropy/huffman.h"
 #include "frame/analysis.h"
 #include "frame/format.h"
@@ -254,6 +255,11 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     size_t run_left = 0;
     uint8_t* const block_out = dst.at(first * esize, &run_left);
     const bool in_place = esize == 1 && !t.rotate && t.residual == nullptr && run_left >= n;
+    const uint64_t seed = block_seed(h, first / h.block_elems);
+    // A fastcode plane decoded in place is checksummed from the decoder's registers
+    // where its AVX-512 decoder runs (plane_hash.fed > 0 after it: else checksum64, whose
+    // own SIMD pass is faster than finishing every stripe).
+    Xxh3Stripes plane_hash;
     size_t pos = kBlockPrefixBytes;
     const uint8_t* planes[4];
     for (unsigned p = 0; p < esize; ++p) {
@@ -262,16 +268,22 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         const size_t payload = get_u32(block + pos + 1);
         pos += kPlanePrefixBytes;
         if (payload > size - pos) return corrupt("plane payload runs past its block");
-        KVCORE_RETURN_IF_ERROR(
-            decode_plane(method, block + pos, payload, n, h.channels, in_place ? block_out : scratch.plane(p, n, 0),
-                         &planes[p]));
+        if (in_place && method == static_cast<uint8_t>(Method::kFastcode) && n >= Xxh3Stripes::kMinLength) {
+            xxh3_stripes_begin(&plane_hash, seed, n);
+            KVCORE_RETURN_IF_ERROR(entropy::fastcode_decode_hashed(block + pos, payload, block_out, n, &plane_hash));
+            planes[p] = block_out;
+        } else {
+            KVCORE_RETURN_IF_ERROR(decode_plane(method, block + pos, payload, n, h.channels,
+                                                in_place ? block_out : scratch.plane(p, n, 0), &planes[p]));
+        }
         pos += payload;
     }
     if (pos != size) return corrupt("block has trailing bytes");
-    const uint64_t seed = block_seed(h, first / h.block_elems);
     if (in_place) {
         if (planes[0] != block_out) std::memcpy(block_out, planes[0], n);  // a raw plane points into the frame
-        if (checksum64(block_out, n, seed) != expected) return corrupt("block checksum mismatch");
+        const uint64_t sum =
+            plane_hash.fed > 0 ? xxh3_stripes_finish(&plane_hash, block_out) : checksum64(block_out, n, seed);
+        if (sum != expected) return corrupt("block checksum mismatch");
         return Status::ok();
     }
     // The block's output in one run (the usual case) and long enough for XXH3's
