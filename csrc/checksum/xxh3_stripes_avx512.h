@@ -9,6 +9,16 @@
 
 namespace kvcore {
 
+// A kernel hands each 64-byte output vector, in order, to a Feed: a StripeFeed,
+// or NoStripeFeed where no checksum is wanted (the same kernel, nothing fed).
+struct NoStripeFeed {
+    static constexpr unsigned kStripesPerBlock = 1u << 30;
+    KV_AVX512 __m512i load() const { return _mm512_setzero_si512(); }
+    KV_AVX512 void store(__m512i) const {}
+    KV_AVX512 __m512i add(__m512i acc, __m512i) { return acc; }
+    KV_AVX512 __m512i end_block(__m512i acc) { return acc; }
+};
+
 class StripeFeed {
 public:
     static constexpr unsigned kStripesPerBlock = Xxh3Stripes::kStripesPerBlock;

@@ -104,17 +104,9 @@ KV_AVX512 inline __m512i symbols(__m512i inverted, __m512i R0, __m512i R1) {
     }
 }
 
-// The decoder hands each 64-byte output vector, in order, to a Feed: NoFeed, or
-// a StripeFeed that checksums the output from registers (an in-place plane's
-// checksum then costs no second pass).
-struct NoFeed {
-    static constexpr unsigned kStripesPerBlock = 1u << 30;
-    KV_AVX512 __m512i load() const { return _mm512_setzero_si512(); }
-    KV_AVX512 void store(__m512i) const {}
-    KV_AVX512 __m512i add(__m512i acc, __m512i) { return acc; }
-    KV_AVX512 __m512i end_block(__m512i acc) { return acc; }
-};
-
+// The decoder hands each 64-byte output vector, in order, to a Feed:
+// NoStripeFeed, or a StripeFeed that checksums the output from registers (an
+// in-place plane's checksum then costs no second pass).
 // A group's 256 output bytes are four stripes; XXH3's block ends (every
 // kStripesPerBlock stripes) fall between inner loops of whole groups, so that
 // no call inside them makes GCC keep the accumulators on the stack.
@@ -171,7 +163,7 @@ KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t*
 template <unsigned W>
 KV_AVX512 bool decode_plain(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
                             uint64_t nexc, uint64_t* k_io, uint8_t* dst) {
-    NoFeed none;
+    NoStripeFeed none;
     return decode_groups<W>(codes, groups, table, lit, nexc, k_io, dst, none);
 }
 

@@ -21,15 +21,8 @@ namespace {
 KV_AVX512 inline __m512i ld(const uint8_t* p) { return _mm512_loadu_si512(p); }
 KV_AVX512 inline void st(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
 
-// A merge kernel hands each 64-byte output vector, in order, to a Feed: NoFeed,
-// or a StripeFeed that checksums the output from registers.
-struct NoFeed {
-    static constexpr unsigned kStripesPerBlock = 1u << 30;
-    KV_AVX512 __m512i load() const { return _mm512_setzero_si512(); }
-    KV_AVX512 void store(__m512i) const {}
-    KV_AVX512 __m512i add(__m512i acc, __m512i) { return acc; }
-    KV_AVX512 __m512i end_block(__m512i acc) { return acc; }
-};
+// A merge kernel hands each 64-byte output vector, in order, to a Feed:
+// NoStripeFeed, or a StripeFeed that checksums the output from registers.
 
 // A byte-index vector for vpermt2b: idx[j] = f(j), each in [0, 128).
 template <typename F>
@@ -299,7 +292,7 @@ KV_AVX512 void merge_feeding(const uint8_t* const* planes, size_t n, unsigned el
 
 KV_AVX512 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
                             uint8_t* dst) {
-    NoFeed none;
+    NoStripeFeed none;
     merge_feeding(planes, n, elem_size, t, dst, none);
 }
 
