@@ -913,7 +913,7 @@ Status fastcode_decode_hashed(const uint8_t* src, size_t src_size, uint8_t* dst,
     if (hash != nullptr && (isa & cpu::kIsaAvx512) && hash->fed == 0 && hash->len == n) {
         // The groups before the plane's last 64 bytes are hashed as they are decoded.
         const size_t hashed = std::min<size_t>(p.groups, hash->regular() / 4);
-        if (!fastcode_detail::decode_groups_hashed_avx512(p.w, p.codes, hashed, t.full, p.lit, p.nexc, &k, dst, hash))
+        if (!fastcode_detail::decode_groups_avx512(p.w, p.codes, hashed, t.full, p.lit, p.nexc, &k, dst, hash))
             return corrupt("fastcode: more escapes than literals");
         rest.codes += hashed * 32 * p.w;
         rest.groups -= hashed;

@@ -275,19 +275,14 @@ bool encode_groups_avx512(unsigned w, const uint8_t* src, size_t groups, const u
 }
 
 bool decode_groups_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
-                          uint64_t nexc, uint64_t* k_io, uint8_t* dst) {
-    static const GroupsFn by_width[8] = {nullptr,         decode_plain<1>, decode_plain<2>, decode_plain<3>,
-                                         decode_plain<4>, decode_plain<5>, decode_plain<6>, decode_plain<7>};
+                          uint64_t nexc, uint64_t* k_io, uint8_t* dst, Xxh3Stripes* hash) {
+    static const GroupsFn plain[8] = {nullptr,         decode_plain<1>, decode_plain<2>, decode_plain<3>,
+                                      decode_plain<4>, decode_plain<5>, decode_plain<6>, decode_plain<7>};
+    static const HashedGroupsFn hashed[8] = {nullptr,          decode_hashed<1>, decode_hashed<2>, decode_hashed<3>,
+                                             decode_hashed<4>, decode_hashed<5>, decode_hashed<6>, decode_hashed<7>};
     if (w < 1 || w > kMaxWidth) return false;
-    return by_width[w](codes, groups, table, lit, nexc, k_io, dst);
-}
-
-bool decode_groups_hashed_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table,
-                                 const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst, Xxh3Stripes* hash) {
-    static const HashedGroupsFn by_width[8] = {nullptr,          decode_hashed<1>, decode_hashed<2>, decode_hashed<3>,
-                                               decode_hashed<4>, decode_hashed<5>, decode_hashed<6>, decode_hashed<7>};
-    if (w < 1 || w > kMaxWidth) return false;
-    return by_width[w](codes, groups, table, lit, nexc, k_io, dst, hash);
+    if (hash != nullptr) return hashed[w](codes, groups, table, lit, nexc, k_io, dst, hash);
+    return plain[w](codes, groups, table, lit, nexc, k_io, dst);
 }
 
 }  // namespace kvcore::entropy::fastcode_detail

@@ -63,14 +63,11 @@ inline size_t stream_size(unsigned w, size_t n, uint64_t nexc) {
 // of the codes (entry 2^w - 1, the escape, is don't-care; a row-progressive table
 // is read whole like any other). Escapes take literals lit[*k_io, nexc) in order;
 // false when the groups hold more escapes than that (dst then partly written).
+// hash (optional) is fed the groups' output from registers (xxh3_stripes.h): it
+// must be begun over the plane with no stripe fed yet, and the groups must end
+// before its last 64 bytes (4 * groups <= hash->regular()).
 bool decode_groups_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
-                          uint64_t nexc, uint64_t* k_io, uint8_t* dst);
-
-// The same, also feeding the groups' output to hash (xxh3_stripes.h) from
-// registers: hash must be begun over the plane and have no stripe fed yet, and
-// the groups must end before its last 64 bytes (4 * groups <= hash->regular()).
-bool decode_groups_hashed_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table,
-                                 const uint8_t* lit, uint64_t nexc, uint64_t* k_io, uint8_t* dst, Xxh3Stripes* hash);
+                          uint64_t nexc, uint64_t* k_io, uint8_t* dst, Xxh3Stripes* hash = nullptr);
 
 // The AVX-512 group encoder: `groups` groups of src into their codes at out, with
 // code_of[byte] the code of each byte value (2^w - 1: escaped); escaped bytes go

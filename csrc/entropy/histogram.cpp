@@ -196,7 +196,7 @@ Window values_of(const Range& r) {
 // What both estimates start with: planes too small to sample (see kSampleMin)
 // are counted exactly, and a plane whose exact value range is one value is
 // constant. Returns true when hist then holds the exact counts; else *r is the
-// plane's value range.
+// plane's value range and hist is untouched.
 bool exact_if_small_or_constant(const uint8_t* src, size_t n, uint32_t* hist, Range* r) {
     if (n < kSampleMinNarrow) {
         histogram(src, n, hist);
@@ -259,15 +259,12 @@ bool histogram_weights(const uint8_t* src, size_t n, uint32_t* hist) {
     // Here the value range only tells whether the plane is constant (or, below
     // kSampleMin, narrow): a large plane whose sample holds two values is not, so
     // it skips the range pass.
-    size_t taken = 0;
-    if (n >= kSampleMin) {
-        taken = sampled(src, n, hist);
-        if (std::count_if(hist, hist + 256, [](uint32_t c) { return c != 0; }) < 2) taken = 0;
-    }
-    if (taken == 0) {
+    const bool large = n >= kSampleMin;
+    size_t taken = large ? sampled(src, n, hist) : 0;
+    if (!large || std::count_if(hist, hist + 256, [](uint32_t c) { return c != 0; }) < 2) {
         Range r;
         if (exact_if_small_or_constant(src, n, hist, &r)) return true;
-        taken = sampled(src, n, hist);
+        if (!large) taken = sampled(src, n, hist);  // (else hist still holds the sample)
     }
     for (unsigned s = 0; s < 256; ++s) hist[s] = scaled(hist[s], n, taken);
     return false;

@@ -12,7 +12,6 @@
 #include "checksum/xxh3_stripes.h"
 #include "common/aligned_buffer.h"
 #include "common/huge_pages.h"
-#include "entropy/fastcode.h"
 #include "entropy/huffman.h"
 #include "frame/analysis.h"
 #include "frame/format.h"
@@ -256,10 +255,12 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     uint8_t* const block_out = dst.at(first * esize, &run_left);
     const bool in_place = esize == 1 && !t.rotate && t.residual == nullptr && run_left >= n;
     const uint64_t seed = block_seed(h, first / h.block_elems);
-    // A fastcode plane decoded in place is checksummed from the decoder's registers
-    // where its AVX-512 decoder runs (plane_hash.fed > 0 after it: else checksum64, whose
-    // own SIMD pass is faster than finishing every stripe).
+    // A plane decoded in place may be checksummed while it is decoded (decode_plane):
+    // where nothing was fed, checksum64, whose own SIMD pass is faster than
+    // finishing every stripe.
     Xxh3Stripes plane_hash;
+    Xxh3Stripes* const hash_in_place = in_place && n >= Xxh3Stripes::kMinLength ? &plane_hash : nullptr;
+    if (hash_in_place) xxh3_stripes_begin(hash_in_place, seed, n);
     size_t pos = kBlockPrefixBytes;
     const uint8_t* planes[4];
     for (unsigned p = 0; p < esize; ++p) {
@@ -268,14 +269,8 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         const size_t payload = get_u32(block + pos + 1);
         pos += kPlanePrefixBytes;
         if (payload > size - pos) return corrupt("plane payload runs past its block");
-        if (in_place && method == static_cast<uint8_t>(Method::kFastcode) && n >= Xxh3Stripes::kMinLength) {
-            xxh3_stripes_begin(&plane_hash, seed, n);
-            KVCORE_RETURN_IF_ERROR(entropy::fastcode_decode_hashed(block + pos, payload, block_out, n, &plane_hash));
-            planes[p] = block_out;
-        } else {
-            KVCORE_RETURN_IF_ERROR(decode_plane(method, block + pos, payload, n, h.channels,
-                                                in_place ? block_out : scratch.plane(p, n, 0), &planes[p]));
-        }
+        KVCORE_RETURN_IF_ERROR(decode_plane(method, block + pos, payload, n, h.channels,
+                                            in_place ? block_out : scratch.plane(p, n, 0), &planes[p], hash_in_place));
         pos += payload;
     }
     if (pos != size) return corrupt("block has trailing bytes");

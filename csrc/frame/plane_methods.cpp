@@ -333,7 +333,7 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
 }
 
 Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t n, uint32_t channels,
-                    uint8_t* scratch, const uint8_t** out) {
+                    uint8_t* scratch, const uint8_t** out, Xxh3Stripes* hash) {
     *out = scratch;
     switch (static_cast<Method>(method)) {
         case Method::kRaw:
@@ -345,7 +345,7 @@ Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t 
             std::memset(scratch, payload[0], n);
             return Status::ok();
         case Method::kHuffman: return entropy::huffman_decode(payload, size, scratch, n);
-        case Method::kFastcode: return entropy::fastcode_decode(payload, size, scratch, n);
+        case Method::kFastcode: return entropy::fastcode_decode_hashed(payload, size, scratch, n, hash);
         case Method::kZstd: return lz::zstd_plane_decode(payload, size, scratch, n);
         case Method::kGrouped:
             if (channels < 2 || n % channels) return corrupt("grouped plane in a block without whole rows");

@@ -8,6 +8,10 @@
 #include "common/status.h"
 #include "frame/codec.h"
 
+namespace kvcore {
+struct Xxh3Stripes;
+}  // namespace kvcore
+
 namespace kvcore::frame {
 
 enum class Method : uint8_t {
@@ -47,8 +51,10 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
 
 // Decodes a payload of n bytes. For kRaw *out points into the payload itself
 // (no copy); otherwise the plane is decoded into scratch and *out = scratch.
-// channels: the frame's channel count (for kGrouped).
+// channels: the frame's channel count (for kGrouped). hash (optional; begun over
+// the n bytes, nothing fed) is fed the stripes a method checksums while it
+// decodes (fastcode with AVX-512); hash->fed tells how many it took.
 Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t n, uint32_t channels,
-                    uint8_t* scratch, const uint8_t** out);
+                    uint8_t* scratch, const uint8_t** out, Xxh3Stripes* hash = nullptr);
 
 }  // namespace kvcore::frame
