@@ -383,6 +383,7 @@ std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>
         if (raw == nullptr) throw py::error_already_set();
         frames.push_back(py::reinterpret_steal<py::object>(raw));
         job.dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(raw));
+        job.fresh_dst = true;
     }
     Status st;
     {
@@ -862,10 +863,10 @@ PYBIND11_MODULE(_native, m) {
     m.def(
         "decompress_into",
         [](const py::buffer& frame, uint64_t out_addr, uint64_t out_bytes, uint64_t run_bytes, uint64_t run_stride,
-           const py::object& threads) {
+           const py::object& threads, bool fresh) {
             py::buffer_info keep_in;
             const ByteView in = read_view(frame, keep_in);
-            const fr::FrameJob job{in.data, in.size, output_runs(out_addr, out_bytes, run_bytes, run_stride)};
+            const fr::FrameJob job{in.data, in.size, output_runs(out_addr, out_bytes, run_bytes, run_stride), fresh};
             const unsigned n_threads = thread_count(threads);
             Status st;
             {
@@ -875,9 +876,9 @@ PYBIND11_MODULE(_native, m) {
             check(st);
         },
         py::arg("frame"), py::arg("out_addr"), py::arg("out_bytes"), py::arg("run_bytes") = 0,
-        py::arg("run_stride") = 0, py::arg("threads") = py::none(),
+        py::arg("run_stride") = 0, py::arg("threads") = py::none(), py::arg("fresh") = false,
         "Decodes a frame into out_bytes at out_addr: contiguous, or (run_bytes > 0) runs of run_bytes that\n"
-        "start run_stride bytes apart.");
+        "start run_stride bytes apart. fresh: the output was just allocated, and nothing else uses it yet.");
     m.def(
         "decompress_batch",
         [](const std::vector<py::buffer>& frames, const std::vector<std::array<uint64_t, 4>>& outs,

@@ -240,8 +240,9 @@ def decompress(
     True
     """
     frame = _frame_view(frame)
+    fresh = out is None
     out = _output_for(frame, out, runs=True)
-    _native.decompress_into(frame, *_destination(out), threads=_threads(threads))
+    _native.decompress_into(frame, *_destination(out), threads=_threads(threads), fresh=fresh)
     return out
 
 

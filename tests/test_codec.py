@@ -169,6 +169,23 @@ def test_frames_are_identical_across_variants_and_threads(mode):
     assert len(frames) == 1
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("block_bytes", [None, 64 << 10])
+def test_large_frames_into_new_bytes_are_those_of_one_thread(mode, block_bytes):
+    """A frame of several MiB compressed by several threads into a new bytes object has its pages
+    faulted in ahead of the blocks, by the size the first blocks foretell: the frame must be the
+    one a single thread writes, whether that estimate is close (KV data), too low (a constant
+    start, then noise) or too high (noise, then a constant end)."""
+    kv = kvdata.stacked("minilm_l6_kv_bf16.safetensors")[:4]
+    noise = torch.randint(-(1 << 15), 1 << 15, (kv.numel() // 2,), dtype=torch.int16,
+                          generator=torch.Generator().manual_seed(5)).view(torch.bfloat16)
+    constant = torch.zeros(kv.numel() // 2, dtype=torch.bfloat16)
+    for t in (kv, torch.cat([constant, noise]).reshape(-1, 384), torch.cat([noise, constant]).reshape(-1, 384)):
+        one = kvcore.compress(t, mode=mode, threads=1, block_bytes=block_bytes)
+        assert kvcore.compress(t, mode=mode, threads=2, block_bytes=block_bytes) == one
+        assert_bit_exact(kvcore.decompress(one, threads=2), t)
+
+
 @pytest.mark.parametrize("channels", [24, 31, 32, 33, 48, 100, 384])
 @pytest.mark.parametrize("rows", [1000, 1023, 1025, 1040, 1057])
 def test_channel_grouped_planes_on_every_tile_edge(rows, channels):

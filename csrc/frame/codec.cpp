@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "checksum/checksum.h"
@@ -160,13 +161,16 @@ public:
         cv_.wait(lock, [&] { return next_ == block; });
         return offset_;
     }
-    void done(size_t bytes) {
+    // Returns the end of the committed blocks.
+    uint64_t done(size_t bytes) {
+        uint64_t end;
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            offset_ += bytes;
+            end = offset_ += bytes;
             ++next_;
         }
         cv_.notify_all();
+        return end;
     }
     uint64_t offset() const { return offset_; }
     // The block's offset when every earlier block is committed (it may then be
@@ -365,12 +369,16 @@ size_t max_frame_size(const TensorDesc& desc) { return max_frame_size(desc, 0); 
 
 namespace {
 
+bool several_threads(unsigned threads) { return (threads == 0 ? hardware_threads() : threads) > 1; }
+
 // One frame being encoded: its header and layout, and the in-order commit of
 // its blocks (each block task codes one block of one frame).
 struct FrameEncoder {
-    FrameEncoder(const CompressJob& job, Header header, Layout chosen)
+    FrameEncoder(const CompressJob& job, Header header, Layout chosen, bool fault_ahead)
         : src(job.src), dst(job.dst), cap(job.cap), h(std::move(header)), layout(std::move(chosen)),
-          commit(header_size(h)) {}
+          commit(header_size(h)) {
+        if (fault_ahead) ahead.emplace(job.dst, job.cap);
+    }
     const uint8_t* src;
     uint8_t* dst;
     size_t cap;
@@ -378,6 +386,14 @@ struct FrameEncoder {
     Layout layout;
     OrderedCommit commit;
     FirstError error;
+    std::optional<FaultAhead> ahead;  // set for a fresh frame coded by several threads
+
+    // After block b commits, ending at `end`: the pages the later blocks will
+    // write, as far as the sizes so far foretell.
+    void fault_ahead_of(size_t b, uint64_t end) {
+        const uint64_t left = h.n_blocks - 1 - b;
+        ahead->keep_ahead(dst + end, left * (end / (b + 1)));
+    }
 };
 
 Status check_job(const CompressJob& job, const EncodeOptions& o) {
@@ -436,11 +452,12 @@ void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o) {
         at = f.commit.wait_turn(b);
     }
     if (st.is_ok()) f.h.block_sizes[b] = static_cast<uint32_t>(size);
-    f.commit.done(st.is_ok() ? size : 0);
+    const uint64_t end = f.commit.done(st.is_ok() ? size : 0);
     if (!st.is_ok()) {
         f.error.set(std::move(st));
         return;
     }
+    if (f.ahead) f.fault_ahead_of(b, end);
     // The next block's offset needs this one's size, not its bytes: the copy (first
     // touches of the frame's pages included) comes after the commit, while later
     // blocks commit and copy too.
@@ -470,7 +487,8 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block), frame-major
     for (size_t i = 0; i < n; ++i) {
         Header h = plan_header(jobs[i], o, layouts[i]);
-        frames.push_back(std::make_unique<FrameEncoder>(jobs[i], std::move(h), std::move(layouts[i])));
+        const bool fault_ahead = jobs[i].fresh_dst && several_threads(o.threads) && jobs[i].cap >= 2 * kHugePageBytes;
+        frames.push_back(std::make_unique<FrameEncoder>(jobs[i], std::move(h), std::move(layouts[i]), fault_ahead));
         for (uint32_t b = 0; b < frames[i]->h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
         advise_huge_pages(jobs[i].dst, jobs[i].cap);
     }
@@ -578,6 +596,11 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
     KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("decompress", "a frame"));
     for (const OutputRuns& o : buffers.outputs)
         if (o.contiguous()) advise_huge_pages(o.base, o.bytes);
+    std::vector<std::unique_ptr<FaultAhead>> ahead(n);
+    if (several_threads(threads))
+        for (size_t i = 0; i < n; ++i)
+            if (jobs[i].fresh_out && jobs[i].out.contiguous() && jobs[i].out.bytes >= 2 * kHugePageBytes)
+                ahead[i] = std::make_unique<FaultAhead>(jobs[i].out.base, jobs[i].out.bytes);
     FirstError error;
     // Per frame, for on_frame: blocks not yet settled, and the first error (written
     // by the one thread that wins `failed`, read by the thread that settles the
@@ -609,6 +632,9 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
             Scratch& s = thread_scratch(dtype_size(h.dtype), h.block_elems, 0);
             st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h, jobs[i].out, s);
             if (!st.is_ok()) error.set(st);
+            // Blocks are taken in order: the later ones write past this one's end.
+            const size_t esize = dtype_size(h.dtype);
+            if (ahead[i]) ahead[i]->keep_ahead(jobs[i].out.base + (first + count) * esize, (h.n_elems - first - count) * esize);
         }
         if (!on_frame) return;
         Countdown& c = settle[i];

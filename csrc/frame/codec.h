@@ -100,6 +100,9 @@ struct CompressJob {
     uint8_t* dst;
     size_t cap;
     size_t written = 0;  // the frame's size, on success
+    // dst is newly allocated anonymous memory (a new bytes object) that no one
+    // else reads or writes yet: its pages may be faulted in ahead of the blocks.
+    bool fresh_dst = false;
 };
 
 // Compresses every job as compress does, the blocks of all frames spread over
@@ -122,6 +125,9 @@ struct FrameJob {
     const uint8_t* frame;
     size_t size;
     OutputRuns out;
+    // out is newly allocated anonymous memory (a new tensor) that no one else
+    // reads or writes yet: its pages may be faulted in ahead of the blocks.
+    bool fresh_out = false;
 };
 
 // Called once for each frame of a decompress_many batch as soon as the frame is
