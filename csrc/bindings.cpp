@@ -1164,20 +1164,21 @@ PYBIND11_MODULE(_native, m) {
             uint8_t* dst = out.data();
             const size_t cap = out.capacity;
             return km::submit([src, nbytes, desc, options, dst, cap](km::Completion& c) {
-                size_t written = 0;
-                Status st = fr::compress(src, nbytes, desc, options, dst, cap, &written);
-                c.set_result_size(written);
+                fr::CompressJob job{src, nbytes, desc, dst, cap};
+                job.fresh_dst = true;  // out's bytes object: nothing else sees it until take()
+                const Status st = fr::compress_many(&job, 1, options);
+                c.set_result_size(job.written);
                 return st;
             });
         }, py::arg("addr"), py::arg("nbytes"), py::arg("dtype"), py::arg("shape"), py::arg("mode"),
            py::arg("block_bytes"), py::arg("threads"), py::arg("out"));
-        m.def("mover_decompress_async", [](uint64_t frame, uint64_t size, uint64_t dst, uint64_t dst_size, unsigned threads) {
-            const auto* in = reinterpret_cast<const uint8_t*>(frame);
-            auto* out = reinterpret_cast<uint8_t*>(dst);
-            return km::submit([in, size, out, dst_size, threads](km::Completion&) {
-                return kvcore::frame::decompress(in, size, out, dst_size, threads);
-            });
-        });
+        m.def("mover_decompress_async", [](uint64_t frame, uint64_t size, uint64_t dst, uint64_t dst_size,
+                                           unsigned threads, bool fresh) {
+            const kvcore::frame::FrameJob job{reinterpret_cast<const uint8_t*>(frame), size,
+                                              kvcore::frame::OutputRuns{reinterpret_cast<uint8_t*>(dst), dst_size}, fresh};
+            return km::submit([job, threads](km::Completion&) { return kvcore::frame::decompress_many(&job, 1, threads); });
+        }, py::arg("frame"), py::arg("size"), py::arg("dst"), py::arg("dst_size"), py::arg("threads"),
+           py::arg("fresh") = false);
         m.def("mover_engine_for", [](uint64_t total, uint64_t count, int engine) {
             std::vector<kc::Segment> segs(count ? count : 1, kc::Segment{nullptr, nullptr, size_t(total / (count ? count : 1))});
             return pick_engine(engine, segs) == Engine::kDsa ? "dsa" : "cpu";

@@ -33,6 +33,18 @@ def test_async_frames_equal_sync_frames(kv, mode):
     assert torch.equal(back.view(torch.int16), kv.view(torch.int16))
 
 
+@pytest.mark.parametrize("mode", ["dense", "fast"])
+def test_large_async_frames_on_two_threads(kv, mode):
+    """A frame of several MiB into a new bytes object, and a new tensor decoded from it, by two
+    threads: their pages are faulted in ahead of the blocks; the frame is the one a single
+    thread writes."""
+    big = torch.cat([kv, kv.flip(0), kv]).contiguous()
+    frame = kvcore.compress_async(big, mode=mode, threads=2).result()
+    assert frame == kvcore.compress(big, mode=mode, threads=1)
+    back = kvcore.decompress_async(frame, threads=2).result()
+    assert torch.equal(back.view(torch.int16), big.view(torch.int16))
+
+
 def test_decompress_into_a_pinned_buffer(kv):
     pool = make_pool(16 << 20, huge_pages=False)
     buf = pool.alloc(kv.numel() * 2)

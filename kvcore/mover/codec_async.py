@@ -66,7 +66,10 @@ def decompress_async(frame: Any, *, out: Any = None, threads: Optional[int] = No
     """
     from .. import codec
 
+    fresh = out is None
     out = codec.output_for(frame, out)
     src = region(frame, writable=False, what="frame")
-    native = _native.mover_decompress_async(src.addr, src.nbytes, *codec.tensor_span(out), _threads(threads))
+    native = _native.mover_decompress_async(
+        src.addr, src.nbytes, *codec.tensor_span(out), _threads(threads), fresh=fresh
+    )
     return Future(native=[native], keep=[src.keep, out], value=out)
