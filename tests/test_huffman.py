@@ -151,6 +151,30 @@ def test_windowed_pairs_match_the_single_symbol_coder(lo, width, n):
     assert _native.huffman_decode(paired, n) == raw
 
 
+@pytest.mark.parametrize("shift", [1, 3, 5, 6, 7])
+@pytest.mark.parametrize("width", [2, 17, 32, 33])
+@pytest.mark.parametrize("n", [256, 1001, 65536 + 3])
+def test_windowed_pairs_of_symbols_with_shared_low_zero_bits(shift, width, n):
+    """Symbols that all share `shift` low zero bits (a byte plane of fp16 values cast to fp32
+    holds three mantissa bits: multiples of 32) are paired by their shifted values, in windows
+    of up to 32 of those, wrapping mod 256 >> shift. The stream must be the single-symbol
+    coder's bytes; a window too wide (33) or an odd symbol among them (no shared zero bits)
+    goes one symbol at a time."""
+    if "avx2" not in kvcore.features()["simd_detected"]:
+        pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
+    values = 256 >> shift
+    rng = np.random.default_rng(shift * 7919 + width * 101 + n)
+    lo = int(rng.integers(0, values))
+    offsets = np.minimum(rng.geometric(0.3, n) - 1, min(width, values) - 1)
+    sym = (((lo + offsets) % values) << shift).astype(np.uint8)
+    sym[:2] = (lo << shift, ((lo + min(width, values) - 1) % values) << shift)
+    for plane in (sym, np.concatenate([sym[:-1], np.uint8([1])])):
+        raw = plane.tobytes()
+        paired, single = _encode_with("", raw), _encode_with("avx2", raw)
+        assert paired == single
+        assert _native.huffman_decode(paired, len(raw)) == raw
+
+
 def test_windowed_pairs_on_channel_groups(planes):
     """Real exponent symbols of one channel group (the dense codec's input to the pair coder)."""
     if "avx2" not in kvcore.features()["simd_detected"]:

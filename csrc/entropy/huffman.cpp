@@ -328,49 +328,67 @@ struct PairTable {
     uint64_t code[kPairWindow * kPairWindow];
 };
 
-// Whether the present symbols lie in one window of kPairWindow consecutive
-// values, counted mod 256: planes of per-channel residuals wrap through 0, and
-// 32 divides 256, so such a window still maps to distinct indices.
-bool in_pair_window(const uint64_t* counts) {
+// A plane's symbols shifted right by `shift`, the low zero bits they all share,
+// lie in one window of kPairWindow consecutive values, counted mod 256 >> shift:
+// planes of per-channel residuals wrap through 0, and 32 divides 256 >> shift
+// (or that range is 32 values at most), so such a window still maps to
+// distinct indices. The shift serves the low planes of values cast up from a
+// narrower float (fp16 cast to fp32: a byte of three mantissa bits, multiples of 32).
+struct PairWindow {
+    bool fits;
+    unsigned shift;
+};
+
+PairWindow pair_window(const uint64_t* counts) {
+    unsigned all = 0;
+    for (unsigned s = 0; s < 256; ++s) all |= counts[s] ? s : 0;
+    const unsigned shift = all ? unsigned(__builtin_ctz(all)) : 0;
+    const int range = 256 >> shift;
     int first = -1, prev = -1;
     int max_gap = 0;
-    for (int s = 0; s < 256; ++s) {
-        if (!counts[s]) continue;
-        if (prev < 0) first = s;
-        else max_gap = std::max(max_gap, s - prev);
-        prev = s;
+    for (int v = 0; v < range; ++v) {
+        if (!counts[v << shift]) continue;
+        if (prev < 0) first = v;
+        else max_gap = std::max(max_gap, v - prev);
+        prev = v;
     }
-    max_gap = std::max(max_gap, first + 256 - prev);  // the gap that wraps around
-    return 256 - max_gap < int(kPairWindow);  // window width: 256 - max_gap + 1
+    max_gap = std::max(max_gap, first + range - prev);  // the gap that wraps around
+    return {range - max_gap < int(kPairWindow), shift};  // window width: range - max_gap + 1
 }
 
 // syms: the m present symbols.
-void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, PairTable* pairs) {
+void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, unsigned shift, PairTable* pairs) {
     std::memset(pairs, 0, sizeof(*pairs));
     for (unsigned i = 0; i < m; ++i) {
         const uint64_t ca = t.code[syms[i]];
         const unsigned la = unsigned(ca & 0xff);
-        uint64_t* row = pairs->code + (syms[i] & (kPairWindow - 1));
+        uint64_t* row = pairs->code + ((syms[i] >> shift) & (kPairWindow - 1));
         for (unsigned j = 0; j < m; ++j) {
             const uint64_t cb = t.code[syms[j]];
             const unsigned lb = unsigned(cb & 0xff);
-            row[(syms[j] & (kPairWindow - 1)) << kPairBits] =
+            row[((syms[j] >> shift) & (kPairWindow - 1)) << kPairBits] =
                 (cb & ~uint64_t(0xff)) + ((ca & ~uint64_t(0xff)) >> lb) + lb + la;
         }
     }
 }
 
-// idx[j] = pair index of src[2j], src[2j + 1].
-__attribute__((target("avx2"))) void pair_indices_avx2(const uint8_t* src, size_t pairs, uint16_t* idx) {
+// idx[j] = pair index of src[2j], src[2j + 1] (symbols shifted right by `shift`).
+// The 16-bit shift moves the second symbol's low `shift` bits into the first's
+// top bits: those bits are zero in every symbol, so the mask leaves the first
+// symbol's shifted bits alone.
+__attribute__((target("avx2"))) void pair_indices_avx2(const uint8_t* src, size_t pairs, unsigned shift,
+                                                       uint16_t* idx) {
     const __m256i mask = _mm256_set1_epi8(kPairWindow - 1);
     const __m256i weights = _mm256_set1_epi16(int16_t(1 | kPairWindow << 8));  // a * 1 + b * 32
+    const __m128i count = _mm_cvtsi32_si128(int(shift));
     size_t j = 0;
     for (; j + 16 <= pairs; j += 16) {
-        const __m256i v = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * j)), mask);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + j), _mm256_maddubs_epi16(v, weights));
+        const __m256i v = _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * j)), count);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + j), _mm256_maddubs_epi16(_mm256_and_si256(v, mask), weights));
     }
     for (; j < pairs; ++j)
-        idx[j] = uint16_t((src[2 * j] & (kPairWindow - 1)) | (src[2 * j + 1] & (kPairWindow - 1)) << kPairBits);
+        idx[j] = uint16_t(((src[2 * j] >> shift) & (kPairWindow - 1)) |
+                          ((src[2 * j + 1] >> shift) & (kPairWindow - 1)) << kPairBits);
 }
 
 // The four pairs (eight symbols) before p, last first; stores like put8_fast.
@@ -848,12 +866,14 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (k) spare += segment_bound(len);
         seg += len;
     }
-    // Symbols that all lie in one window of 32 values (mod 256) are coded two per lookup.
-    const bool windowed = bmi2 && n >= 256 && in_pair_window(counts);
+    // Symbols that lie in one window of 32 values (their shared low zero bits shifted out) are coded
+    // two per lookup.
+    const PairWindow window = pair_window(counts);
+    const bool windowed = bmi2 && n >= 256 && window.fits;
     thread_local std::vector<uint16_t> pair_idx;
     PairTable pairs;
     if (windowed) {
-        build_pairs(enc, order, m, &pairs);
+        build_pairs(enc, order, m, window.shift, &pairs);
         if (pair_idx.size() < n / 2 + kStreams) pair_idx.resize(n / 2 + kStreams);
     }
     for (unsigned k = 0; k < kStreams; k += 2) {
@@ -863,8 +883,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
             const size_t pairs_a = std::min(jobs[k].len, jobs[k + 1].len) / 2;
             uint16_t* a_idx = pair_idx.data();
             uint16_t* b_idx = a_idx + pairs_a;
-            pair_indices_avx2(jobs[k].src + jobs[k].len - 2 * pairs_a, pairs_a, a_idx);
-            pair_indices_avx2(jobs[k + 1].src + jobs[k + 1].len - 2 * pairs_a, pairs_a, b_idx);
+            pair_indices_avx2(jobs[k].src + jobs[k].len - 2 * pairs_a, pairs_a, window.shift, a_idx);
+            pair_indices_avx2(jobs[k + 1].src + jobs[k + 1].len - 2 * pairs_a, pairs_a, window.shift, b_idx);
             ok = encode_pair_windowed(jobs[k], jobs[k + 1], enc, pairs, a_idx + pairs_a, b_idx + pairs_a);
         } else {
             ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
