@@ -70,12 +70,13 @@ int main(int argc, char** argv) {
         const int kind = int(rng() % 5);
         std::geometric_distribution<int> geo(0.1 + double(rng() % 80) / 100.0);
         const unsigned base = unsigned(rng() % 256);
+        const unsigned shift = unsigned(rng() % 4);  // symbols sharing low zero bits: shifted windows
         for (auto& c : src) {
             c = kind == 0   ? uint8_t(rng())
                 : kind == 1 ? uint8_t(std::min(geo(rng), 255))
                 : kind == 2 ? uint8_t((rng() % 3) * 50)
                 : kind == 3 ? uint8_t(std::min(geo(rng), 30) * 8)
-                            : uint8_t(base + unsigned(std::min(geo(rng), 40)));  // windows, some wrapping through 0
+                            : uint8_t((base + unsigned(std::min(geo(rng), 40))) << shift);  // some wrapping through 0
         }
         std::vector<uint8_t> enc(huffman_bound(n));
         size_t w = 0;
