@@ -596,11 +596,11 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
     KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("decompress", "a frame"));
     for (const OutputRuns& o : buffers.outputs)
         if (o.contiguous()) advise_huge_pages(o.base, o.bytes);
-    std::vector<std::unique_ptr<FaultAhead>> ahead(n);
+    std::vector<std::optional<FaultAhead>> ahead(n);  // set for a fresh output decoded by several threads
     if (several_threads(threads))
         for (size_t i = 0; i < n; ++i)
             if (jobs[i].fresh_out && jobs[i].out.contiguous() && jobs[i].out.bytes >= 2 * kHugePageBytes)
-                ahead[i] = std::make_unique<FaultAhead>(jobs[i].out.base, jobs[i].out.bytes);
+                ahead[i].emplace(jobs[i].out.base, jobs[i].out.bytes);
     FirstError error;
     // Per frame, for on_frame: blocks not yet settled, and the first error (written
     // by the one thread that wins `failed`, read by the thread that settles the
