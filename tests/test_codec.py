@@ -186,6 +186,46 @@ def test_large_frames_into_new_bytes_are_those_of_one_thread(mode, block_bytes):
         assert_bit_exact(kvcore.decompress(one, threads=2), t)
 
 
+STREAMING_OUTPUT_BYTES = 32 << 20  # kStreamingOutputBytes in csrc/frame/codec.cpp
+
+
+def large_tensor(dtype: torch.dtype) -> torch.Tensor:
+    """At least STREAMING_OUTPUT_BYTES of real KV in bf16 or fp32, or of bytes with a per-channel
+    offset (coded with the residual transform: the 1-byte merge kernel)."""
+    if dtype == torch.uint8:
+        rows = STREAMING_OUTPUT_BYTES // 384 + 1000
+        offsets = (torch.arange(384) * 37) % 256
+        noise = torch.randint(0, 3, (rows, 384), generator=torch.Generator().manual_seed(9))
+        return ((offsets + noise) % 256).to(torch.uint8)
+    t = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1, 384).float().to(dtype)
+    while t.numel() * t.element_size() < STREAMING_OUTPUT_BYTES:
+        t = torch.cat([t, t])
+    return t
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.uint8])
+def test_outputs_of_32_mib_and_more_decode_bit_exact_with_streaming_stores(variant, dtype):
+    """Outputs of 32 MiB and more are merged with non-temporal stores wherever a block's output
+    is 64-byte aligned (and with cached stores elsewhere): into a new tensor, an aligned out= and a
+    misaligned one, by one thread and by two, every variant must give the original bits; and a
+    flipped bit must still be caught by the block checksum."""
+    t = large_tensor(dtype)
+    frame = kvcore.compress(t)
+    assert dtype != torch.uint8 or kvcore.frame_info(frame)["layout"]["residual"]
+    spare = torch.empty(t.numel() + 1, dtype=dtype)
+    misaligned = spare[1:].view(t.shape)
+    assert misaligned.data_ptr() % 64 != 0
+    for threads in (1, 2):
+        assert_bit_exact(kvcore.decompress(frame, threads=threads), t)
+        for out in (torch.empty_like(t), misaligned):
+            kvcore.decompress(frame, out=out, threads=threads)
+            assert_bit_exact(out, t)
+    damaged = bytearray(frame)
+    damaged[len(frame) // 2] ^= 0x10
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.decompress(bytes(damaged))
+
+
 @pytest.mark.parametrize("channels", [24, 31, 32, 33, 48, 100, 384])
 @pytest.mark.parametrize("rows", [1000, 1023, 1025, 1040, 1057])
 def test_channel_grouped_planes_on_every_tile_edge(rows, channels):

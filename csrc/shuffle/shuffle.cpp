@@ -7,6 +7,8 @@
 // in reverse order.
 #include "shuffle/shuffle.h"
 
+#include <xmmintrin.h>
+
 #include "checksum/xxh3_stripes.h"
 #include "common/aligned_buffer.h"
 #include "cpu/cpu_features.h"
@@ -191,7 +193,7 @@ void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const Pla
 }
 
 bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst,
-                  Xxh3Stripes* hash) {
+                  Xxh3Stripes* hash, Stores stores) {
     const uint32_t isa = cpu::active_isa();
     if (!(isa & (cpu::kIsaAvx512 | cpu::kIsaAvx2))) return false;
     if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return true;
@@ -199,13 +201,15 @@ bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, co
     // last byte (whole kernel blocks only; its own scalar tail would feed nothing):
     // the stripes after the in-order ones are finish()'s.
     const size_t fed = hash->fed == 0 && n * elem_size == hash->len ? (n - 1) / detail::kMaxBlock * detail::kMaxBlock : 0;
-    if (isa & cpu::kIsaAvx512) detail::merge_hashed_avx512(planes, fed, elem_size, t, dst, hash);
-    else detail::merge_hashed_avx2(planes, fed, elem_size, t, dst, hash);
+    const bool streaming = stores == Stores::kStreaming && fed > 0 && reinterpret_cast<uintptr_t>(dst) % kCacheLine == 0;
+    if (isa & cpu::kIsaAvx512) detail::merge_hashed_avx512(planes, fed, elem_size, t, dst, hash, streaming);
+    else detail::merge_hashed_avx2(planes, fed, elem_size, t, dst, hash, streaming);
     if (fed < n) {
         const uint8_t* rest[4];
         for (unsigned p = 0; p < elem_size; ++p) rest[p] = planes[p] + fed;
         merge(rest, n - fed, elem_size, detail::tail_transform(t, fed), dst + fed * elem_size);
     }
+    if (streaming) _mm_sfence();  // non-temporal stores are weakly ordered: visible before the caller reports done
     return true;
 }
 

@@ -41,10 +41,15 @@ void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransfor
 // Inverse of split: dst receives n * elem_size bytes.
 void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
 
+// How merge_hashed writes its output: through the caches, or streaming around
+// them (non-temporal stores), for outputs too large to stay cached. Streaming
+// takes effect where dst is 64-byte aligned, and is fenced before the call returns.
+enum class Stores : uint8_t { kCached, kStreaming };
+
 // merge that also feeds hash (begun for n * elem_size bytes) the stripes of its
 // output as it writes them, leaving xxh3_stripes_finish fewer to read back. The
 // AVX-512 and AVX2 variants feed; false (nothing written) when neither is active.
 bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst,
-                  Xxh3Stripes* hash);
+                  Xxh3Stripes* hash, Stores stores = Stores::kCached);
 
 }  // namespace kvcore::shuffle

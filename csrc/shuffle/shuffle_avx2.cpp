@@ -26,6 +26,15 @@ namespace {
 KV_AVX2 inline __m256i ld(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 KV_AVX2 inline void st(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
 
+// How a merge kernel writes its output: through the caches, or around them with
+// non-temporal stores (dst 32-byte aligned; the caller fences them).
+struct CachedStores {
+    KV_AVX2 static void put(uint8_t* p, __m256i v) { st(p, v); }
+};
+struct StreamingStores {
+    KV_AVX2 static void put(uint8_t* p, __m256i v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v); }
+};
+
 // A merge kernel hands each 64-byte stripe of its output (two vectors), in order,
 // to a Feed: NoFeed, or a StripeFeedAvx2 that checksums the output from registers.
 struct NoFeed {
@@ -73,7 +82,7 @@ KV_AVX2 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
     split_rest(src, n, i, 1, t, planes);
 }
 
-template <bool Rot, bool Res, typename Feed>
+template <bool Rot, bool Res, typename Feed, typename Stores>
 KV_AVX2 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 64;
@@ -93,8 +102,8 @@ KV_AVX2 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform
                 res.advance(pos, step);
             }
             if (Rot) a = rotr8(a), b = rotr8(b);
-            st(dst + i, a);
-            st(dst + i + 32, b);
+            Stores::put(dst + i, a);
+            Stores::put(dst + i + 32, b);
             feed.add(acc_lo, acc_hi, a, b);
         }
         if (full) feed.end_block(acc_lo, acc_hi);
@@ -142,7 +151,7 @@ KV_AVX2 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
     split_rest(src, n, i, 2, t, planes);
 }
 
-template <bool Rot, bool Res, typename Feed>
+template <bool Rot, bool Res, typename Feed, typename Stores>
 KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 64;
@@ -172,10 +181,10 @@ KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform
             __m256i c = _mm256_unpacklo_epi8(lo1, hi1), d = _mm256_unpackhi_epi8(lo1, hi1);
             if (Rot) a = rotr16(a), b = rotr16(b), c = rotr16(c), d = rotr16(d);
             uint8_t* o = dst + 2 * i;
-            st(o, a);
-            st(o + 32, b);
-            st(o + 64, c);
-            st(o + 96, d);
+            Stores::put(o, a);
+            Stores::put(o + 32, b);
+            Stores::put(o + 64, c);
+            Stores::put(o + 96, d);
             feed.add(acc_lo, acc_hi, a, b);
             feed.add(acc_lo, acc_hi, c, d);
         }
@@ -225,7 +234,7 @@ KV_AVX2 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uint8
     split_rest(src, n, i, 4, t, planes);
 }
 
-template <bool Rot, bool Res, typename Feed>
+template <bool Rot, bool Res, typename Feed, typename Stores>
 KV_AVX2 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 32;
@@ -257,7 +266,7 @@ KV_AVX2 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform
             uint8_t* d = dst + 4 * i;
             for (int k = 0; k < 4; ++k) {
                 if (Rot) o[k] = rotr32(o[k]);
-                st(d + 32 * k, o[k]);
+                Stores::put(d + 32 * k, o[k]);
             }
             feed.add(acc_lo, acc_hi, o[0], o[1]);
             feed.add(acc_lo, acc_hi, o[2], o[3]);
@@ -293,13 +302,15 @@ KV_AVX2 void split_avx2(const uint8_t* src, size_t n, unsigned elem_size, const 
 namespace {
 
 // The merge kernel for elem_size and t's transform, each output stripe handed to feed.
-template <typename Feed>
+template <typename Feed, typename Stores = CachedStores>
 KV_AVX2 void merge_feeding(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
                            uint8_t* dst, Feed& feed) {
     const bool rot = t.rotate, res = t.residual != nullptr;
-#define KV_MERGE(fn)                                                                                  \
-    (rot ? (res ? fn<true, true>(planes, n, t, dst, feed) : fn<true, false>(planes, n, t, dst, feed)) \
-         : (res ? fn<false, true>(planes, n, t, dst, feed) : fn<false, false>(planes, n, t, dst, feed)))
+#define KV_MERGE(fn)                                                                  \
+    (rot ? (res ? fn<true, true, Feed, Stores>(planes, n, t, dst, feed)               \
+                : fn<true, false, Feed, Stores>(planes, n, t, dst, feed))             \
+         : (res ? fn<false, true, Feed, Stores>(planes, n, t, dst, feed)              \
+                : fn<false, false, Feed, Stores>(planes, n, t, dst, feed)))
     switch (elem_size) {
         case 1:
             if (!rot && !res) std::memcpy(dst, planes[0], n);  // (fed nothing: the hash reads it after)
@@ -321,9 +332,12 @@ KV_AVX2 void merge_avx2(const uint8_t* const* planes, size_t n, unsigned elem_si
 }
 
 KV_AVX2 void merge_hashed_avx2(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
-                               uint8_t* dst, Xxh3Stripes* hash) {
+                               uint8_t* dst, Xxh3Stripes* hash, bool streaming) {
     StripeFeedAvx2 feed(hash);
-    merge_feeding(planes, n, elem_size, t, dst, feed);
+    if (streaming)
+        merge_feeding<StripeFeedAvx2, StreamingStores>(planes, n, elem_size, t, dst, feed);
+    else
+        merge_feeding(planes, n, elem_size, t, dst, feed);
 }
 
 }  // namespace kvcore::shuffle::detail

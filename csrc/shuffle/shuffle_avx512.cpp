@@ -21,6 +21,15 @@ namespace {
 KV_AVX512 inline __m512i ld(const uint8_t* p) { return _mm512_loadu_si512(p); }
 KV_AVX512 inline void st(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
 
+// How a merge kernel writes its output: through the caches, or around them with
+// non-temporal stores (dst 64-byte aligned; the caller fences them).
+struct CachedStores {
+    KV_AVX512 static void put(uint8_t* p, __m512i v) { st(p, v); }
+};
+struct StreamingStores {
+    KV_AVX512 static void put(uint8_t* p, __m512i v) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v); }
+};
+
 // A merge kernel hands each 64-byte output vector, in order, to a Feed:
 // NoStripeFeed, or a StripeFeed that checksums the output from registers.
 
@@ -70,7 +79,7 @@ KV_AVX512 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uin
     split_rest(src, n, i, 1, t, planes);
 }
 
-template <bool Rot, bool Res, typename Feed>
+template <bool Rot, bool Res, typename Feed, typename Stores>
 KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 128;
@@ -89,8 +98,8 @@ KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransfo
                 res.advance(pos, step);
             }
             if (Rot) a = rotr8(a), b = rotr8(b);
-            st(dst + i, a);
-            st(dst + i + 64, b);
+            Stores::put(dst + i, a);
+            Stores::put(dst + i + 64, b);
             acc = feed.add(acc, a);
             acc = feed.add(acc, b);
         }
@@ -127,7 +136,7 @@ KV_AVX512 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uin
     split_rest(src, n, i, 2, t, planes);
 }
 
-template <bool Rot, bool Res, typename Feed>
+template <bool Rot, bool Res, typename Feed, typename Stores>
 KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 64;
@@ -149,8 +158,8 @@ KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransfo
             __m512i a = _mm512_permutex2var_epi8(lo, first, hi);
             __m512i b = _mm512_permutex2var_epi8(lo, second, hi);
             if (Rot) a = rotr16(a), b = rotr16(b);
-            st(dst + 2 * i, a);
-            st(dst + 2 * i + 64, b);
+            Stores::put(dst + 2 * i, a);
+            Stores::put(dst + 2 * i + 64, b);
             acc = feed.add(acc, a);
             acc = feed.add(acc, b);
         }
@@ -198,7 +207,7 @@ KV_AVX512 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uin
     split_rest(src, n, i, 4, t, planes);
 }
 
-template <bool Rot, bool Res, typename Feed>
+template <bool Rot, bool Res, typename Feed, typename Stores>
 KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform& t, uint8_t* dst, Feed& fed_to) {
     Feed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 64;
@@ -235,7 +244,7 @@ KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransfo
             uint8_t* d = dst + 4 * i;
             for (int k = 0; k < 4; ++k) {
                 const __m512i v = Rot ? _mm512_ror_epi32(o[k], 1) : o[k];
-                st(d + 64 * k, v);
+                Stores::put(d + 64 * k, v);
                 acc = feed.add(acc, v);
             }
         }
@@ -269,13 +278,15 @@ KV_AVX512 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, co
 namespace {
 
 // The merge kernel for elem_size and t's transform, each output vector handed to feed.
-template <typename Feed>
+template <typename Feed, typename Stores = CachedStores>
 KV_AVX512 void merge_feeding(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
                              uint8_t* dst, Feed& feed) {
     const bool rot = t.rotate, res = t.residual != nullptr;
-#define KV_MERGE(fn)                                                                                  \
-    (rot ? (res ? fn<true, true>(planes, n, t, dst, feed) : fn<true, false>(planes, n, t, dst, feed)) \
-         : (res ? fn<false, true>(planes, n, t, dst, feed) : fn<false, false>(planes, n, t, dst, feed)))
+#define KV_MERGE(fn)                                                                  \
+    (rot ? (res ? fn<true, true, Feed, Stores>(planes, n, t, dst, feed)               \
+                : fn<true, false, Feed, Stores>(planes, n, t, dst, feed))             \
+         : (res ? fn<false, true, Feed, Stores>(planes, n, t, dst, feed)              \
+                : fn<false, false, Feed, Stores>(planes, n, t, dst, feed)))
     switch (elem_size) {
         case 1:
             if (!rot && !res) std::memcpy(dst, planes[0], n);  // (fed nothing: the hash reads it after)
@@ -297,9 +308,12 @@ KV_AVX512 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned ele
 }
 
 KV_AVX512 void merge_hashed_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size,
-                                   const PlaneTransform& t, uint8_t* dst, Xxh3Stripes* hash) {
+                                   const PlaneTransform& t, uint8_t* dst, Xxh3Stripes* hash, bool streaming) {
     StripeFeed feed(hash);
-    merge_feeding(planes, n, elem_size, t, dst, feed);
+    if (streaming)
+        merge_feeding<StripeFeed, StreamingStores>(planes, n, elem_size, t, dst, feed);
+    else
+        merge_feeding(planes, n, elem_size, t, dst, feed);
 }
 
 }  // namespace kvcore::shuffle::detail

@@ -71,12 +71,12 @@ void merge_scalar(const uint8_t* const* planes, size_t n, unsigned elem_size, co
 void split_avx2(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes);
 void merge_avx2(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
 void merge_hashed_avx2(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
-                       uint8_t* dst, Xxh3Stripes* hash);
+                       uint8_t* dst, Xxh3Stripes* hash, bool streaming);
 
 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes);
 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
 void merge_hashed_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
-                         uint8_t* dst, Xxh3Stripes* hash);
+                         uint8_t* dst, Xxh3Stripes* hash, bool streaming);
 
 // A hashing merge kernel's loop is a loop of inner loops, each of steps of B
 // elements that feed kStripes stripes: the feed's block ends (XXH3's scramble)

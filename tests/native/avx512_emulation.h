@@ -23,6 +23,15 @@ static inline __m512i _mm512_shuffle_i64x2(__m512i a, __m512i b, int imm) {
 }
 #endif
 
+#ifndef _mm512_stream_si512
+// SIMDe lacks it. A non-temporal store is a store with a cache hint: emulated as a
+// plain store, keeping the instruction's 64-byte alignment requirement as a check.
+static inline void _mm512_stream_si512(__m512i* p, __m512i v) {
+    if (reinterpret_cast<uintptr_t>(p) % 64 != 0) __builtin_trap();
+    std::memcpy(p, &v, 64);
+}
+#endif
+
 #ifndef _mm512_mask_expandloadu_epi8
 // Older SIMDe lacks VBMI2's expand-load. Bytes of src where mask bit j is set are
 // replaced, in order, by consecutive bytes read from p (popcount(mask) of them).

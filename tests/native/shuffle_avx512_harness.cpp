@@ -1,7 +1,8 @@
 // Compares the AVX-512 shuffle variant, compiled against emulated intrinsics
 // (KVCORE_EMULATE_AVX512), with the scalar reference: every element size,
 // rotate on/off, residual periods and phases, sizes around the block edges,
-// unaligned buffers, and merge(split(x)) == x. Exit status 0 when all match.
+// unaligned buffers, and merge(split(x)) == x; the hashing merge with cached and
+// with streaming stores. Exit status 0 when all match.
 // Built and run by tests/test_shuffle_avx512_emulated.py.
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "checksum/xxh3_stripes.h"
 #include "shuffle/shuffle_internal.h"
 
 using namespace kvcore::shuffle;
@@ -55,6 +57,36 @@ int main() {
                         std::printf("MISMATCH elem_size=%u n=%zu rotate=%d period=%u phase=%u split=%s merge=%s\n", es,
                                     n, rot, spec.first, spec.second, split_ok ? "ok" : "BAD", merge_ok ? "ok" : "BAD");
                 }
+    // The hashing merge, with cached and with streaming stores into a 64-byte aligned
+    // output: both must restore the input and feed the checksum the same stripes.
+    for (unsigned es : {1u, 2u, 4u})
+        for (size_t n : {size_t(4096), size_t(65536)})
+            for (bool rot : {false, true}) {
+                std::vector<uint8_t> src(n * es);
+                for (auto& b : src) b = static_cast<uint8_t>(rng());
+                PlaneTransform t;
+                t.rotate = rot;
+                std::vector<std::vector<uint8_t>> plane(es, std::vector<uint8_t>(n));
+                uint8_t* pp[4];
+                const uint8_t* pin[4];
+                for (unsigned p = 0; p < es; ++p) pin[p] = pp[p] = plane[p].data();
+                detail::split_scalar(src.data(), n, es, t, pp);
+                std::vector<uint8_t> out[2];
+                kvcore::Xxh3Stripes hash[2] = {};
+                for (int streaming = 0; streaming < 2; ++streaming) {
+                    out[streaming].assign(n * es + 64, 0);
+                    uint8_t* dst = out[streaming].data() + (64 - reinterpret_cast<uintptr_t>(out[streaming].data()) % 64) % 64;
+                    hash[streaming].len = n * es;
+                    detail::merge_hashed_avx512(pin, n, es, t, dst, &hash[streaming], streaming == 1);
+                    ++cases;
+                    if (std::memcmp(dst, src.data(), n * es) != 0 && bad++ < 20)
+                        std::printf("MISMATCH hashed merge elem_size=%u n=%zu rotate=%d streaming=%d\n", es, n, rot,
+                                    streaming);
+                }
+                if ((hash[0].fed != hash[1].fed || std::memcmp(hash[0].acc, hash[1].acc, sizeof hash[0].acc) != 0) &&
+                    bad++ < 20)
+                    std::printf("MISMATCH hashed merge elem_size=%u n=%zu: streaming fed other stripes\n", es, n);
+            }
     std::printf("avx512 (emulated) vs scalar: %d cases, %d mismatches\n", cases, bad);
     return bad == 0 ? 0 : 1;
 }
