@@ -28,10 +28,11 @@ constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
 constexpr size_t kRepeatRows = 8192;  // rows the repeat detector looks at, at most
 constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and hashed at a time
 // Outputs at least this large are merged with streaming (non-temporal) stores:
-// they do not stay cached anyway, and cached stores would evict the decoder's
-// own working set on the way. Measured on dense MiniLM bf16 frames decoded by
-// one thread on a Xeon (2 MiB L2): 1.01x at 9 MiB, 1.04x at 18, 1.10x at 32-36,
-// 1.17x at 72; with the output read right after, 0.96x at 18 MiB, 1.09x at 36.
+// they do not stay cached anyway, and cached stores pass them through the L2
+// that holds the decoder's planes and tables. Measured on dense MiniLM bf16
+// frames decoded by one thread on a Xeon (2 MiB L2): 1.01x at 9 MiB, 1.04x at
+// 18, 1.10x at 32-36, 1.17x at 72; with the output read right after, 0.96x at
+// 18 MiB, 1.09x at 36.
 constexpr size_t kStreamingOutputBytes = 32u << 20;
 
 // Scratch planes of a block of `elems` elements sit this far apart: each starts
