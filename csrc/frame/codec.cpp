@@ -571,6 +571,7 @@ namespace {
 struct PreparedFrame {
     Header h;
     std::vector<uint64_t> offsets;
+    shuffle::Stores stores = shuffle::Stores::kCached;  // how its blocks' merges write the output
 };
 
 Status prepare(const FrameJob& job, PreparedFrame* f) {
@@ -581,17 +582,13 @@ Status prepare(const FrameJob& job, PreparedFrame* f) {
         return make_status(Code::kBufferTooSmall, "output holds " + std::to_string(job.out.bytes) +
                                                       " bytes, the frame " + std::to_string(want));
     KVCORE_RETURN_IF_ERROR(check_runs(job.out, dtype_size(f->h.dtype)));
+    if (job.out.contiguous() && job.out.bytes >= kStreamingOutputBytes) f->stores = shuffle::Stores::kStreaming;
     f->offsets.resize(f->h.n_blocks);
     for (uint32_t b = 0; b < f->h.n_blocks; ++b) {
         f->offsets[b] = pos;
         pos += f->h.block_sizes[b];
     }
     return Status::ok();
-}
-
-shuffle::Stores output_stores(const OutputRuns& out) {
-    return out.contiguous() && out.bytes >= kStreamingOutputBytes ? shuffle::Stores::kStreaming
-                                                                   : shuffle::Stores::kCached;
 }
 
 }  // namespace
@@ -642,12 +639,12 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
             const Header& h = frames[i].h;
             const uint64_t first = uint64_t(b) * h.block_elems;
             const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
-            Scratch& s = thread_scratch(dtype_size(h.dtype), h.block_elems, 0);
+            const size_t esize = dtype_size(h.dtype);
+            Scratch& s = thread_scratch(esize, h.block_elems, 0);
             st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h, jobs[i].out,
-                              output_stores(jobs[i].out), s);
+                              frames[i].stores, s);
             if (!st.is_ok()) error.set(st);
             // Blocks are taken in order: the later ones write past this one's end.
-            const size_t esize = dtype_size(h.dtype);
             if (ahead[i]) ahead[i]->keep_ahead(jobs[i].out.base + (first + count) * esize, (h.n_elems - first - count) * esize);
         }
         if (!on_frame) return;
