@@ -226,6 +226,82 @@ def test_outputs_of_32_mib_and_more_decode_bit_exact_with_streaming_stores(varia
         kvcore.decompress(bytes(damaged))
 
 
+@pytest.mark.parametrize("mode", ["dense", "fast"])
+def test_batches_of_32_mib_and_more_decode_bit_exact_with_streaming_stores(variant, mode):
+    """A decompress_many batch whose outputs total 32 MiB or more streams its outputs however
+    small each frame is (here 64 frames of about 0.6 MiB, as a KV store restores a chunk): every
+    frame must decode bit-exact into its slice of one tensor, and so must those decoded into a
+    misaligned view (cached stores there), into runs that the merge chains (rows of 2 KiB at a
+    stride, streamed) and into runs it cannot (rows of 768 bytes: merged piece by piece); a
+    flipped bit in one frame must still be caught."""
+    t = large_tensor(torch.bfloat16).reshape(-1, 8, 128)  # rows of 2 KiB, as Llama-style K/V
+    pieces = list(t.chunk(64))
+    pieces[3] = pieces[3].reshape(-1, 384)
+    assert pieces[0].numel() * 2 < STREAMING_OUTPUT_BYTES // 32
+    frames = kvcore.compress_many(pieces, mode=mode)
+    spare = torch.empty(pieces[1].numel() + 1, dtype=t.dtype)
+    views = {1: spare[1:].view(pieces[1].shape),
+             2: torch.empty(pieces[2].shape[0], 2, 8, 128, dtype=t.dtype)[:, 1],
+             3: torch.empty(pieces[3].shape[0], 2, 384, dtype=t.dtype)[:, 0]}
+    assert views[1].data_ptr() % 64 != 0
+
+    def outputs() -> list:
+        outs = [o.view(p.shape) for o, p in zip(torch.empty_like(t).chunk(64), pieces)]
+        return [views.get(i, o) for i, o in enumerate(outs)]
+
+    for threads in (1, 2):
+        outs = outputs()
+        kvcore.decompress_many(frames, outs, threads=threads)
+        for o, p in zip(outs, pieces):
+            assert_bit_exact(o, p)
+    bad = bytearray(frames[2])
+    bad[len(bad) // 2] ^= 0x10
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.decompress_many(frames[:2] + [bytes(bad)] + frames[3:], outputs())
+
+
+def runs_input(dtype: torch.dtype, rows: int, heads: int, dim: int) -> torch.Tensor:
+    """[4, rows, heads, dim] of real KV (4 runs when decoded into a token range), or bytes with a
+    per-channel offset (coded with the residual transform)."""
+    shape = (4, rows, heads, dim)
+    if dtype == torch.uint8:
+        offsets = (torch.arange(heads * dim) * 37) % 256
+        noise = torch.randint(0, 3, (4 * rows, heads * dim), generator=torch.Generator().manual_seed(9))
+        return ((offsets + noise) % 256).to(torch.uint8).reshape(shape)
+    src = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1)
+    return src[: 4 * rows * heads * dim].to(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("dtype, rows, heads, dim, block_bytes", [
+    (torch.bfloat16, 512, 8, 128, None),  # runs of 1 MiB, blocks of 1 MiB: each block in one run
+    (torch.bfloat16, 512, 8, 128, 3 << 18),  # blocks of 768 KiB across runs of 1 MiB: chained
+    (torch.float32, 512, 8, 128, 3 << 18),  # runs of 2 MiB
+    (torch.uint8, 512, 8, 128, 3 << 18),  # runs of 512 KiB, residual transform
+    (torch.bfloat16, 64, 1, 16, 2080),  # runs of 2 KiB, blocks ending 32 bytes into one: piece by piece
+    (torch.uint8, 128, 1, 16, 2080),
+])
+def test_block_outputs_in_runs_decode_bit_exact(variant, dtype, rows, heads, dim, block_bytes):
+    """A frame decoded into a token range of a larger tensor (out[:, a:b]: runs at one stride) is
+    merged and checksummed in one pass across the runs where every run boundary falls on a 1 KiB
+    XXH3 block from the block's start and the block's last piece holds 64 bytes, else piece by
+    piece: every layout must decode bit-exact in every variant without touching the rest of the
+    tensor, and a flipped bit must still be caught."""
+    x = runs_input(dtype, rows, heads, dim)
+    frame = kvcore.compress(x, block_bytes=block_bytes)
+    assert dtype != torch.uint8 or kvcore.frame_info(frame)["layout"]["residual"]
+    big = torch.empty(4, 3 * rows, heads, dim, dtype=dtype)
+    out = big[:, rows:2 * rows]
+    for threads in (1, 2):
+        big.zero_()
+        kvcore.decompress(frame, out=out, threads=threads)
+        assert_bit_exact(out, x)
+        assert not big[:, :rows].any() and not big[:, 2 * rows:].any()
+    damaged = bytearray(frame)
+    damaged[len(frame) // 3] ^= 0x04
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.decompress(bytes(damaged), out=out)
+
+
 @pytest.mark.parametrize("channels", [24, 31, 32, 33, 48, 100, 384])
 @pytest.mark.parametrize("rows", [1000, 1023, 1025, 1040, 1057])
 def test_channel_grouped_planes_on_every_tile_edge(rows, channels):

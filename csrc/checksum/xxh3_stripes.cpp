@@ -59,13 +59,15 @@ void xxh3_stripes_begin(Xxh3Stripes* s, uint64_t seed, uint64_t len) {
     s->fed = 0;
 }
 
-uint64_t xxh3_stripes_finish(Xxh3Stripes* s, const uint8_t* data) {
+uint64_t xxh3_stripes_finish(Xxh3Stripes* s, const uint8_t* data) { return xxh3_stripes_finish_tail(s, data, 0); }
+
+uint64_t xxh3_stripes_finish_tail(Xxh3Stripes* s, const uint8_t* tail, uint64_t tail_offset) {
     for (const uint64_t regular = s->regular(); s->fed < regular; ++s->fed) {
         const unsigned n = s->fed % Xxh3Stripes::kStripesPerBlock;
-        accumulate(s->acc, data + 64 * s->fed, s->secret + 8 * n);
+        accumulate(s->acc, tail + (64 * s->fed - tail_offset), s->secret + 8 * n);
         if (n + 1 == Xxh3Stripes::kStripesPerBlock) scramble(s->acc, s->secret + kScrambleSecret);
     }
-    accumulate(s->acc, data + s->len - 64, s->secret + kLastStripeSecret);
+    accumulate(s->acc, tail + (s->len - 64 - tail_offset), s->secret + kLastStripeSecret);
     uint64_t h = s->len * kPrime64_1;
     for (unsigned i = 0; i < 4; ++i)
         h += mul128_fold64(s->acc[2 * i] ^ read64(s->secret + kMergeSecret + 16 * i),

@@ -34,4 +34,10 @@ void xxh3_stripes_begin(Xxh3Stripes* s, uint64_t seed, uint64_t len);
 // Feeds the stripes a kernel did not, from data (all len bytes), and returns the digest.
 uint64_t xxh3_stripes_finish(Xxh3Stripes* s, const uint8_t* data);
 
+// The same from the input's tail alone: tail holds its bytes from tail_offset to
+// the end, which must cover every stripe not fed and the last 64 bytes
+// (tail_offset <= 64 * s->fed and tail_offset <= len - 64), so that the input
+// may sit in separate pieces as long as the kernels fed all but the last one.
+uint64_t xxh3_stripes_finish_tail(Xxh3Stripes* s, const uint8_t* tail, uint64_t tail_offset);
+
 }  // namespace kvcore

@@ -27,12 +27,16 @@ constexpr double kIncompressibleBits = 7.9;  // a plane above this is stored raw
 constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
 constexpr size_t kRepeatRows = 8192;  // rows the repeat detector looks at, at most
 constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and hashed at a time
-// Outputs at least this large are merged with streaming (non-temporal) stores:
-// they do not stay cached anyway, and cached stores pass them through the L2
-// that holds the decoder's planes and tables. Measured on dense MiniLM bf16
-// frames decoded by one thread on a Xeon (2 MiB L2): 1.01x at 9 MiB, 1.04x at
-// 18, 1.10x at 32-36, 1.17x at 72; with the output read right after, 0.96x at
-// 18 MiB, 1.09x at 36.
+// A decode call whose outputs total at least this much (one frame's or a batch's,
+// such as the 72 frames of a KV chunk) writes them with streaming (non-temporal)
+// stores wherever the one-pass merge writes them: they do not stay cached anyway,
+// and cached stores pass them through the L2 that holds the decoder's planes and
+// tables. Measured on dense MiniLM bf16 frames decoded by one thread on a Xeon
+// (2 MiB L2): 1.01x at 9 MiB, 1.04x at 18, 1.10x at 32-36, 1.17x at 72; with the
+// output read right after, 0.96x at 18 MiB, 1.09x at 36. On a Zen 4 (1 MiB L2,
+// 32 MiB L3), one thread: whole frames 1.04-1.09x dense, 1.07-1.37x fast (36-144
+// MiB); batches of 512 KiB frames 1.06-1.10x dense, 1.14-1.21x fast (36 and 144
+// MiB), also with the output read right after.
 constexpr size_t kStreamingOutputBytes = 32u << 20;
 
 // Scratch planes of a block of `elems` elements sit this far apart: each starts
@@ -119,6 +123,24 @@ shuffle::PlaneTransform transform_of(const Header& h, uint64_t first_elem) {
         t.phase = static_cast<uint32_t>(first_elem % h.channels);
     }
     return t;
+}
+
+// t for the elements from `done` on (the residual's phase moved along).
+shuffle::PlaneTransform moved_on(shuffle::PlaneTransform t, size_t done) {
+    t.phase = static_cast<uint32_t>((t.phase + done) % t.period);
+    return t;
+}
+
+// Whether merge_hashed can chain the pieces of a block output that spans runs
+// (bytes from logical byte offset on): every run boundary falls on an XXH3 block
+// from the block's start, and its last piece holds the input's last 64 bytes.
+bool chains_runs(const OutputRuns& dst, size_t offset, size_t bytes) {
+    if (dst.contiguous()) return true;
+    size_t left = 0;
+    dst.at(offset, &left);
+    const size_t last = (offset + bytes) % dst.run_bytes;  // bytes of the last piece; 0: a whole run
+    return dst.run_bytes % shuffle::kXxh3BlockBytes == 0 && left % shuffle::kXxh3BlockBytes == 0 &&
+           (last == 0 || last >= 64);
 }
 
 // Elements per block: the requested bytes (default by mode), rounded down to
@@ -292,13 +314,31 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         if (sum != expected) return corrupt("block checksum mismatch");
         return Status::ok();
     }
-    // The block's output in one run (the usual case) and long enough for XXH3's
-    // long-input path: one merge pass that checksums its output from registers.
-    if (run_left >= n * esize && n * esize >= Xxh3Stripes::kMinLength) {
+    // A block long enough for XXH3's long-input path, whose output is one run (the
+    // usual case) or runs it can chain (a token range of a larger KV tensor): one
+    // merge pass that checksums its output from registers, run by run.
+    const bool merge_feeds = esize > 1 || t.rotate || t.residual != nullptr;  // (else a copy, which feeds nothing)
+    if (n * esize >= Xxh3Stripes::kMinLength &&
+        (run_left >= n * esize || (merge_feeds && chains_runs(dst, first * esize, n * esize)))) {
         Xxh3Stripes hash;
         xxh3_stripes_begin(&hash, seed, n * esize);
-        if (shuffle::merge_hashed(planes, n, esize, t, block_out, &hash, stores)) {
-            if (xxh3_stripes_finish(&hash, block_out) != expected) return corrupt("block checksum mismatch");
+        size_t done = 0, count = 0;
+        uint8_t* out = nullptr;
+        bool merged = true;
+        while (merged && done < n) {
+            size_t left = 0;
+            out = dst.at((first + done) * esize, &left);
+            count = std::min(n - done, left / esize);
+            const uint8_t* at[4];
+            for (unsigned p = 0; p < esize; ++p) at[p] = planes[p] + done;
+            merged = shuffle::merge_hashed(at, count, esize, moved_on(t, done), out, &hash, stores);
+            done += merged ? count : 0;
+        }
+        // (merge_hashed writes nothing when no SIMD variant is active: then the first run fails)
+        const uint64_t tail_offset = uint64_t(n - count) * esize;  // where the last run starts
+        if (done == n && 64 * hash.fed >= tail_offset) {
+            if (xxh3_stripes_finish_tail(&hash, out, tail_offset) != expected)
+                return corrupt("block checksum mismatch");
             return Status::ok();
         }
     }
@@ -313,8 +353,7 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
         count = std::min({piece, n - done, run_left / esize});
         const uint8_t* at[4];
         for (unsigned p = 0; p < esize; ++p) at[p] = planes[p] + done;
-        shuffle::PlaneTransform tp = t;
-        tp.phase = static_cast<uint32_t>((t.phase + done) % t.period);
+        const shuffle::PlaneTransform tp = moved_on(t, done);
         // Regular stores, also for large outputs (they stream only in the one-pass
         // path above): merging into a cached piece and copying it out with streaming
         // stores measured 10-18% slower on Zen 4, even for outputs of 4x the L3.
@@ -582,7 +621,6 @@ Status prepare(const FrameJob& job, PreparedFrame* f) {
         return make_status(Code::kBufferTooSmall, "output holds " + std::to_string(job.out.bytes) +
                                                       " bytes, the frame " + std::to_string(want));
     KVCORE_RETURN_IF_ERROR(check_runs(job.out, dtype_size(f->h.dtype)));
-    if (job.out.contiguous() && job.out.bytes >= kStreamingOutputBytes) f->stores = shuffle::Stores::kStreaming;
     f->offsets.resize(f->h.n_blocks);
     for (uint32_t b = 0; b < f->h.n_blocks; ++b) {
         f->offsets[b] = pos;
@@ -597,11 +635,15 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
     std::vector<PreparedFrame> frames(n);
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block)
     BatchBuffers buffers;
+    uint64_t out_bytes = 0;
     for (size_t i = 0; i < n; ++i) {
         KVCORE_RETURN_IF_ERROR(prepare(jobs[i], &frames[i]));
         for (uint32_t b = 0; b < frames[i].h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
         buffers.add(jobs[i].out, jobs[i].frame, jobs[i].size);
+        out_bytes += jobs[i].out.bytes;
     }
+    if (out_bytes >= kStreamingOutputBytes)
+        for (PreparedFrame& f : frames) f.stores = shuffle::Stores::kStreaming;
     // Blocks are written concurrently, and a frame must not change while it is read.
     KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("decompress", "a frame"));
     for (const OutputRuns& o : buffers.outputs)

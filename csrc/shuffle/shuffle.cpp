@@ -197,10 +197,17 @@ bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, co
     const uint32_t isa = cpu::active_isa();
     if (!(isa & (cpu::kIsaAvx512 | cpu::kIsaAvx2))) return false;
     if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return true;
-    // The kernel feeds every vector it writes, so it stops before the input's
-    // last byte (whole kernel blocks only; its own scalar tail would feed nothing):
-    // the stripes after the in-order ones are finish()'s.
-    const size_t fed = hash->fed == 0 && n * elem_size == hash->len ? (n - 1) / detail::kMaxBlock * detail::kMaxBlock : 0;
+    // The kernel feeds every vector it writes, so in the input's last piece it stops
+    // before the last byte (whole kernel blocks only; its own scalar tail would feed
+    // nothing): the stripes after the in-order ones are finish()'s. An earlier piece
+    // ends on an XXH3 block, so its elements fill whole kernel blocks.
+    const uint64_t start = 64 * hash->fed, end = start + uint64_t(n) * elem_size;
+    size_t fed = 0;
+    if (start % kXxh3BlockBytes == 0 && end <= hash->len) {
+        if (end == hash->len) fed = (n - 1) / detail::kMaxBlock * detail::kMaxBlock;
+        else if (end % kXxh3BlockBytes == 0) fed = n;
+    }
+    static_assert(kXxh3BlockBytes % (4 * detail::kMaxBlock) == 0, "a piece ending on an XXH3 block holds whole kernel blocks");
     const bool streaming = stores == Stores::kStreaming && fed > 0 && reinterpret_cast<uintptr_t>(dst) % kCacheLine == 0;
     if (isa & cpu::kIsaAvx512) detail::merge_hashed_avx512(planes, fed, elem_size, t, dst, hash, streaming);
     else detail::merge_hashed_avx2(planes, fed, elem_size, t, dst, hash, streaming);

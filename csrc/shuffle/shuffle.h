@@ -22,9 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kvcore {
-struct Xxh3Stripes;
-}
+#include "checksum/xxh3_stripes.h"
 
 namespace kvcore::shuffle {
 
@@ -46,10 +44,17 @@ void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const Pla
 // takes effect where dst is 64-byte aligned, and is fenced before the call returns.
 enum class Stores : uint8_t { kCached, kStreaming };
 
-// merge that also feeds hash (begun for n * elem_size bytes) the stripes of its
-// output as it writes them, leaving xxh3_stripes_finish fewer to read back. The
-// AVX-512 and AVX2 variants feed; false (nothing written) when neither is active.
+// merge that also feeds hash the stripes of its output as it writes them, leaving
+// xxh3_stripes_finish fewer to read back. The output may be one piece of the
+// hashed input, the one that starts at byte 64 * hash->fed: pieces merged in
+// order chain their stripes when every piece but the last starts and ends on an
+// XXH3 block (kXxh3BlockBytes; the last piece ends the input); else a piece feeds
+// nothing. The AVX-512 and AVX2 variants feed; false (nothing written) when
+// neither is active.
 bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst,
                   Xxh3Stripes* hash, Stores stores = Stores::kCached);
+
+// Bytes of input per XXH3 block of stripes, where chained pieces may end.
+constexpr size_t kXxh3BlockBytes = 64 * Xxh3Stripes::kStripesPerBlock;
 
 }  // namespace kvcore::shuffle

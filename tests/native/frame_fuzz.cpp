@@ -6,8 +6,10 @@
 // Every third mutant edits header fields only and recomputes the header
 // checksum, so edited shapes, block sizes, channels and residuals get past it
 // and reach the block decoders (whose checksums then fail, after decoding).
-// Every other mutant decodes into runs of one row (channels elements) with a
-// 13-byte gap after each, filled with a canary that must survive any outcome.
+// Every other mutant decodes into runs with a 13-byte gap after each, filled with
+// a canary that must survive any outcome: runs of one row (channels elements),
+// or of the fewest rows that make a whole number of 1 KiB XXH3 blocks (where the
+// merge checksums a block across its runs in one pass).
 // A mutant that decodes must give its seed's bytes, and be its seed again
 // (edits that cancel out), except in frames with LZ planes (zstd, DEFLATE):
 // an LZ stream can change and still decode to the same bytes (a match that
@@ -19,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -46,7 +49,9 @@ constexpr uint8_t kCanary = 0xA5;
 // Decodes into exactly the size the header declares (when it is sane), into
 // one buffer or (strided, when the size allows) into runs with canary gaps;
 // *decoded receives the bytes decoded (the runs joined), when they were.
-Outcome decode(const std::vector<uint8_t>& frame, bool strided, std::vector<uint8_t>* decoded) {
+enum class Runs { kNone, kRows, kXxh3Blocks };
+
+Outcome decode(const std::vector<uint8_t>& frame, Runs strided, std::vector<uint8_t>* decoded) {
     // A copy on the heap of exactly the frame's size: reads past it are caught.
     std::unique_ptr<uint8_t[]> data(new uint8_t[frame.size() ? frame.size() : 1]);
     std::copy(frame.begin(), frame.end(), data.get());
@@ -55,8 +60,9 @@ Outcome decode(const std::vector<uint8_t>& frame, bool strided, std::vector<uint
     if (!st.is_ok() || info.original_bytes > (64u << 20)) return kHeaderRefused;
     kvcore::frame::OutputRuns runs;
     runs.bytes = info.original_bytes;
-    const size_t row = size_t(info.channels) * kvcore::frame::dtype_size(info.desc.dtype);
-    if (strided && row != 0 && runs.bytes % row == 0 && runs.bytes <= (4u << 20)) {
+    size_t row = size_t(info.channels) * kvcore::frame::dtype_size(info.desc.dtype);
+    if (strided == Runs::kXxh3Blocks) row *= 1024 / std::gcd(row ? row : 1, size_t(1024));
+    if (strided != Runs::kNone && row != 0 && runs.bytes % row == 0 && runs.bytes <= (4u << 20)) {
         runs.run_bytes = row;
         runs.stride = row + kGap;
     }
@@ -128,11 +134,16 @@ int main(int argc, char** argv) {
     std::vector<std::vector<uint8_t>> originals(seeds.size());
     std::vector<bool> lz(seeds.size());
     for (size_t i = 0; i < seeds.size(); ++i) {
-        std::vector<uint8_t> strided;
-        if (decode(seeds[i], false, &originals[i]) != kDecoded || decode(seeds[i], true, &strided) != kDecoded ||
-            strided != originals[i]) {
+        if (decode(seeds[i], Runs::kNone, &originals[i]) != kDecoded) {
             std::fprintf(stderr, "a seed frame does not decode\n");
             return 1;
+        }
+        for (const Runs r : {Runs::kRows, Runs::kXxh3Blocks}) {
+            std::vector<uint8_t> strided;
+            if (decode(seeds[i], r, &strided) != kDecoded || strided != originals[i]) {
+                std::fprintf(stderr, "a seed frame does not decode into runs\n");
+                return 1;
+            }
         }
         headers.push_back(header_bytes(seeds[i]));
         lz[i] = has_lz_planes(seeds[i]);
@@ -147,7 +158,7 @@ int main(int argc, char** argv) {
         Outcome outcome;
         if (it % 3 == 2) {
             edit_header(f, headers[pick], rng);
-            outcome = decode(f, it % 2 == 0, &decoded);
+            outcome = decode(f, it % 2 ? Runs::kNone : it % 4 ? Runs::kXxh3Blocks : Runs::kRows, &decoded);
         } else {
             const int edits = 1 + int(rng() % 4);
             for (int e = 0; e < edits && !f.empty(); ++e) {
@@ -161,7 +172,7 @@ int main(int argc, char** argv) {
                         for (size_t k = pos; k < std::min(f.size(), pos + 16); ++k) f[k] = uint8_t(rng());
                 }
             }
-            outcome = decode(f, it % 4 < 2, &decoded);
+            outcome = decode(f, it % 4 >= 2 ? Runs::kNone : it % 8 < 2 ? Runs::kRows : Runs::kXxh3Blocks, &decoded);
         }
         if (outcome == kDecoded && decoded != originals[pick]) {
             std::fprintf(stderr, "an edited frame decoded to other bytes without an error (mutant %ld)\n", it);

@@ -2,10 +2,13 @@
 // length from 241 (XXH3's first long input) to 4 KiB, lengths around 64-byte
 // stripes and 1024-byte blocks up to 64 KiB, and random seeds, a stripe feed (as
 // the merge kernels use it) takes a random number of the in-order stripes, from
-// none to all, and xxh3_stripes_finish reads the rest. The AVX-512 feed compiled
+// none to all, and xxh3_stripes_finish reads the rest; xxh3_stripes_finish_tail
+// reads it from a copy of a random tail alone (exact size on the heap, where
+// ASan sees a read outside it): the stripes not fed and the last 64 bytes. The AVX-512 feed compiled
 // against emulated intrinsics (KVCORE_EMULATE_AVX512, test_shuffle_avx512_emulated.py),
 // or natively: then the AVX-512 and AVX2 feeds, each where the CPU has it.
 // Usage: xxh3_stripes_check <seed>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -74,11 +77,18 @@ int main(int argc, char** argv) {
             kvcore::Xxh3Stripes s;
             kvcore::xxh3_stripes_begin(&s, seed, len);
             feed(&s, p, rng() % (s.regular() + 1));
-            const uint64_t got = kvcore::xxh3_stripes_finish(&s, p), want = XXH3_64bits_withSeed(p, len, seed);
-            ++checks;
-            if (got != want && bad++ < 5)
-                std::printf("%s, length %zu seed %llu: %016llx, library %016llx\n", name, len,
-                            (unsigned long long)seed, (unsigned long long)got, (unsigned long long)want);
+            kvcore::Xxh3Stripes from_tail = s;
+            const uint64_t tail_offset = rng() % (std::min<uint64_t>(64 * s.fed, len - 64) + 1);
+            const std::vector<uint8_t> tail(p + tail_offset, p + len);
+            const uint64_t want = XXH3_64bits_withSeed(p, len, seed);
+            const uint64_t got[2] = {kvcore::xxh3_stripes_finish(&s, p),
+                                     kvcore::xxh3_stripes_finish_tail(&from_tail, tail.data(), tail_offset)};
+            for (int k = 0; k < 2; ++k) {
+                ++checks;
+                if (got[k] != want && bad++ < 5)
+                    std::printf("%s%s, length %zu seed %llu: %016llx, library %016llx\n", name, k ? " (from a tail)" : "",
+                                len, (unsigned long long)seed, (unsigned long long)got[k], (unsigned long long)want);
+            }
         }
     }
     std::printf("%s: %zu feeds, %zu lengths, %zu mismatches\n", bad ? "FAIL" : "ok", feeds.size(), checks, bad);
