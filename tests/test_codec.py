@@ -189,14 +189,18 @@ def test_large_frames_into_new_bytes_are_those_of_one_thread(mode, block_bytes):
 STREAMING_OUTPUT_BYTES = 32 << 20  # kStreamingOutputBytes in csrc/frame/codec.cpp
 
 
+def offset_bytes(rows: int, channels: int) -> torch.Tensor:
+    """[rows, channels] bytes, each channel a fixed offset plus small noise: coded with the
+    residual transform (the 1-byte merge kernel)."""
+    offsets = (torch.arange(channels) * 37) % 256
+    noise = torch.randint(0, 3, (rows, channels), generator=torch.Generator().manual_seed(9))
+    return ((offsets + noise) % 256).to(torch.uint8)
+
+
 def large_tensor(dtype: torch.dtype) -> torch.Tensor:
-    """At least STREAMING_OUTPUT_BYTES of real KV in bf16 or fp32, or of bytes with a per-channel
-    offset (coded with the residual transform: the 1-byte merge kernel)."""
+    """At least STREAMING_OUTPUT_BYTES of real KV in bf16 or fp32, or of offset_bytes."""
     if dtype == torch.uint8:
-        rows = STREAMING_OUTPUT_BYTES // 384 + 1000
-        offsets = (torch.arange(384) * 37) % 256
-        noise = torch.randint(0, 3, (rows, 384), generator=torch.Generator().manual_seed(9))
-        return ((offsets + noise) % 256).to(torch.uint8)
+        return offset_bytes(STREAMING_OUTPUT_BYTES // 384 + 1000, 384)
     t = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1, 384).float().to(dtype)
     while t.numel() * t.element_size() < STREAMING_OUTPUT_BYTES:
         t = torch.cat([t, t])
@@ -261,13 +265,11 @@ def test_batches_of_32_mib_and_more_decode_bit_exact_with_streaming_stores(varia
 
 
 def runs_input(dtype: torch.dtype, rows: int, heads: int, dim: int) -> torch.Tensor:
-    """[4, rows, heads, dim] of real KV (4 runs when decoded into a token range), or bytes with a
-    per-channel offset (coded with the residual transform)."""
+    """[4, rows, heads, dim] of real KV (4 runs when decoded into a token range), or of
+    offset_bytes."""
     shape = (4, rows, heads, dim)
     if dtype == torch.uint8:
-        offsets = (torch.arange(heads * dim) * 37) % 256
-        noise = torch.randint(0, 3, (4 * rows, heads * dim), generator=torch.Generator().manual_seed(9))
-        return ((offsets + noise) % 256).to(torch.uint8).reshape(shape)
+        return offset_bytes(4 * rows, heads * dim).reshape(shape)
     src = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1)
     return src[: 4 * rows * heads * dim].to(dtype).reshape(shape)
 

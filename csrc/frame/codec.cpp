@@ -36,7 +36,7 @@ constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and has
 // output read right after, 0.96x at 18 MiB, 1.09x at 36. On a Zen 4 (1 MiB L2,
 // 32 MiB L3), one thread: whole frames 1.04-1.09x dense, 1.07-1.37x fast (36-144
 // MiB); batches of 512 KiB frames 1.06-1.10x dense, 1.14-1.21x fast (36 and 144
-// MiB), also with the output read right after.
+// MiB); with the output read right after, 1.01-1.27x and 1.02-1.14x.
 constexpr size_t kStreamingOutputBytes = 32u << 20;
 
 // Scratch planes of a block of `elems` elements sit this far apart: each starts
@@ -131,13 +131,13 @@ shuffle::PlaneTransform moved_on(shuffle::PlaneTransform t, size_t done) {
     return t;
 }
 
-// Whether merge_hashed can chain the pieces of a block output that spans runs
-// (bytes from logical byte offset on): every run boundary falls on an XXH3 block
-// from the block's start, and its last piece holds the input's last 64 bytes.
+// Whether merge_hashed can write a block's output (bytes from logical byte offset
+// on) in one pass: it lies in one run, or every run boundary falls on an XXH3 block
+// from the block's start and its last piece holds the input's last 64 bytes.
 bool chains_runs(const OutputRuns& dst, size_t offset, size_t bytes) {
-    if (dst.contiguous()) return true;
     size_t left = 0;
     dst.at(offset, &left);
+    if (left >= bytes) return true;  // (always so for a contiguous output)
     const size_t last = (offset + bytes) % dst.run_bytes;  // bytes of the last piece; 0: a whole run
     return dst.run_bytes % shuffle::kXxh3BlockBytes == 0 && left % shuffle::kXxh3BlockBytes == 0 &&
            (last == 0 || last >= 64);
@@ -317,9 +317,10 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     // A block long enough for XXH3's long-input path, whose output is one run (the
     // usual case) or runs it can chain (a token range of a larger KV tensor): one
     // merge pass that checksums its output from registers, run by run.
-    const bool merge_feeds = esize > 1 || t.rotate || t.residual != nullptr;  // (else a copy, which feeds nothing)
-    if (n * esize >= Xxh3Stripes::kMinLength &&
-        (run_left >= n * esize || (merge_feeds && chains_runs(dst, first * esize, n * esize)))) {
+    // (A single untransformed plane was decoded in place above, or spans runs: its
+    // merge is a copy, which feeds nothing.)
+    const bool merge_feeds = esize > 1 || t.rotate || t.residual != nullptr;
+    if (n * esize >= Xxh3Stripes::kMinLength && merge_feeds && chains_runs(dst, first * esize, n * esize)) {
         Xxh3Stripes hash;
         xxh3_stripes_begin(&hash, seed, n * esize);
         size_t done = 0, count = 0;
