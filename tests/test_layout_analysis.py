@@ -1,7 +1,9 @@
 """The encoder's choice of layout (csrc/frame/analysis.cpp): the RESIDUAL table holds each
 channel's most common top byte, over the 64 rows the analysis samples (rows k * (rows // 64)),
-the smallest value on ties. Channels whose sampled bytes span a narrow range and those with a
-wide one (outliers, integers) are counted two different ways; both are checked here."""
+the smallest value on ties. Each channel's sampled bytes are counted by frame/value_counts: by one
+compare per value where they span a narrow range, else by count tables (SSE2) or a sort of the 64
+bytes (AVX2, AVX-512), so narrow and wide channels are checked here in every variant, and the
+kernels against a plain count in tests/native/value_counts_check.cpp."""
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import torch
 import kvcore
 
 import frame_layout
+from isa_variants import VARIANTS, use_variant
 
 SAMPLED_ROWS = 64
 
@@ -30,10 +33,17 @@ def channel_data(rows: int, channels: int, spread: int, seed: int) -> torch.Tens
     return torch.from_numpy(x.astype(np.uint8))
 
 
+@pytest.fixture(params=VARIANTS)
+def variant(request):
+    use_variant(request.param)
+    yield request.param
+    kvcore.set_disabled_isa("")
+
+
 @pytest.mark.parametrize("rows", [100, 1000, 4097])
 @pytest.mark.parametrize("spread", [1, 4, 20, 30])
 @pytest.mark.parametrize("mode", ["dense", "fast"])
-def test_residual_is_each_channels_mode(rows, spread, mode):
+def test_residual_is_each_channels_mode(variant, rows, spread, mode):
     x = channel_data(rows, 48, spread, rows * 31 + spread)
     frame = bytes(kvcore.compress(x, mode=mode, threads=1))
     residual = frame_layout.residual(frame)
@@ -42,7 +52,7 @@ def test_residual_is_each_channels_mode(rows, spread, mode):
     assert torch.equal(kvcore.decompress(frame), x)
 
 
-def test_residual_of_rotated_bfloat16():
+def test_residual_of_rotated_bfloat16(variant):
     """bf16 with the rotate layout: the top byte is the whole exponent."""
     g = torch.Generator().manual_seed(5)
     scale = torch.logspace(-6, 6, 96)  # each channel its own exponent range
@@ -110,6 +120,22 @@ def analysis_inputs():
         cases += [(f"{f.stem}", t[:60]), (f"{f.stem}-flat", t.reshape(-1)[:50000]),
                   (f"{f.stem}-fp32", t[:40].float()), (f"{f.stem}-fp8", t[:40].to(torch.float8_e4m3fn))]
     return cases
+
+
+def test_value_counts_kernels_match_a_plain_count(tmp_path):
+    """Every variant of frame/value_counts against a plain count, under ASan + UBSan
+    (tests/native/value_counts_check.cpp; machines without AVX-512 run its AVX-512 variant
+    emulated in test_shuffle_avx512_emulated.py)."""
+    import subprocess
+
+    from native_build import ROOT, build_harness
+
+    sources = [str(ROOT / "csrc" / f) for f in ("frame/value_counts.cpp", "frame/value_counts_avx2.cpp",
+                                                 "frame/value_counts_avx512.cpp", "cpu/cpu_features.cpp")]
+    exe = build_harness(tmp_path, "value_counts_check", sources)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.startswith("ok:") and not run.stdout.startswith("ok: 0 ")
 
 
 @pytest.mark.parametrize("name,x", analysis_inputs(), ids=lambda v: v if isinstance(v, str) else "")

@@ -1,6 +1,6 @@
-"""The AVX-512 shuffle, channel-transpose, low-bits, sign-bits, fastcode and presence kernels on machines
-without AVX-512: compiled against SIMDe's portable intrinsics (apt package libsimde-dev) and
-compared with the scalar reference or the format's specification.
+"""The AVX-512 shuffle, channel-transpose, low-bits, sign-bits, fastcode, presence and value-count
+kernels on machines without AVX-512: compiled against SIMDe's portable intrinsics (apt package
+libsimde-dev) and compared with the scalar reference or the format's specification.
 
 On a machine with AVX-512 test_shuffle.py runs the real variant; this test still
 checks the same source there.
@@ -54,6 +54,13 @@ def test_avx512_presence_scan_matches_scalar_under_emulation(tmp_path):
     out = build_and_run(tmp_path, "histogram_avx512_check", [
         "entropy/histogram_avx512.cpp", "entropy/histogram.cpp", "cpu/cpu_features.cpp"])
     assert out.startswith("ok:") and not out.startswith("ok: 0 ")
+
+
+def test_avx512_value_counts_match_a_plain_count_under_emulation(tmp_path):
+    out = build_and_run(tmp_path, "value_counts_check", [
+        "frame/value_counts.cpp", "frame/value_counts_avx2.cpp", "frame/value_counts_avx512.cpp",
+        "cpu/cpu_features.cpp"])
+    assert out.startswith("ok:") and out.rstrip().endswith("avx512")
 
 
 def test_avx512_low_bits_join_matches_the_specification_under_emulation(tmp_path):

@@ -5,10 +5,9 @@
 #include <cmath>
 #include <cstring>
 
-#include <emmintrin.h>
-
 #include "entropy/histogram.h"
 #include "frame/format.h"
+#include "frame/value_counts.h"
 #include "shuffle/channel_transpose.h"
 #include "shuffle/shuffle.h"
 
@@ -19,6 +18,7 @@ constexpr uint64_t kSampleElems = 1u << 14;  // elements looked at, at most
 constexpr uint64_t kMinRowsForResidual = 64;  // residual table must pay for itself
 constexpr uint64_t kResidualRows = 64;        // rows sampled per channel
 static_assert(kMinRowsForResidual >= kResidualRows, "the residual's sample takes distinct rows");
+static_assert(kResidualRows == kValueCountBytes, "a channel's sampled top bytes are counted in one call");
 
 bool is_float(DType d) {
     return d == DType::kFloat8E4M3 || d == DType::kFloat8E5M2 || d == DType::kFloat16 || d == DType::kBFloat16 ||
@@ -141,93 +141,26 @@ void gather_tops(const uint8_t* src, uint64_t rows, uint32_t channels, unsigned 
     shuffle::to_channel_major(row_major.data(), kResidualRows, channels, column.data());
 }
 
-// A channel's distinct bytes and their counts, in increasing order of value: the
-// two ways below give the same lists. Returns how many there are.
-static_assert(kResidualRows == 64, "a channel's bytes are four SSE2 registers");
-static_assert(kResidualRows < 256, "a value's counts must add up within a byte");
-
-// Compares the channel's bytes with each value of [lo, hi] in turn: no memory
-// writes, so this is the fast way while the range is narrow.
-unsigned count_by_compare(const __m128i* v, unsigned lo, unsigned hi, uint8_t* value, uint8_t* count) {
-    const __m128i zero = _mm_setzero_si128(), one = _mm_set1_epi8(1);
-    __m128i x = _mm_set1_epi8(static_cast<char>(lo));
-    unsigned distinct = 0;
-    for (unsigned t = lo; t <= hi; ++t, x = _mm_add_epi8(x, one)) {
-        // Each equal byte is -1 in one of four masks: their negated sum, summed by psadbw.
-        const __m128i eq = _mm_add_epi8(_mm_add_epi8(_mm_cmpeq_epi8(v[0], x), _mm_cmpeq_epi8(v[1], x)),
-                                        _mm_add_epi8(_mm_cmpeq_epi8(v[2], x), _mm_cmpeq_epi8(v[3], x)));
-        const __m128i sums = _mm_sad_epu8(_mm_sub_epi8(zero, eq), zero);
-        const unsigned n = static_cast<unsigned>(_mm_cvtsi128_si32(_mm_add_epi32(sums, _mm_srli_si128(sums, 8))));
-        // Stored either way and kept by moving on (an absent value is overwritten):
-        // a branch on n mispredicted often enough to be the analysis's top cost.
-        value[distinct] = static_cast<uint8_t>(t);
-        count[distinct] = static_cast<uint8_t>(n);
-        distinct += n != 0;
-    }
-    return distinct;
-}
-
-// Counts the bytes in four tables (a common value makes four short chains of
-// increments, not one long one), then reads [lo, hi] back eight counts at a time
-// from each and clears it, so the tables are clean for the next channel.
-unsigned count_by_table(const uint8_t* v, unsigned lo, unsigned hi, uint8_t (*tables)[256 + 8], uint8_t* value,
-                        uint8_t* count) {
-    for (uint64_t k = 0; k < kResidualRows; ++k) ++tables[k & 3][v[k]];
-    unsigned distinct = 0;
-    for (unsigned t = lo; t <= hi; t += 8) {
-        uint64_t w = 0;
-        for (unsigned j = 0; j < 4; ++j) {
-            uint64_t x;
-            std::memcpy(&x, tables[j] + t, 8);
-            w += x;  // bytewise: the sums stay below 256, so no carry crosses a byte
-            std::memset(tables[j] + t, 0, 8);
-        }
-        while (w) {
-            const unsigned byte = unsigned(__builtin_ctzll(w)) / 8;
-            value[distinct] = static_cast<uint8_t>(t + byte);
-            count[distinct++] = static_cast<uint8_t>(w >> (8 * byte));
-            w &= ~(uint64_t(0xff) << (8 * byte));
-        }
-    }
-    return distinct;
-}
-
-// Ranges up to this many values are counted by compare; wider ones (outliers,
-// integer data) by table, which costs about as much as this many compares.
-constexpr unsigned kCompareRange = 24;
-
 // Each channel's mode (its most common top byte, the smallest on ties), and the
 // counts over all channels of the top bytes (plain) and of the top bytes less
 // their channel's mode (shifted). Each distinct value of a channel updates the
 // histograms once: a channel's top bytes span a few values (exponents).
 void channel_statistics(const uint8_t* tops, uint32_t channels, uint8_t* mode, uint32_t* plain, uint32_t* shifted) {
-    alignas(8) uint8_t tables[4][256 + 8] = {};  // 8 spare bytes: a word read at 255 stays inside
-    uint8_t value[kResidualRows], count[kResidualRows];
+    const ValueCountsKernel value_counts = value_counts_kernel();
+    // The next channel is counted before this one's histogram updates, so that
+    // its (latency-bound) count overlaps them: two lists, used in turn.
+    uint8_t value[2][kValueCountBytes], count[2][kValueCountBytes];
+    ValueCounts next = value_counts(tops, value[0], count[0]);
     for (uint32_t c = 0; c < channels; ++c) {
-        const uint8_t* bytes = tops + size_t(c) * kResidualRows;
-        __m128i v[4], lo = _mm_set1_epi8(-1), hi = _mm_setzero_si128();
-        for (unsigned i = 0; i < 4; ++i) {
-            v[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16 * i));
-            lo = _mm_min_epu8(lo, v[i]);
-            hi = _mm_max_epu8(hi, v[i]);
-        }
-        lo = _mm_min_epu8(lo, _mm_srli_si128(lo, 8));
-        hi = _mm_max_epu8(hi, _mm_srli_si128(hi, 8));
-        lo = _mm_min_epu8(lo, _mm_srli_si128(lo, 4));
-        hi = _mm_max_epu8(hi, _mm_srli_si128(hi, 4));
-        lo = _mm_min_epu8(lo, _mm_srli_si128(lo, 2));
-        hi = _mm_max_epu8(hi, _mm_srli_si128(hi, 2));
-        lo = _mm_min_epu8(lo, _mm_srli_si128(lo, 1));
-        hi = _mm_max_epu8(hi, _mm_srli_si128(hi, 1));
-        const unsigned first = unsigned(_mm_cvtsi128_si32(lo)) & 0xff, last = unsigned(_mm_cvtsi128_si32(hi)) & 0xff;
-        const unsigned distinct = last - first < kCompareRange ? count_by_compare(v, first, last, value, count)
-                                                               : count_by_table(bytes, first, last, tables, value, count);
-        unsigned best = 0;  // increasing values: the first of the largest counts wins ties
-        for (unsigned i = 1; i < distinct; ++i) best = count[i] > count[best] ? i : best;
-        mode[c] = value[best];
-        for (unsigned i = 0; i < distinct; ++i) {
-            plain[value[i]] += count[i];
-            shifted[static_cast<uint8_t>(value[i] - value[best])] += count[i];
+        const ValueCounts vc = next;
+        const uint8_t* v = value[c & 1];
+        const uint8_t* n = count[c & 1];
+        if (c + 1 < channels) next = value_counts(tops + size_t(c + 1) * kResidualRows, value[~c & 1], count[~c & 1]);
+        const uint8_t m = v[vc.mode];
+        mode[c] = m;
+        for (unsigned i = 0; i < vc.distinct; ++i) {
+            plain[v[i]] += n[i];
+            shifted[static_cast<uint8_t>(v[i] - m)] += n[i];
         }
     }
 }
