@@ -25,21 +25,40 @@ def expected_groups(plane: np.ndarray, groups: int) -> list:
     return group
 
 
-@pytest.mark.parametrize("rows,channels", [(600, 40), (2000, 96), (4096, 128)])
-def test_channels_are_grouped_by_their_rank(rows, channels):
+# Sums of one, two and three bytes (the encoder's radix sort skips the bytes all sums share),
+# and channel counts that do not split into its four equal parts.
+@pytest.mark.parametrize("rows,channels,widest", [(600, 40, 64), (2000, 96, 64), (4096, 128, 64), (1000, 38, 256),
+                                                  (300, 50, 64)])
+def test_channels_are_grouped_by_their_rank(rows, channels, widest):
     """uint8 planes whose channels differ in spread (so grouping pays), with many equal
     channel sums (ties), coded in one block."""
     g = np.random.default_rng(rows + channels)
-    spread = g.integers(1, 64, channels)
+    spread = g.integers(1, widest, channels)
     spread[::4] = spread[1::4][: len(spread[::4])]  # channels with the same distribution
     x = g.integers(0, 1 << 30, (rows, channels)) % spread
     x[:, ::7] = 3  # constant channels: equal sums
-    t = torch.from_numpy(x.astype(np.uint8))
+    check_groups(x.astype(np.uint8))
+
+
+@pytest.mark.parametrize("rows,channels,width", [(16, 200, 4), (16, 203, 4), (20, 256, 3)])
+def test_channels_with_sums_below_256_are_grouped_by_their_rank(rows, channels, width):
+    """Few rows of small values: every sum fits in one byte (one radix pass)."""
+    g = np.random.default_rng(rows * channels)
+    base = width * g.integers(0, 4, channels)  # four distinct distributions; values below 4 * width
+    x = base + g.integers(0, width, (rows, channels))
+    x[:, 1] = x[:, 0]  # equal sums
+    assert x.sum(axis=0).max() < 256
+    check_groups(x.astype(np.uint8))
+
+
+def check_groups(x: np.ndarray) -> None:
+    rows, channels = x.shape
+    t = torch.from_numpy(x).reshape(rows, 1, channels)  # channels: the last two dimensions, also for few rows
     frame = bytes(kvcore.compress(t, mode="dense", threads=1, block_bytes=rows * channels))
     planes = [p for p in frame_layout.block_planes(frame) if p[2] == GROUPED]
     assert len(planes) == 1, kvcore.frame_info(frame)["methods"]
     payload = planes[0][3]
     groups = payload[0]
     got = [(payload[2 + c // 2] >> (4 * (c & 1))) & 15 for c in range(channels)]
-    assert got == expected_groups(x.astype(np.uint8), groups)
+    assert got == expected_groups(x, groups)
     assert torch.equal(kvcore.decompress(frame), t)

@@ -107,15 +107,17 @@ size_t sized_streams(const uint32_t* fine, unsigned groups, unsigned k, const ui
     return total;
 }
 
-double coded_bits(const uint32_t* hist) {
+// Symbols outside [lo, hi] have zero weight (hi >= lo): a channel group's
+// symbols span a few values (exponents), and skipping the rest changes no sum.
+double coded_bits(const uint32_t* hist, unsigned lo, unsigned hi) {
     uint64_t total = 0;
     unsigned present = 0;
-    for (int s = 0; s < 256; ++s) {
+    for (unsigned s = lo; s <= hi; ++s) {
         total += hist[s];
         present += hist[s] != 0;
     }
     double bits = 0;
-    for (int s = 0; s < 256; ++s)
+    for (unsigned s = lo; s <= hi; ++s)
         if (hist[s]) bits -= double(hist[s]) * std::log2(double(hist[s]) / double(total));
     // Huffman codes cost a little above the entropy; each table costs its header.
     return bits * 1.01 + 8.0 * (48 + present / 2.0);
@@ -123,18 +125,56 @@ double coded_bits(const uint32_t* hist) {
 
 // rank = the channels in increasing order of their sums, ties in channel order:
 // a stable radix sort, a byte of the sums per pass. The sums are of at most
-// 2 * kRankRows sampled rows of bytes, so below 2^24: three passes.
+// 2 * kRankRows sampled rows of bytes, so below 2^24: three passes at most, and
+// a byte that all sums share needs none (the top one, below 256 sampled rows).
 static_assert(2 * kRankRows * 255 < (1u << 24), "channel sums must fit in three bytes");
+
+// Channels of similar means share a digit, and each count or placement of a
+// digit waits for the one before it through memory: the input is cut into
+// kRadixSegments parts, each with its own counts and places, so that many
+// chains run at once. Bucket d takes part 0's channels first, then part 1's, and
+// so on: the pass stays stable.
+constexpr unsigned kRadixSegments = 4;
+
+void radix_pass(const uint32_t* sums, const uint32_t* from, uint32_t channels, unsigned shift, uint32_t* to) {
+    uint32_t begin[kRadixSegments + 1];
+    for (unsigned g = 0; g <= kRadixSegments; ++g) begin[g] = uint32_t(uint64_t(channels) * g / kRadixSegments);
+    const uint32_t shortest = begin[1] - begin[0];  // parts differ in length by one at most
+    uint32_t place[kRadixSegments][256] = {};
+    auto digit = [&](uint32_t i) { return sums[from[i]] >> shift & 0xff; };
+    for (uint32_t k = 0; k < shortest; ++k)
+        for (unsigned g = 0; g < kRadixSegments; ++g) ++place[g][digit(begin[g] + k)];
+    for (unsigned g = 0; g < kRadixSegments; ++g)
+        for (uint32_t i = begin[g] + shortest; i < begin[g + 1]; ++i) ++place[g][digit(i)];
+    uint32_t at = 0;
+    for (unsigned d = 0; d < 256; ++d)
+        for (unsigned g = 0; g < kRadixSegments; ++g) {
+            const uint32_t n = place[g][d];
+            place[g][d] = at;
+            at += n;
+        }
+    for (uint32_t k = 0; k < shortest; ++k)
+        for (unsigned g = 0; g < kRadixSegments; ++g) {
+            const uint32_t i = begin[g] + k;
+            to[place[g][digit(i)]++] = from[i];
+        }
+    for (unsigned g = 0; g < kRadixSegments; ++g)
+        for (uint32_t i = begin[g] + shortest; i < begin[g + 1]; ++i) to[place[g][digit(i)]++] = from[i];
+}
+
 void rank_channels(const uint32_t* sums, uint32_t channels, uint32_t* rank) {
+    uint32_t differ = 0;  // the bits in which some sum differs from the first
+    for (uint32_t c = 0; c < channels; ++c) differ |= sums[c] ^ sums[0];
+    unsigned shifts[3], passes = 0;
+    for (unsigned shift = 0; shift < 24; shift += 8)
+        if (differ >> shift & 0xff) shifts[passes++] = shift;
     std::vector<uint32_t> other(channels);
-    uint32_t* from = other.data();
-    uint32_t* to = rank;  // an odd number of passes ends here
+    // Passes alternate between the two buffers: start where an odd or even count ends in rank.
+    uint32_t* from = passes % 2 ? other.data() : rank;
+    uint32_t* to = passes % 2 ? rank : other.data();
     for (uint32_t c = 0; c < channels; ++c) from[c] = c;
-    for (unsigned shift = 0; shift < 24; shift += 8) {
-        uint32_t start[257] = {};
-        for (uint32_t i = 0; i < channels; ++i) ++start[(sums[from[i]] >> shift & 0xff) + 1];
-        for (unsigned d = 0; d < 256; ++d) start[d + 1] += start[d];
-        for (uint32_t i = 0; i < channels; ++i) to[start[sums[from[i]] >> shift & 0xff]++] = from[i];
+    for (unsigned p = 0; p < passes; ++p) {
+        radix_pass(sums, from, channels, shifts[p], to);
         std::swap(from, to);
     }
 }
@@ -176,7 +216,12 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     add_rows(plane, rows, step, channels, sums.data());
     std::vector<uint32_t> rank(channels);
     rank_channels(sums.data(), channels, rank.data());
-    for (uint32_t i = 0; i < channels; ++i) s.group[rank[i]] = static_cast<uint8_t>(uint64_t(i) * groups / channels);
+    // Rank i goes to fine group i * groups / channels: group g from rank ceil(g * channels / groups).
+    for (unsigned g = 0; g < groups; ++g) {
+        const uint32_t first = uint32_t((uint64_t(g) * channels + groups - 1) / groups);
+        const uint32_t end = uint32_t((uint64_t(g + 1) * channels + groups - 1) / groups);
+        for (uint32_t i = first; i < end; ++i) s.group[rank[i]] = static_cast<uint8_t>(g);
+    }
     uint32_t count[kMaxGroups];
     order_channels(s.group.data(), channels, groups, s.slot.data(), count);
     column_starts(s.columns.data(), rows, channels, s.slot.data(), s.column.data());
@@ -194,7 +239,10 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     std::fill(hist, hist + 256, 0);
     for (unsigned g = 0; g < groups; ++g)
         for (int sym = 0; sym < 256; ++sym) hist[sym] += fine[size_t(g) * 256 + sym];
-    double best_bits = coded_bits(hist);
+    unsigned lo = 0, hi = 255;  // the plane's symbols (the groups' are among them)
+    while (lo < hi && hist[lo] == 0) ++lo;
+    while (hi > lo && hist[hi] == 0) --hi;
+    double best_bits = coded_bits(hist, lo, hi);
     unsigned best_k = 1;
     for (unsigned k = 2; k <= groups; k *= 2) {
         if (groups % k) break;
@@ -202,7 +250,7 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
         for (unsigned j = 0; j < k; ++j) {
             uint32_t merged[256];
             merge_fine(fine.data(), groups, k, j, count, rows, merged);
-            bits += coded_bits(merged);
+            bits += coded_bits(merged, lo, hi);
         }
         if (bits < best_bits) {
             best_bits = bits;
