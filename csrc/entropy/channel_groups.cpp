@@ -136,16 +136,23 @@ static_assert(2 * kRankRows * 255 < (1u << 24), "channel sums must fit in three 
 // so on: the pass stays stable.
 constexpr unsigned kRadixSegments = 4;
 
+// Calls f(g, i) for every index i of part g, parts [begin[g], begin[g + 1]): their
+// first `shortest` indices side by side, then each part's rest in turn.
+template <typename F>
+inline void for_each_in_parts(const uint32_t* begin, uint32_t shortest, F f) {
+    for (uint32_t k = 0; k < shortest; ++k)
+        for (unsigned g = 0; g < kRadixSegments; ++g) f(g, begin[g] + k);
+    for (unsigned g = 0; g < kRadixSegments; ++g)
+        for (uint32_t i = begin[g] + shortest; i < begin[g + 1]; ++i) f(g, i);
+}
+
 void radix_pass(const uint32_t* sums, const uint32_t* from, uint32_t channels, unsigned shift, uint32_t* to) {
     uint32_t begin[kRadixSegments + 1];
     for (unsigned g = 0; g <= kRadixSegments; ++g) begin[g] = uint32_t(uint64_t(channels) * g / kRadixSegments);
     const uint32_t shortest = begin[1] - begin[0];  // parts differ in length by one at most
     uint32_t place[kRadixSegments][256] = {};
     auto digit = [&](uint32_t i) { return sums[from[i]] >> shift & 0xff; };
-    for (uint32_t k = 0; k < shortest; ++k)
-        for (unsigned g = 0; g < kRadixSegments; ++g) ++place[g][digit(begin[g] + k)];
-    for (unsigned g = 0; g < kRadixSegments; ++g)
-        for (uint32_t i = begin[g] + shortest; i < begin[g + 1]; ++i) ++place[g][digit(i)];
+    for_each_in_parts(begin, shortest, [&](unsigned g, uint32_t i) { ++place[g][digit(i)]; });
     uint32_t at = 0;
     for (unsigned d = 0; d < 256; ++d)
         for (unsigned g = 0; g < kRadixSegments; ++g) {
@@ -153,13 +160,7 @@ void radix_pass(const uint32_t* sums, const uint32_t* from, uint32_t channels, u
             place[g][d] = at;
             at += n;
         }
-    for (uint32_t k = 0; k < shortest; ++k)
-        for (unsigned g = 0; g < kRadixSegments; ++g) {
-            const uint32_t i = begin[g] + k;
-            to[place[g][digit(i)]++] = from[i];
-        }
-    for (unsigned g = 0; g < kRadixSegments; ++g)
-        for (uint32_t i = begin[g] + shortest; i < begin[g + 1]; ++i) to[place[g][digit(i)]++] = from[i];
+    for_each_in_parts(begin, shortest, [&](unsigned g, uint32_t i) { to[place[g][digit(i)]++] = from[i]; });
 }
 
 void rank_channels(const uint32_t* sums, uint32_t channels, uint32_t* rank) {

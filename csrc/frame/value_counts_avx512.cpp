@@ -65,40 +65,19 @@ KV_AVX512 inline __m512i sort_up(__m512i v) {
     return merge_steps<K, K / 2>(v);
 }
 
-// The bytes' smallest and largest values: the four 128-bit lanes folded into
-// one, then its bytes.
-KV_AVX512 inline __m128i fold_lanes_min(__m512i v) {
-    v = _mm512_min_epu8(v, _mm512_shuffle_i64x2(v, v, 0x4e));
-    const __m128i x = _mm512_castsi512_si128(_mm512_min_epu8(v, _mm512_shuffle_i64x2(v, v, 0xb1)));
-    return _mm_min_epu8(x, _mm_srli_si128(x, 8));
-}
-
-KV_AVX512 inline __m128i fold_lanes_max(__m512i v) {
+// The largest byte of v: the four 128-bit lanes folded into one, then its bytes
+// (the result in byte 0).
+KV_AVX512 inline __m128i max_byte(__m512i v) {
     v = _mm512_max_epu8(v, _mm512_shuffle_i64x2(v, v, 0x4e));
-    const __m128i x = _mm512_castsi512_si128(_mm512_max_epu8(v, _mm512_shuffle_i64x2(v, v, 0xb1)));
-    return _mm_max_epu8(x, _mm_srli_si128(x, 8));
-}
-
-// The smallest (largest) byte of x's low 8, in byte 0.
-KV_AVX512 inline __m128i min8(__m128i x) {
-    x = _mm_min_epu8(x, _mm_srli_si128(x, 4));
-    x = _mm_min_epu8(x, _mm_srli_si128(x, 2));
-    return _mm_min_epu8(x, _mm_srli_si128(x, 1));
-}
-
-KV_AVX512 inline __m128i max8(__m128i x) {
+    __m128i x = _mm512_castsi512_si128(_mm512_max_epu8(v, _mm512_shuffle_i64x2(v, v, 0xb1)));
+    x = _mm_max_epu8(x, _mm_srli_si128(x, 8));
     x = _mm_max_epu8(x, _mm_srli_si128(x, 4));
     x = _mm_max_epu8(x, _mm_srli_si128(x, 2));
     return _mm_max_epu8(x, _mm_srli_si128(x, 1));
 }
 
-KV_AVX512 inline void value_range(__m512i v, unsigned* lo, unsigned* hi) {
-    *lo = unsigned(_mm_cvtsi128_si32(min8(fold_lanes_min(v)))) & 0xff;
-    *hi = unsigned(_mm_cvtsi128_si32(max8(fold_lanes_max(v)))) & 0xff;
-}
-
 // A narrow range: one compare per value of it (as the SSE2 variant, a quarter of the work).
-KV_AVX512 ValueCounts count_by_mask_compare(__m512i v, unsigned lo, unsigned hi, uint8_t* value, uint8_t* count) {
+KV_AVX512 inline ValueCounts count_by_mask_compare(__m512i v, unsigned lo, unsigned hi, uint8_t* value, uint8_t* count) {
     unsigned distinct = 0, mode = 0;
     for (unsigned t = lo; t <= hi; ++t) {
         const unsigned n = unsigned(__builtin_popcountll(_mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(char(t)))));
@@ -118,7 +97,7 @@ constexpr unsigned kMaskCompareRange = 16;
 KV_AVX512 ValueCounts value_counts_avx512(const uint8_t* bytes, uint8_t* value, uint8_t* count) {
     const __m512i v = _mm512_loadu_si512(bytes);
     unsigned lo, hi;
-    value_range(v, &lo, &hi);
+    byte_range(bytes, &lo, &hi);
     if (hi - lo < kMaskCompareRange) return count_by_mask_compare(v, lo, hi, value, count);
     const __m512i sorted = sort_up<64>(v);
     const __m512i before = _mm512_permutexvar_epi8(load(kIndex.before), sorted);
@@ -129,7 +108,7 @@ KV_AVX512 ValueCounts value_counts_avx512(const uint8_t* bytes, uint8_t* value, 
     const __m512i end = _mm512_mask_mov_epi8(_mm512_permutexvar_epi8(load(kIndex.after), start),
                                              uint64_t(1) << (distinct - 1), _mm512_set1_epi8(64));
     const __m512i counts = _mm512_sub_epi8(end, start);  // 0 past the last run
-    const __m512i top = _mm512_broadcastb_epi8(max8(fold_lanes_max(counts)));
+    const __m512i top = _mm512_broadcastb_epi8(max_byte(counts));
     const uint64_t at_top = _mm512_cmpeq_epi8_mask(counts, top);
     _mm512_storeu_si512(value, _mm512_maskz_compress_epi8(starts, sorted));
     _mm512_storeu_si512(count, counts);
