@@ -163,7 +163,7 @@ def _factor(a: Optional[Row], b: Optional[Row], best: bool = False) -> Optional[
 
 
 THREADS_DATA = "threads-64MB"
-CHUNK_FRAMES_DATA = "qwen-chunk/frames"  # 72 frames of 512 KiB, one call each (test_chunk_frames)
+CHUNK_FRAMES_DATA = "qwen-chunk/frames"  # 72 frames of 512 KiB, one call each (test_chunk_frames), bf16 and fp16
 
 
 def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> list[str]:
@@ -250,21 +250,33 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
     return lines
 
 
-def qwen_chunk(seed: int = 0) -> torch.Tensor:
-    """A Qwen3-8B-shaped chunk (QWEN_CHUNK_SHAPE, bf16, 38 MB) of real values: rows of
-    MiniLM's K/V regrouped into 1024-value rows."""
+def qwen_chunk(seed: int = 0, dtype: str = "bf16") -> torch.Tensor:
+    """A Qwen3-8B-shaped chunk (QWEN_CHUNK_SHAPE, 38 MB) of real values from kvdata MiniLM, in
+    "bf16" or "fp16" (each from its own file, both captured from the model, not cast).
+
+    Each of a frame's 1024 channels is one MiniLM channel over 256 consecutive tokens: the 384
+    channels of three consecutive MiniLM layers side by side, cut at 1024. A channel keeps its
+    own statistics across tokens, as in a real KV cache, which channel-aware coding relies on
+    (cutting MiniLM's rows into 1024-value rows instead, as this did until 2026-12-03, mixes
+    three channels into each position and hides most of that structure).
+    """
     import pytest
     from safetensors.torch import load_file
 
-    path = KVDATA / "minilm_l6_kv_bf16.safetensors"
+    path = KVDATA / f"minilm_l6_kv_{dtype}.safetensors"
     if not path.is_file():
         pytest.skip(f"{path} is not present")
     d = load_file(str(path))
+    n_layers = len([k for k in d if k.endswith(".k")])
+    n_tokens = d["layer0.k"].shape[0]
+    width = d["layer0.k"][0].numel()  # channels of one MiniLM layer
     layers, _, tokens, heads, dim = QWEN_CHUNK_SHAPE
-    out = torch.empty(QWEN_CHUNK_SHAPE, dtype=torch.bfloat16)
+    channels = heads * dim
+    out = torch.empty(QWEN_CHUNK_SHAPE, dtype=d["layer0.k"].dtype)
     for l in range(layers):
         for j, kv in enumerate("kv"):
-            rows = d[f"layer{l % 6}.{kv}"].reshape(-1, heads * dim)  # [1536, 1024]
-            off = (seed * 97 + l * 37 + j * 11) % (rows.shape[0] - tokens)
-            out[l, j] = rows[off:off + tokens].reshape(tokens, heads, dim)
+            off = (seed * 97 + l * 37 + j * 11) % (n_tokens - tokens)
+            parts = [d[f"layer{(l + q) % n_layers}.{kv}"].reshape(n_tokens, width)[off:off + tokens]
+                     for q in range(-(-channels // width))]
+            out[l, j] = torch.cat(parts, dim=1)[:, :channels].reshape(tokens, heads, dim)
     return out

@@ -156,29 +156,31 @@ FRAME_CODECS = ["kvcore-dense", "kvcore-fast", "kvcore-dense+out", "kvcore-fast+
                 "zstd-1+shuffle"]
 
 
-@pytest.fixture(scope="module")
-def chunk_frames() -> list:
-    """The 72 [256 tokens, 8 heads, 128 dims] bf16 frames (512 KiB each) of one chunk: the unit a
-    KV store codes, where a codec's fixed cost per call shows."""
-    chunk = qwen_chunk()
-    return [chunk[l, j].contiguous() for l in range(QWEN_CHUNK_SHAPE[0]) for j in range(2)]
+@pytest.fixture(scope="module", params=["bf16", "fp16"])
+def chunk_frames(request: Any) -> tuple[str, list]:
+    """The dtype and the 72 [256 tokens, 8 heads, 128 dims] frames (512 KiB each) of one chunk: the
+    unit a KV store codes, where a codec's fixed cost per call shows."""
+    chunk = qwen_chunk(dtype=request.param)
+    return request.param, [chunk[l, j].contiguous() for l in range(QWEN_CHUNK_SHAPE[0]) for j in range(2)]
 
 
 @pytest.mark.parametrize("direction", ["compress", "decompress"])
 @pytest.mark.parametrize("name", FRAME_CODECS)
-def test_chunk_frames(benchmark: Any, kv_results: list, chunk_frames: list, name: str, direction: str) -> None:
+def test_chunk_frames(benchmark: Any, kv_results: list, chunk_frames: tuple[str, list], name: str,
+                      direction: str) -> None:
     """One round codes every frame of the chunk, one call per frame, single thread."""
     if name.endswith("+out") and direction == "decompress":
         pytest.skip("decodes as the codec without +out does")
+    dtype, frames = chunk_frames
     bound = []
-    for frame in chunk_frames:
+    for frame in frames:
         codec = get_codec(name)
         bound.append(codec.bind(frame))
     payloads = [b.compress() for b in bound]
     original = sum(b.original_bytes for b in bound)
     size = sum(b.size(p) for b, p in zip(bound, payloads))
-    benchmark.group = f"{CHUNK_FRAMES_DATA} {direction}"
-    benchmark.extra_info.update(codec=name, data=CHUNK_FRAMES_DATA, dtype="bf16", frames=len(bound),
+    benchmark.group = f"{CHUNK_FRAMES_DATA} {dtype} {direction}"
+    benchmark.extra_info.update(codec=name, data=CHUNK_FRAMES_DATA, dtype=dtype, frames=len(bound),
                                 original_bytes=original, compressed_bytes=size, ratio=round(size / original, 6))
     if direction == "compress":
         benchmark.pedantic(lambda: [b.compress() for b in bound], rounds=MAX_ROUNDS, iterations=1)
@@ -186,7 +188,7 @@ def test_chunk_frames(benchmark: Any, kv_results: list, chunk_frames: list, name
         assert all(b.equal(b.decompress(p)) for b, p in zip(bound, payloads)), f"{name}: not bit-exact"
         benchmark.pedantic(lambda: [b.decompress(p) for b, p in zip(bound, payloads)], rounds=MAX_ROUNDS,
                            iterations=1)
-    record(kv_results, benchmark, Row(CHUNK_FRAMES_DATA, "bf16", name, direction, original, size))
+    record(kv_results, benchmark, Row(CHUNK_FRAMES_DATA, dtype, name, direction, original, size))
 
 
 # The issue's speed targets: (kvcore codec, reference, direction, how many times the reference's
