@@ -941,7 +941,7 @@ PYBIND11_MODULE(_native, m) {
     });
     m.def(
         "analyze_layout",
-        [](const py::buffer& src, int dtype, uint32_t channels) {
+        [](const py::buffer& src, int dtype, uint32_t channels, bool channel_coded) {
             if (dtype < 0 || dtype > 255 || !fr::dtype_valid(static_cast<uint8_t>(dtype)))
                 throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
             if (channels == 0) throw NativeError{Code::kInvalidArgument, "channels must be positive"};
@@ -952,7 +952,8 @@ PYBIND11_MODULE(_native, m) {
             fr::Layout layout;
             {
                 py::gil_scoped_release release;
-                layout = fr::choose_layout(in.data, in.size / esize, static_cast<fr::DType>(dtype), channels);
+                layout = fr::choose_layout(in.data, in.size / esize, static_cast<fr::DType>(dtype), channels,
+                                           channel_coded);
             }
             py::dict d;
             d["rotate"] = layout.rotate;
@@ -963,9 +964,10 @@ PYBIND11_MODULE(_native, m) {
                                                                            layout.residual.size()));
             return d;
         },
-        py::arg("src"), py::arg("dtype"), py::arg("channels"),
+        py::arg("src"), py::arg("dtype"), py::arg("channels"), py::arg("channel_coded") = false,
         "The encoder's layout analysis of src (elements of frame dtype code `dtype`, `channels` per row):\n"
-        "rotate, the estimated bits per byte of each plane, the residual table or None. For tests.");
+        "rotate, the estimated bits per byte of each plane, the residual table or None; channel_coded: as for\n"
+        "dense mode (the residual weighed against channel-grouped coding). For tests.");
     m.def("frame_info", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

@@ -152,3 +152,62 @@ def test_plane_entropies_of_the_chosen_layout(name, x):
     best = min((False, True) if floats else (False,), key=lambda r: (sum(min(8.0, h) for h in want[r]), r))
     assert got["rotate"] == best
     assert got["plane_entropy"] == pytest.approx(want[best], abs=1e-9)
+
+
+# ---- dense mode weighs the residual against its channel groups ----
+
+def real_channel_frames(name: str, tokens: int = 256) -> list[torch.Tensor]:
+    """[tokens, 8, 128] K frames whose 1024 channels are each one real channel over `tokens`
+    tokens: three layers' 384 channels side by side (as bench/kvbench.py's qwen_chunk)."""
+    from kvdata import tensors
+
+    ts = tensors(name)
+    layers = sorted(k for k in ts if k.endswith(".k"))
+    out = []
+    for i in range(len(layers)):
+        parts = [ts[layers[(i + q) % len(layers)]].reshape(ts[layers[0]].shape[0], -1)[37 * i:37 * i + tokens]
+                 for q in range(3)]
+        out.append(torch.cat(parts, dim=1)[:, :1024].reshape(tokens, 8, 128).contiguous())
+    return out
+
+
+def scaled_channels(rows: int, spread: int, seed: int) -> torch.Tensor:
+    """bf16 [rows, 8, 128]: each channel normal with its own scale 2^k, k uniform in [-spread, spread]."""
+    g = torch.Generator().manual_seed(seed)
+    scale = 2.0 ** torch.randint(-spread, spread + 1, (1024,), generator=g).float()
+    return (torch.randn(rows, 1024, generator=g) * scale).to(torch.bfloat16).reshape(rows, 8, 128)
+
+
+def analysed_residual(x: torch.Tensor, channel_coded: bool) -> bool:
+    got = kvcore._native.analyze_layout(x.reshape(-1).view(torch.uint8).numpy(), DTYPE_CODES[x.dtype], 1024,
+                                        channel_coded)
+    return got["residual"] is not None
+
+
+def test_dense_drops_a_residual_that_channel_groups_already_capture():
+    """Real K frames (and channels whose scales differ by a few times): the order-0 estimate finds
+    a residual worth its table, and fast mode keeps it, but dense mode's channel groups already
+    capture the channels' shifts, so its frames have none."""
+    frames = real_channel_frames("minilm_l6_kv_bf16.safetensors") + [scaled_channels(256, 1, 7)]
+    proposed = [x for x in frames if analysed_residual(x, False)]
+    assert len(proposed) >= 3, "the order-0 estimate must propose a residual for some of these frames"
+    for x in proposed:
+        assert not analysed_residual(x, True)
+        dense = bytes(kvcore.compress(x, mode="dense", threads=1))
+        assert frame_layout.residual(dense) is None
+        assert kvcore.frame_info(kvcore.compress(x, mode="fast", threads=1))["layout"]["residual"]
+        assert torch.equal(kvcore.decompress(dense).view(torch.int16), x.view(torch.int16))
+
+
+@pytest.mark.parametrize("rows", [256, 2048])
+def test_dense_keeps_a_residual_that_channel_groups_cannot_match(variant, rows):
+    """Channel scales spread over 2^-20..2^20: eight groups cannot follow 41 exponent offsets, the
+    residual aligns them, and dense mode keeps it (in every SIMD variant: the kept channel values
+    come from frame/value_counts)."""
+    x = scaled_channels(rows, 20, rows)
+    assert analysed_residual(x, True)
+    frame = bytes(kvcore.compress(x, mode="dense", threads=1))
+    u = x.view(torch.int16).numpy().astype(np.uint16).reshape(rows, 1024)
+    tops = ((((u << 1) | (u >> 15)) & 0xFFFF) >> 8).astype(np.uint8)
+    assert frame_layout.residual(frame) == expected_modes(tops)
+    assert torch.equal(kvcore.decompress(frame).view(torch.int16), x.view(torch.int16))

@@ -14,7 +14,7 @@
 namespace kvcore::entropy {
 namespace {
 
-constexpr unsigned kMaxGroups = 8;  // more tables cost more to build than they save
+constexpr unsigned kMaxGroups = kMaxChannelGroups;
 constexpr size_t kMinRows = 16;  // fewer rows: too few symbols per channel to rank
 constexpr size_t kRankRows = 512;  // rows sampled to rank channels
 

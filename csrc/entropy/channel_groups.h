@@ -23,6 +23,9 @@
 
 namespace kvcore::entropy {
 
+// Fine groups at most (more tables cost more to build than they save).
+constexpr unsigned kMaxChannelGroups = 8;
+
 // Encodes rows x channels symbols (row-major). Always fills hist[256] with the
 // plane's symbol weights: the exact counts when *exact is set, else estimates
 // (histogram_estimate) that are nonzero for every symbol of the plane.

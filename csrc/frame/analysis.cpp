@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "entropy/channel_groups.h"
 #include "entropy/histogram.h"
 #include "frame/format.h"
 #include "frame/value_counts.h"
@@ -141,16 +142,35 @@ void gather_tops(const uint8_t* src, uint64_t rows, uint32_t channels, unsigned 
     shuffle::to_channel_major(row_major.data(), kResidualRows, channels, column.data());
 }
 
+// The distinct sampled top bytes and their counts of every stride-th channel
+// (at most kEstimateChannels of them), kept by channel_statistics for dense
+// mode's estimate of the residual (grouped_bits): slot k is channel k * stride.
+constexpr uint32_t kEstimateChannels = 256;
+struct ChannelValues {
+    uint32_t stride = 1, kept = 0;
+    std::vector<uint8_t> value, count, distinct;  // kValueCountBytes per slot; entries per slot
+};
+
 // Each channel's mode (its most common top byte, the smallest on ties), and the
 // counts over all channels of the top bytes (plain) and of the top bytes less
 // their channel's mode (shifted). Each distinct value of a channel updates the
-// histograms once: a channel's top bytes span a few values (exponents).
-void channel_statistics(const uint8_t* tops, uint32_t channels, uint8_t* mode, uint32_t* plain, uint32_t* shifted) {
+// histograms once: a channel's top bytes span a few values (exponents). keep,
+// when not null, receives every stride-th channel's values.
+void channel_statistics(const uint8_t* tops, uint32_t channels, uint8_t* mode, uint32_t* plain, uint32_t* shifted,
+                        ChannelValues* keep) {
     const ValueCountsKernel value_counts = value_counts_kernel();
+    if (keep) {
+        keep->stride = (channels + kEstimateChannels - 1) / kEstimateChannels;
+        keep->kept = (channels + keep->stride - 1) / keep->stride;
+        keep->value.resize(size_t(kEstimateChannels) * kValueCountBytes);
+        keep->count.resize(keep->value.size());
+        keep->distinct.resize(kEstimateChannels);
+    }
     // The next channel is counted before this one's histogram updates, so that
     // its (latency-bound) count overlaps them: two lists, used in turn.
     uint8_t value[2][kValueCountBytes], count[2][kValueCountBytes];
     ValueCounts next = value_counts(tops, value[0], count[0]);
+    uint32_t until_kept = 0;  // channels before the next one kept
     for (uint32_t c = 0; c < channels; ++c) {
         const ValueCounts vc = next;
         const uint8_t* v = value[c & 1];
@@ -162,7 +182,55 @@ void channel_statistics(const uint8_t* tops, uint32_t channels, uint8_t* mode, u
             plain[v[i]] += n[i];
             shifted[static_cast<uint8_t>(v[i] - m)] += n[i];
         }
+        if (keep && until_kept-- == 0) {
+            until_kept = keep->stride - 1;
+            const size_t slot = c / keep->stride;
+            std::memcpy(&keep->value[slot * kValueCountBytes], v, kValueCountBytes);
+            std::memcpy(&keep->count[slot * kValueCountBytes], n, kValueCountBytes);
+            keep->distinct[slot] = static_cast<uint8_t>(vc.distinct);
+        }
     }
+}
+
+// The kept channels' sampled top bytes' bits under dense mode's channel-grouped
+// coder (entropy/channel_groups.h), less their channel's shift[c] (none when
+// null): the channels ranked by the sum of their bytes and cut into equal
+// groups, each group's bytes at their order-0 entropy. Grouping already
+// captures much of what a residual saves, so dense mode weighs the residual
+// against this.
+double grouped_bits(const ChannelValues& cv, const uint8_t* shift) {
+    const uint32_t kept = cv.kept;
+    auto shift_of = [&](uint32_t k) -> uint8_t { return shift ? shift[k * cv.stride] : 0; };
+    std::array<uint32_t, kEstimateChannels> sum{};
+    for (uint32_t k = 0; k < kept; ++k)
+        for (unsigned i = 0; i < cv.distinct[k]; ++i) {
+            const size_t at = size_t(k) * kValueCountBytes + i;
+            sum[k] += uint32_t(static_cast<uint8_t>(cv.value[at] - shift_of(k))) * cv.count[at];
+        }
+    // A stable counting sort by sum / 64 (the sum of 64 bytes is below 2^14):
+    // close enough to the coder's ranking for an estimate.
+    std::array<uint32_t, 257> start{};
+    for (uint32_t k = 0; k < kept; ++k) ++start[(sum[k] >> 6) + 1];
+    for (unsigned b = 0; b < 256; ++b) start[b + 1] += start[b];
+    std::array<uint32_t, kEstimateChannels> ranked;
+    for (uint32_t k = 0; k < kept; ++k) ranked[start[sum[k] >> 6]++] = k;
+    const unsigned groups = std::min<uint32_t>(entropy::kMaxChannelGroups, kept);
+    double bits = 0;
+    for (unsigned g = 0; g < groups; ++g) {
+        PlaneCounts hist{};
+        uint64_t total = 0;
+        for (uint32_t r = g * kept / groups; r < (g + 1) * kept / groups; ++r) {
+            const uint32_t k = ranked[r];
+            const uint8_t m = shift_of(k);
+            for (unsigned i = 0; i < cv.distinct[k]; ++i) {
+                const size_t at = size_t(k) * kValueCountBytes + i;
+                hist[static_cast<uint8_t>(cv.value[at] - m)] += cv.count[at];
+                total += cv.count[at];
+            }
+        }
+        bits += entropy_bits(hist.data()) * double(total);
+    }
+    return bits;
 }
 
 }  // namespace
@@ -190,7 +258,7 @@ uint32_t channel_count(const std::vector<uint64_t>& shape) {
     return 1;
 }
 
-Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels) {
+Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels, bool channel_coded) {
     const unsigned esize = dtype_size(dtype);
     Layout best;
     best.plane_entropy.assign(esize, 8.0);
@@ -232,12 +300,21 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     gather_tops(src, rows, channels, esize, best.rotate, &tops);
     std::vector<uint8_t> residual(channels, 0);
     PlaneCounts plain{}, shifted{};
-    channel_statistics(tops.data(), channels, residual.data(), plain.data(), shifted.data());
+    thread_local ChannelValues values;  // (scratch: only dense mode reads it)
+    channel_statistics(tops.data(), channels, residual.data(), plain.data(), shifted.data(),
+                       channel_coded ? &values : nullptr);
     const double top_plain = entropy_bits(plain.data());
     const double top_res = entropy_bits(shifted.data());
     // Keep it when the saving over the whole tensor beats the table's size.
     const double saving_bytes = (top_plain - top_res) / 8.0 * double(n_elems);
-    if (top_res < top_plain && saving_bytes > 2.0 * channels) {
+    const double table_cost = 2.0 * channels;
+    if (top_res < top_plain && saving_bytes > table_cost) {
+        if (channel_coded) {
+            // The (rarer) case where it might pay: what the grouped coder would save.
+            const double per_elem = (grouped_bits(values, nullptr) - grouped_bits(values, residual.data())) /
+                                    (double(values.kept) * kResidualRows);
+            if (per_elem / 8.0 * double(n_elems) <= table_cost) return best;
+        }
         best.plane_entropy[esize - 1] += top_res - top_plain;
         best.residual = std::move(residual);
     }

@@ -4,7 +4,9 @@
 // (plain or rotated bits; with or without each channel's most common top byte
 // subtracted), the order-0 entropy of every byte plane, and picks the layout
 // with the smallest estimate. It also records which planes look incompressible
-// (mantissa bytes), so blocks skip entropy coding for them.
+// (mantissa bytes), so blocks skip entropy coding for them. For dense mode a
+// residual must also beat the channel-grouped coder's estimate, which follows
+// each channel's distribution on its own.
 #pragma once
 
 #include <cstddef>
@@ -26,7 +28,10 @@ struct Layout {
 // kMaxChannels; else 1.
 uint32_t channel_count(const std::vector<uint64_t>& shape);
 
-Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels);
+// The layout of a tensor: rotation, residual and each plane's estimated entropy.
+// channel_coded: the top plane's coder conditions on channel groups (dense and
+// max modes), which the residual must then beat.
+Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels, bool channel_coded);
 
 // Order-0 entropy in bits per symbol of a 256-bin histogram.
 double entropy_bits(const uint32_t* hist);

@@ -527,9 +527,11 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
     KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("compress", "a tensor being compressed"));
     // Layouts are chosen for all frames at once (each reads a sample of its tensor).
     std::vector<Layout> layouts(n);
+    const bool channel_coded = o.mode == Mode::kDense && !o.deflate;  // as encode_block codes the top plane
     default_pool().parallel_for(n, o.threads, [&](size_t i) {
         const CompressJob& j = jobs[i];
-        layouts[i] = choose_layout(j.src, j.nbytes / dtype_size(j.desc.dtype), j.desc.dtype, channel_count(j.desc.shape));
+        layouts[i] = choose_layout(j.src, j.nbytes / dtype_size(j.desc.dtype), j.desc.dtype,
+                                   channel_count(j.desc.shape), channel_coded);
     });
     std::vector<std::unique_ptr<FrameEncoder>> frames;
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block), frame-major
