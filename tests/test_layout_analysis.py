@@ -178,10 +178,14 @@ def scaled_channels(rows: int, spread: int, seed: int) -> torch.Tensor:
     return (torch.randn(rows, 1024, generator=g) * scale).to(torch.bfloat16).reshape(rows, 8, 128)
 
 
-def analysed_residual(x: torch.Tensor, channel_coded: bool) -> bool:
-    got = kvcore._native.analyze_layout(x.reshape(-1).view(torch.uint8).numpy(), DTYPE_CODES[x.dtype], 1024,
+def analysed_residual_of(x: torch.Tensor, channel_coded: bool, channels: int) -> bool:
+    got = kvcore._native.analyze_layout(x.reshape(-1).view(torch.uint8).numpy(), DTYPE_CODES[x.dtype], channels,
                                         channel_coded)
     return got["residual"] is not None
+
+
+def analysed_residual(x: torch.Tensor, channel_coded: bool) -> bool:
+    return analysed_residual_of(x, channel_coded, 1024)
 
 
 def test_dense_drops_a_residual_that_channel_groups_already_capture():
@@ -211,3 +215,20 @@ def test_dense_keeps_a_residual_that_channel_groups_cannot_match(variant, rows):
     tops = ((((u << 1) | (u >> 15)) & 0xFFFF) >> 8).astype(np.uint8)
     assert frame_layout.residual(frame) == expected_modes(tops)
     assert torch.equal(kvcore.decompress(frame).view(torch.int16), x.view(torch.int16))
+
+
+@pytest.mark.parametrize("channels", [2, 8, 257, 1000, 4096])
+def test_dense_residual_estimate_at_any_channel_count(channels):
+    """The estimate samples every stride-th channel (at most 256 of them): widely spread scales keep
+    the residual at any channel count, except where each channel has a group of its own (up to
+    eight channels), which then captures every shift; round trips are exact either way."""
+    g = torch.Generator().manual_seed(channels)
+    scale = 2.0 ** torch.randint(-20, 21, (channels,), generator=g).float()
+    x = (torch.randn(128, channels, generator=g) * scale).to(torch.bfloat16)
+    x = x.reshape(128, 2, channels // 2) if channels % 2 == 0 else x.reshape(128, 1, channels)
+    assert analysed_residual_of(x, False, channels)
+    assert analysed_residual_of(x, True, channels) == (channels > 8)
+    for mode in ("dense", "fast"):
+        frame = bytes(kvcore.compress(x, mode=mode, threads=1))
+        assert (frame_layout.residual(frame) is not None) == (mode == "fast" or channels > 8)
+        assert torch.equal(kvcore.decompress(frame).view(torch.int16), x.view(torch.int16))
