@@ -14,7 +14,6 @@
 namespace kvcore::entropy {
 namespace {
 
-constexpr unsigned kMaxGroups = kMaxChannelGroups;
 constexpr size_t kMinRows = 16;  // fewer rows: too few symbols per channel to rank
 constexpr size_t kRankRows = 512;  // rows sampled to rank channels
 
@@ -65,7 +64,7 @@ void column_starts(T* base, size_t rows, uint32_t channels, const uint32_t* slot
 void order_channels(const uint8_t* group, uint32_t channels, unsigned groups, uint32_t* slot, uint32_t* count) {
     std::fill(count, count + groups, 0);
     for (uint32_t c = 0; c < channels; ++c) ++count[group[c]];
-    uint32_t start[kMaxGroups];
+    uint32_t start[kMaxChannelGroups];
     uint32_t acc = 0;
     for (unsigned g = 0; g < groups; ++g) {
         start[g] = acc;
@@ -163,6 +162,8 @@ void radix_pass(const uint32_t* sums, const uint32_t* from, uint32_t channels, u
     for_each_in_parts(begin, shortest, [&](unsigned g, uint32_t i) { to[place[g][digit(i)]++] = from[i]; });
 }
 
+}  // namespace
+
 void rank_channels(const uint32_t* sums, uint32_t channels, uint32_t* rank) {
     uint32_t differ = 0;  // the bits in which some sum differs from the first
     for (uint32_t c = 0; c < channels; ++c) differ |= sums[c] ^ sums[0];
@@ -179,6 +180,8 @@ void rank_channels(const uint32_t* sums, uint32_t channels, uint32_t* rank) {
         std::swap(from, to);
     }
 }
+
+namespace {
 
 struct Scratch {
     AlignedBuffer columns;  // the channel streams; the transposes store whole lines into them
@@ -207,7 +210,7 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
         return not_better;
     }
     const size_t n = rows * channels;
-    const unsigned groups = std::min<uint32_t>(kMaxGroups, channels);
+    const unsigned groups = std::min<uint32_t>(kMaxChannelGroups, channels);
     Scratch& s = thread_scratch(n, channels);
 
     // Rank channels by their mean symbol over a sample of rows; cut the ranking
@@ -217,13 +220,10 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint
     add_rows(plane, rows, step, channels, sums.data());
     std::vector<uint32_t> rank(channels);
     rank_channels(sums.data(), channels, rank.data());
-    // Rank i goes to fine group i * groups / channels: group g from rank ceil(g * channels / groups).
-    for (unsigned g = 0; g < groups; ++g) {
-        const uint32_t first = uint32_t((uint64_t(g) * channels + groups - 1) / groups);
-        const uint32_t end = uint32_t((uint64_t(g + 1) * channels + groups - 1) / groups);
-        for (uint32_t i = first; i < end; ++i) s.group[rank[i]] = static_cast<uint8_t>(g);
-    }
-    uint32_t count[kMaxGroups];
+    for (unsigned g = 0; g < groups; ++g)
+        for (uint32_t i = group_first_rank(g, channels, groups); i < group_first_rank(g + 1, channels, groups); ++i)
+            s.group[rank[i]] = static_cast<uint8_t>(g);
+    uint32_t count[kMaxChannelGroups];
     order_channels(s.group.data(), channels, groups, s.slot.data(), count);
     column_starts(s.columns.data(), rows, channels, s.slot.data(), s.column.data());
     shuffle::to_channel_major(plane, rows, channels, s.column.data());
@@ -291,7 +291,7 @@ Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t cha
     if (channels < 2) return corrupt("grouped plane: needs at least two channels");
     if (size < 2) return corrupt("grouped plane: payload too short");
     const unsigned groups = src[0], k = src[1];
-    if (groups < 2 || groups > kMaxGroups || groups > channels || k < 2 || k > groups || groups % k)
+    if (groups < 2 || groups > kMaxChannelGroups || groups > channels || k < 2 || k > groups || groups % k)
         return corrupt("grouped plane: bad group counts");
     const size_t head = head_bytes(channels, k);
     if (size < head) return corrupt("grouped plane: payload too short for its map");
@@ -303,7 +303,7 @@ Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t cha
         if (s.group[c] >= groups) return corrupt("grouped plane: channel group out of range");
     }
     if ((channels & 1) && (map[channels / 2] >> 4) != 0) return corrupt("grouped plane: map padding not zero");
-    uint32_t count[kMaxGroups];
+    uint32_t count[kMaxChannelGroups];
     order_channels(s.group.data(), channels, groups, s.slot.data(), count);
 
     size_t pos = head, offset = 0;

@@ -26,6 +26,16 @@ namespace kvcore::entropy {
 // Fine groups at most (more tables cost more to build than they save).
 constexpr unsigned kMaxChannelGroups = 8;
 
+// rank = the channels in increasing order of their sums (each below 2^24), ties
+// in channel order: how the encoder ranks channels, for the layout analysis too.
+void rank_channels(const uint32_t* sums, uint32_t channels, uint32_t* rank);
+
+// The first rank of fine group g (g <= groups) when ranked channels are cut
+// into groups: rank i is in group i * groups / channels.
+constexpr uint32_t group_first_rank(unsigned g, uint32_t channels, unsigned groups) {
+    return uint32_t((uint64_t(g) * channels + groups - 1) / groups);
+}
+
 // Encodes rows x channels symbols (row-major). Always fills hist[256] with the
 // plane's symbol weights: the exact counts when *exact is set, else estimates
 // (histogram_estimate) that are nonzero for every symbol of the plane.

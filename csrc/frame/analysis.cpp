@@ -194,8 +194,8 @@ void channel_statistics(const uint8_t* tops, uint32_t channels, uint8_t* mode, u
 
 // The kept channels' sampled top bytes' bits under dense mode's channel-grouped
 // coder (entropy/channel_groups.h), less their channel's shift[c] (none when
-// null): the channels ranked by the sum of their bytes and cut into equal
-// groups, each group's bytes at their order-0 entropy. Grouping already
+// null): the channels ranked and cut into groups as the coder does (by the sum
+// of their bytes), each group's bytes at their order-0 entropy. Grouping already
 // captures much of what a residual saves, so dense mode weighs the residual
 // against this.
 double grouped_bits(const ChannelValues& cv, const uint8_t* shift) {
@@ -207,19 +207,15 @@ double grouped_bits(const ChannelValues& cv, const uint8_t* shift) {
             const size_t at = size_t(k) * kValueCountBytes + i;
             sum[k] += uint32_t(static_cast<uint8_t>(cv.value[at] - shift_of(k))) * cv.count[at];
         }
-    // A stable counting sort by sum / 64 (the sum of 64 bytes is below 2^14):
-    // close enough to the coder's ranking for an estimate.
-    std::array<uint32_t, 257> start{};
-    for (uint32_t k = 0; k < kept; ++k) ++start[(sum[k] >> 6) + 1];
-    for (unsigned b = 0; b < 256; ++b) start[b + 1] += start[b];
     std::array<uint32_t, kEstimateChannels> ranked;
-    for (uint32_t k = 0; k < kept; ++k) ranked[start[sum[k] >> 6]++] = k;
+    entropy::rank_channels(sum.data(), kept, ranked.data());
     const unsigned groups = std::min<uint32_t>(entropy::kMaxChannelGroups, kept);
     double bits = 0;
     for (unsigned g = 0; g < groups; ++g) {
         PlaneCounts hist{};
         uint64_t total = 0;
-        for (uint32_t r = g * kept / groups; r < (g + 1) * kept / groups; ++r) {
+        for (uint32_t r = entropy::group_first_rank(g, kept, groups); r < entropy::group_first_rank(g + 1, kept, groups);
+             ++r) {
             const uint32_t k = ranked[r];
             const uint8_t m = shift_of(k);
             for (unsigned i = 0; i < cv.distinct[k]; ++i) {
