@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include "common/huge_pages.h"
 #include "entropy/huffman.h"
 #include "frame/analysis.h"
+#include "frame/block_commit.h"
 #include "frame/format.h"
 #include "frame/plane_methods.h"
 #include "parallel/thread_pool.h"
@@ -44,20 +44,18 @@ constexpr size_t kStreamingOutputBytes = 32u << 20;
 // encode_block).
 size_t plane_stride(size_t elems) { return round_up_to_line(elems) + kCacheLine; }
 
-// Per-thread scratch: the planes of one block and one encoded block.
+// Per-thread scratch: the planes of one block.
 struct Scratch {
     AlignedBuffer planes;
-    AlignedBuffer encoded;
     // Plane p, starting `offset` (< 64) bytes into a cache line.
     uint8_t* plane(unsigned p, size_t block_elems, size_t offset) {
         return planes.data() + p * plane_stride(block_elems) + offset;
     }
 };
 
-Scratch& thread_scratch(unsigned esize, size_t block_elems, size_t encoded_bytes) {
+Scratch& thread_scratch(unsigned esize, size_t block_elems) {
     thread_local Scratch s;
     s.planes.ensure(esize * plane_stride(block_elems));
-    s.encoded.ensure(encoded_bytes);
     return s;
 }
 
@@ -177,43 +175,6 @@ public:
 private:
     std::mutex mutex_;
     Status status_;
-};
-
-// Blocks are encoded in parallel but must land in the frame in order: each
-// waits for its predecessor's size, which gives its offset, then commits its own
-// size and copies its bytes (still hot in cache) in place.
-class OrderedCommit {
-public:
-    explicit OrderedCommit(uint64_t start) : offset_(start) {}
-    uint64_t wait_turn(size_t block) {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return next_ == block; });
-        return offset_;
-    }
-    // Returns the end of the committed blocks.
-    uint64_t done(size_t bytes) {
-        uint64_t end;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            end = offset_ += bytes;
-            ++next_;
-        }
-        cv_.notify_all();
-        return end;
-    }
-    uint64_t offset() const { return offset_; }
-    // The block's offset when every earlier block is committed (it may then be
-    // coded in place); else UINT64_MAX.
-    uint64_t offset_if_turn(size_t block) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        return next_ == block ? offset_ : UINT64_MAX;
-    }
-
-private:
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    size_t next_ = 0;
-    uint64_t offset_;
 };
 
 // Encodes one block into out (at least block_bound bytes).
@@ -419,12 +380,18 @@ namespace {
 
 bool several_threads(unsigned threads) { return (threads == 0 ? hardware_threads() : threads) > 1; }
 
-// One frame being encoded: its header and layout, and the in-order commit of
-// its blocks (each block task codes one block of one frame).
+// The threads default_pool().parallel_for(..., threads, ...) runs on (0 = all).
+unsigned used_threads(unsigned threads) {
+    const unsigned most = default_pool().workers() + 1;
+    return threads == 0 ? most : std::min(threads, most);
+}
+
+// One frame being encoded: its header and layout, and its index among the
+// batch's BlockCommits (each block task codes one block of one frame).
 struct FrameEncoder {
-    FrameEncoder(const CompressJob& job, Header header, Layout chosen, bool fault_ahead)
+    FrameEncoder(const CompressJob& job, Header header, Layout chosen, bool fault_ahead, BlockCommits& commits)
         : src(job.src), dst(job.dst), cap(job.cap), h(std::move(header)), layout(std::move(chosen)),
-          commit(header_size(h)) {
+          id(commits.add_frame(job.dst, header_size(h), h.n_blocks)) {
         if (fault_ahead) ahead.emplace(job.dst, job.cap);
     }
     const uint8_t* src;
@@ -432,15 +399,15 @@ struct FrameEncoder {
     size_t cap;
     Header h;
     Layout layout;
-    OrderedCommit commit;
+    size_t id;
     FirstError error;
     std::optional<FaultAhead> ahead;  // set for a fresh frame coded by several threads
 
-    // After block b commits, ending at `end`: the pages the later blocks will
-    // write, as far as the sizes so far foretell.
-    void fault_ahead_of(size_t b, uint64_t end) {
-        const uint64_t left = h.n_blocks - 1 - b;
-        ahead->keep_ahead(dst + end, left * (end / (b + 1)));
+    // Once the first `committed` blocks have offsets, ending at `end`: the pages
+    // the later blocks will write, as far as the sizes so far foretell.
+    void fault_ahead_of(size_t committed, uint64_t end) {
+        const uint64_t left = h.n_blocks - committed;
+        ahead->keep_ahead(dst + end, left * (end / committed));
     }
 };
 
@@ -470,46 +437,42 @@ Header plan_header(const CompressJob& job, const EncodeOptions& o, const Layout&
     return h;
 }
 
-// Codes block b of f and commits it in order (block b - 1 of the same frame
-// first; tasks are taken in (frame, block) order, so the earliest unfinished
-// one never waits).
-void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o) {
+// Codes block b of f: in place when every earlier block of its frame is placed,
+// else into a spill buffer that goes to its place once the offset is known
+// (BlockCommits; tasks are taken in (frame, block) order, so the earliest
+// unfinished one is always in turn).
+void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o, BlockCommits& commits) {
     const Header& h = f.h;
     const unsigned esize = dtype_size(h.dtype);
     const uint64_t first = uint64_t(b) * h.block_elems;
     const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
     if (f.error.failed()) {
-        f.commit.wait_turn(b);
-        f.commit.done(0);
+        commits.done(f.id, b, 0, nullptr);
         return;
     }
+    commits.copy_ready();  // frees spill buffers before this block may need one
     const size_t encoded_bytes = block_bound(h.block_elems, esize);
-    Scratch& s = thread_scratch(esize, h.block_elems, encoded_bytes);
+    Scratch& s = thread_scratch(esize, h.block_elems);
+    uint64_t at = 0;
+    AlignedBuffer* const spill = commits.place(f.id, b, encoded_bytes, &at);
     size_t size = 0;
-    Status st;
-    // In turn (always when single-threaded): code straight into the frame. The
-    // rest of the frame's capacity covers every remaining block's bound
-    // (max_frame_size), so this block's raw fallback always fits.
-    uint64_t at = f.commit.offset_if_turn(b);
-    const bool in_place = at != UINT64_MAX;
-    if (in_place) {
-        st = encode_block(f.src, first, count, h, f.layout, o, s, f.dst + at,
-                          std::min<size_t>(encoded_bytes, f.cap - at), &size);
-    } else {
-        st = encode_block(f.src, first, count, h, f.layout, o, s, s.encoded.data(), s.encoded.size(), &size);
-        at = f.commit.wait_turn(b);
-    }
+    // In place (always when single-threaded), the rest of the frame's capacity
+    // covers every remaining block's bound (max_frame_size), so this block's raw
+    // fallback always fits.
+    const Status st = spill != nullptr
+                          ? encode_block(f.src, first, count, h, f.layout, o, s, spill->data(), spill->size(), &size)
+                          : encode_block(f.src, first, count, h, f.layout, o, s, f.dst + at,
+                                         std::min<size_t>(encoded_bytes, f.cap - at), &size);
     if (st.is_ok()) f.h.block_sizes[b] = static_cast<uint32_t>(size);
-    const uint64_t end = f.commit.done(st.is_ok() ? size : 0);
+    const BlockCommits::Placed placed = commits.done(f.id, b, st.is_ok() ? size : 0, spill);
     if (!st.is_ok()) {
-        f.error.set(std::move(st));
+        f.error.set(st);
         return;
     }
-    if (f.ahead) f.fault_ahead_of(b, end);
-    // The next block's offset needs this one's size, not its bytes: the copy (first
-    // touches of the frame's pages included) comes after the commit, while later
-    // blocks commit and copy too.
-    if (!in_place) std::memcpy(f.dst + at, s.encoded.data(), size);
+    if (f.ahead && placed.committed > 0) f.fault_ahead_of(placed.committed, placed.end);
+    // The spilled copies (first touches of the frame's pages included) come after
+    // the commit, while later blocks commit and copy too.
+    commits.copy_ready();
 }
 
 }  // namespace
@@ -533,22 +496,27 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
         layouts[i] = choose_layout(j.src, j.nbytes / dtype_size(j.desc.dtype), j.desc.dtype,
                                    channel_count(j.desc.shape), channel_coded);
     });
+    // Two spill buffers per thread: a thread whose block is not in turn codes it
+    // into one and moves on; the second covers its next block meanwhile.
+    BlockCommits commits(2 * size_t(used_threads(o.threads)));
     std::vector<std::unique_ptr<FrameEncoder>> frames;
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block), frame-major
     for (size_t i = 0; i < n; ++i) {
         Header h = plan_header(jobs[i], o, layouts[i]);
         const bool fault_ahead = jobs[i].fresh_dst && several_threads(o.threads) && jobs[i].cap >= 2 * kHugePageBytes;
-        frames.push_back(std::make_unique<FrameEncoder>(jobs[i], std::move(h), std::move(layouts[i]), fault_ahead));
+        frames.push_back(
+            std::make_unique<FrameEncoder>(jobs[i], std::move(h), std::move(layouts[i]), fault_ahead, commits));
         for (uint32_t b = 0; b < frames[i]->h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
         advise_huge_pages(jobs[i].dst, jobs[i].cap);
     }
     // Every block of every frame is one task, so small frames still keep all threads busy.
     default_pool().parallel_for(tasks.size(), o.threads,
-                                [&](size_t t) { encode_task(*frames[tasks[t].first], tasks[t].second, o); });
+                                [&](size_t t) { encode_task(*frames[tasks[t].first], tasks[t].second, o, commits); });
+    commits.copy_ready();  // every offset is known now
     for (size_t i = 0; i < n; ++i) {
         KVCORE_RETURN_IF_ERROR(frames[i]->error.take());
         write_header(frames[i]->h, jobs[i].dst);
-        jobs[i].written = frames[i]->commit.offset();
+        jobs[i].written = commits.end(frames[i]->id);
     }
     return Status::ok();
 }
@@ -685,7 +653,7 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
             const uint64_t first = uint64_t(b) * h.block_elems;
             const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
             const size_t esize = dtype_size(h.dtype);
-            Scratch& s = thread_scratch(esize, h.block_elems, 0);
+            Scratch& s = thread_scratch(esize, h.block_elems);
             st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h, jobs[i].out,
                               frames[i].stores, s);
             if (!st.is_ok()) error.set(st);
