@@ -46,3 +46,15 @@ def test_paired_verdict_is_on_the_median_factor() -> None:
     p.clear()
     p.add(1.0, 2.0)
     assert target_line(summary_lines([], [p]), "dense compress >= 3x zipnn: 2.00x").endswith("-> NOT met")
+
+
+def test_paired_reference_without_a_goal_has_no_verdict() -> None:
+    """A paired reference line (test_paired_threads_copy: the machine's own 2-thread scaling)
+    gives its factor and speeds but claims no target."""
+    p = Paired("threads-64MB copy", "bytes", "threads=2", "threads=1", "cpu copy engine", None, original_bytes=10**9)
+    for two_s, one_s in ((1.0, 1.4), (1.0, 1.5)):
+        p.add(two_s, one_s)
+    line = target_line(summary_lines(rows(1.0, 1.0), [p]), "threads=2 cpu copy engine vs threads=1: 1.45x")
+    assert "[1.40-1.50] over 2 rounds" in line
+    assert line.endswith("(no target: the machine's own scaling)")
+    assert "met" not in line
