@@ -30,3 +30,17 @@ def test_block_commits_place_every_block_in_order(tmp_path, sanitizer):
     run = subprocess.run([str(exe), "11", "400"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert run.stdout.startswith("ok: 400 rounds")
+
+
+def test_allocation_failures_end_in_an_error_not_an_abort_or_a_hang(tmp_path):
+    """Allocations (operator new, aligned_alloc) fail after a random count while compress_many
+    and decompress_many run on up to 4 pool threads: each call ends ok, with kOutOfMemory or
+    with std::bad_alloc in the caller (which the binding turns into MemoryError), and what
+    succeeds is bit-exact. Before 2026-12-03 an allocation failing on a pool thread aborted
+    the process, and a compress block that threw left the blocks after it waiting forever."""
+    exe = build_harness(tmp_path, "alloc_failure_check", codec_sources(), sanitizer="none", opt="-O2")
+    run = subprocess.run([str(exe), "5", "300"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.startswith("ok: 300 rounds")
+    counts = [int(w) for w in run.stdout.replace("(", " ").split() if w.isdigit()]
+    assert all(c > 0 for c in counts[1:]), run.stdout  # every outcome occurred

@@ -24,7 +24,13 @@ std::unique_ptr<AlignedBuffer> cached_buffer() {
 
 }  // namespace
 
-BlockCommits::BlockCommits(size_t max_spills) : max_spills_(std::max<size_t>(1, max_spills)) {}
+BlockCommits::BlockCommits(size_t max_spills) : max_spills_(std::max<size_t>(1, max_spills)) {
+    // Each list holds at most every spill buffer: reserved, so that done() and
+    // copy_ready() never allocate (a block must reach them whatever happens).
+    pending_.reserve(max_spills_);
+    free_.reserve(max_spills_);
+    owned_.reserve(max_spills_);
+}
 
 BlockCommits::~BlockCommits() {
     std::lock_guard<std::mutex> lock(cache_mutex);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -450,19 +451,26 @@ void encode_task(FrameEncoder& f, size_t b, const EncodeOptions& o, BlockCommits
         commits.done(f.id, b, 0, nullptr);
         return;
     }
-    commits.copy_ready();  // frees spill buffers before this block may need one
     const size_t encoded_bytes = block_bound(h.block_elems, esize);
-    Scratch& s = thread_scratch(esize, h.block_elems);
-    uint64_t at = 0;
-    AlignedBuffer* const spill = commits.place(f.id, b, encoded_bytes, &at);
+    AlignedBuffer* spill = nullptr;
     size_t size = 0;
-    // In place (always when single-threaded), the rest of the frame's capacity
-    // covers every remaining block's bound (max_frame_size), so this block's raw
-    // fallback always fits.
-    const Status st = spill != nullptr
-                          ? encode_block(f.src, first, count, h, f.layout, o, s, spill->data(), spill->size(), &size)
-                          : encode_block(f.src, first, count, h, f.layout, o, s, f.dst + at,
-                                         std::min<size_t>(encoded_bytes, f.cap - at), &size);
+    Status st;
+    // The block must reach done() whatever happens: later blocks wait for its size.
+    try {
+        commits.copy_ready();  // frees spill buffers before this block may need one
+        Scratch& s = thread_scratch(esize, h.block_elems);
+        uint64_t at = 0;
+        spill = commits.place(f.id, b, encoded_bytes, &at);
+        // In place (always when single-threaded), the rest of the frame's capacity
+        // covers every remaining block's bound (max_frame_size), so this block's raw
+        // fallback always fits.
+        st = spill != nullptr
+                 ? encode_block(f.src, first, count, h, f.layout, o, s, spill->data(), spill->size(), &size)
+                 : encode_block(f.src, first, count, h, f.layout, o, s, f.dst + at,
+                                std::min<size_t>(encoded_bytes, f.cap - at), &size);
+    } catch (const std::bad_alloc&) {
+        st = make_status(Code::kOutOfMemory, "out of memory");
+    }
     if (st.is_ok()) f.h.block_sizes[b] = static_cast<uint32_t>(size);
     const BlockCommits::Placed placed = commits.done(f.id, b, st.is_ok() ? size : 0, spill);
     if (!st.is_ok()) {
@@ -653,9 +661,13 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
             const uint64_t first = uint64_t(b) * h.block_elems;
             const size_t count = static_cast<size_t>(std::min<uint64_t>(h.block_elems, h.n_elems - first));
             const size_t esize = dtype_size(h.dtype);
-            Scratch& s = thread_scratch(esize, h.block_elems);
-            st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h, jobs[i].out,
-                              frames[i].stores, s);
+            try {  // so that the frame still settles
+                Scratch& s = thread_scratch(esize, h.block_elems);
+                st = decode_block(jobs[i].frame + frames[i].offsets[b], h.block_sizes[b], first, count, h,
+                                  jobs[i].out, frames[i].stores, s);
+            } catch (const std::bad_alloc&) {
+                st = make_status(Code::kOutOfMemory, "out of memory");
+            }
             if (!st.is_ok()) error.set(st);
             // Blocks are taken in order: the later ones write past this one's end.
             if (ahead[i]) ahead[i]->keep_ahead(jobs[i].out.base + (first + count) * esize, (h.n_elems - first - count) * esize);

@@ -1,6 +1,7 @@
 #include "parallel/thread_pool.h"
 
 #include <atomic>
+#include <exception>
 #include <memory>
 
 namespace kvcore {
@@ -52,11 +53,20 @@ struct ForState {
     std::mutex mutex;
     std::condition_variable cv;
     size_t finished = 0;
+    std::exception_ptr error;  // the first item that threw (std::bad_alloc, say), rethrown by the caller
 
-    // Runs items until none are left; returns how many this thread ran.
+    // Runs items until none are left. An item that throws counts as run: a helper
+    // thread must not take the process down, nor leave the caller waiting.
     void drain() {
         size_t ran = 0;
-        for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n; ++ran) fn(i);
+        for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n; ++ran) {
+            try {
+                fn(i);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(mutex);
+                if (!error) error = std::current_exception();
+            }
+        }
         if (ran == 0) return;
         std::lock_guard<std::mutex> lock(mutex);
         finished += ran;
@@ -71,16 +81,13 @@ void ThreadPool::parallel_for(size_t n, unsigned max_threads, const std::functio
     unsigned helpers = max_threads == 0 ? workers() : max_threads - 1;
     if (helpers > workers()) helpers = workers();
     if (helpers > n - 1) helpers = static_cast<unsigned>(n - 1);
-    if (helpers == 0) {
-        for (size_t i = 0; i < n; ++i) fn(i);
-        return;
-    }
     auto state = std::make_shared<ForState>(n, fn);
     for (unsigned h = 0; h < helpers; ++h) submit([state] { state->drain(); });
-    state->drain();
+    state->drain();  // with no helpers, the whole loop, here
     std::unique_lock<std::mutex> lock(state->mutex);
     state->cv.wait(lock, [&] { return state->finished == n; });
     // Helpers that start after this point find no items left and never touch fn.
+    if (state->error) std::rethrow_exception(state->error);
 }
 
 unsigned hardware_threads() {

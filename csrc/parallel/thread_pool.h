@@ -26,7 +26,9 @@ public:
     unsigned workers() const { return static_cast<unsigned>(threads_.size()); }
 
     // Calls fn(i) for every i in [0, n) using at most `max_threads` threads
-    // (the caller counts as one; 0 = all workers + caller). Returns when all are done.
+    // (the caller counts as one; 0 = all workers + caller). Returns when all are
+    // done; if any fn(i) threw, the first exception is then rethrown here (the
+    // other items still ran).
     void parallel_for(size_t n, unsigned max_threads, const std::function<void(size_t)>& fn);
 
     // Queues a task to run on a worker thread.
