@@ -585,6 +585,70 @@ def test_every_operation_after_close_raises(kv):
     assert tm.close() and tm.flush(1)  # closing again and flushing nothing are fine
     assert tm.status()["namespace"]["model_id"] == NS.model_id
 
+def test_close_while_other_threads_use_the_manager(tmp_path, kv):
+    """close() while three threads retrieve, store, persist, evict, pin, prefetch, flush and
+    clear, with the chunks on SSD (a DDR tier too small to hold them, so retrieves read ahead on
+    the manager's I/O threads): every call returns (retrieves a bit-exact prefix) or raises the
+    closed error, and no thread is left waiting. Before 2026-12-03 a retrieve could raise the
+    executor's RuntimeError or CancelledError, an SSD read finishing after close wrote its journal
+    record to the closed descriptor (EBADF; a reused descriptor would have taken it), and a flush
+    (evict, persist, clear) queued behind close()'s stop waited forever."""
+    stored = tokens_for(1024, 21)
+    for trial in range(6):
+        tm = TierManager(ddr_bytes=4 << 20, ssd_dir=tmp_path / str(trial), ssd_bytes=1 << 30, namespace=NS)
+        tm.store(stored, kv)
+        assert tm.flush(30)
+        out = [torch.zeros_like(kv) for _ in range(3)]
+        closed = threading.Event()
+
+        def work(i):
+            if i == 3:  # the closer (whether it finished the queued stores in time is not the point)
+                time.sleep(0.05 + 0.04 * trial)
+                tm.close(timeout=30)
+                closed.set()
+                return
+            rng = random.Random(i * 100 + trial)
+            while not closed.is_set():
+                toks = stored if rng.random() < 0.6 else tokens_for(1024, rng.randrange(4))
+                op = rng.randrange(8)
+                try:
+                    if op <= 2:
+                        n = tm.retrieve(toks, out[i])
+                        assert same(out[i][:, :, :n], kv[:, :, :n])  # every store stores kv
+                    elif op == 3:
+                        tm.store(toks, kv)
+                    elif op == 4:
+                        tm.persist(toks)
+                        tm.prefetch(toks)
+                    elif op == 5:
+                        tm.evict(toks) if rng.random() < 0.5 else tm.evict(count=1)
+                    elif op == 6:
+                        tm.pin(toks)
+                        tm.set_priority(toks, 2)
+                        tm.unpin(toks)
+                    else:
+                        tm.clear() if rng.random() < 0.2 else tm.flush()
+                except InvalidArgumentError as e:
+                    assert "closed" in str(e) or "stopped" in str(e)
+                    return
+
+        errors: list = []
+
+        def run(i):
+            try:
+                work(i)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        assert not [th for th in threads if th.is_alive()], "a call still waits after close()"
+        assert errors == []
+
+
 def test_config_object_and_export():
     cfg = TierConfig(ddr_bytes=1 << 20, chunk_tokens=64, namespace="m", policy="cost")
     with kvcore.TierManager(config=cfg) as tm:

@@ -637,11 +637,29 @@ class TierManager:
                 return
             self._job_promote(ck, blob)
 
+    def _await_job(self, ev: threading.Event, timeout: Optional[float]) -> Optional[bool]:
+        """Waits for a queued job that sets ev: True once it ran, False on timeout, None when
+        the worker stopped first (close() queued its stop ahead of the job, which then never
+        runs: an unbounded wait on ev alone would never return)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
+            if ev.wait(left):
+                return True
+            if not self._worker.is_alive():
+                return True if ev.is_set() else None
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
     def _call_in_worker(self, fn: Callable, timeout: Optional[float] = None):
         box: list = []
         ev = threading.Event()
         self._put(("call", fn, box, ev))
-        if not ev.wait(timeout):
+        ran = self._await_job(ev, timeout)
+        if ran is None:
+            self._check_open()
+            raise InvalidArgumentError("the TierManager worker has stopped")
+        if not ran:
             raise TimeoutError("the tier worker did not answer in time")
         return box[0] if box else None
 
@@ -747,7 +765,11 @@ class TierManager:
         def read_ahead(j: int) -> None:
             if (self.config.read_ahead and j < len(keys) and j not in ahead
                     and keys[j].digest not in self.ddr and keys[j].digest not in self._pending):
-                ahead[j] = self._io.submit(self._fetch_below, keys[j])
+                try:
+                    ahead[j] = self._io.submit(self._fetch_below, keys[j])
+                except RuntimeError:  # its pool is shut down: close() ran meanwhile
+                    self._check_open()
+                    raise
 
         try:
             now = time.time()
@@ -778,7 +800,11 @@ class TierManager:
                                 self.metrics.inc("ddr", "misses")
                                 break
                     if blob is None:
-                        tier, blob = fut.result() if fut is not None else self._fetch_below(ck)
+                        try:
+                            tier, blob = fut.result() if fut is not None else self._fetch_below(ck)
+                        except cf.CancelledError:  # close() cancelled the read-ahead
+                            self._check_open()
+                            raise
                     if blob is None:
                         self.metrics.inc("ddr", "misses")
                         break
@@ -1053,7 +1079,7 @@ class TierManager:
         Waits for queued stores first. Returns the number of chunks now on SSD or remote.
         """
         self._check_open()
-        self.flush()
+        self._flush_open()
         done = 0
         for ck in self._keys_for(tokens):
             with self._lock:
@@ -1099,7 +1125,7 @@ class TierManager:
             raise InvalidArgumentError("evict takes tokens, or count= / nbytes=")
         if tokens is not None:
             keys = [ck.digest for ck in self._keys_for(tokens)]
-            self.flush()
+            self._flush_open()
             n = 0
             for k in keys:
                 found = False
@@ -1149,7 +1175,7 @@ class TierManager:
         tag = self._ns_tag if namespace is None else as_namespace(namespace).tag
         n = 0
         if tag == self._ns_tag:
-            self.flush()
+            self._flush_open()
             with self._lock:
                 for k in list(self.ddr.entries):
                     self.ddr.remove(k)
@@ -1164,13 +1190,23 @@ class TierManager:
         return n
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Waits until everything queued before this call is placed. False on timeout."""
+        """Waits until everything queued before this call is placed. False on timeout, or
+        when a close() from another thread stopped the worker first."""
         timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)
         if self._closed or not self._worker.is_alive():
             return True
         ev = threading.Event()
-        self._put(("flush", ev))
-        return ev.wait(None if timeout is None else wait_seconds(timeout))
+        try:
+            self._put(("flush", ev))
+        except InvalidArgumentError:  # the worker stopped meanwhile
+            return False
+        return bool(self._await_job(ev, None if timeout is None else wait_seconds(timeout)))
+
+    def _flush_open(self) -> None:
+        """flush() for the operations that go on to use the tiers: raises the closed error
+        when a close() from another thread ran meanwhile."""
+        self.flush()
+        self._check_open()
 
     # ------------------------------------------------------------------ status
     def _gauges(self) -> dict:

@@ -580,9 +580,13 @@ class SSDTier:
             if p is not None:
                 p.shutdown(wait=False)
         if idle:
-            with self._changing():  # the others stop counting this tier's capacity
-                self._pending.append(Record(LEFT, self._journal.owner, bytes(16)))
-            self._journal.close()
+            # Under the tier's lock: a read that finishes meanwhile (a TierManager's
+            # read-ahead) appends its TOUCH record before the journal closes or not at
+            # all, never to a closed (or reused) descriptor.
+            with self._lock:
+                with self._changing():  # the others stop counting this tier's capacity
+                    self._pending.append(Record(LEFT, self._journal.owner, bytes(16)))
+                self._journal.close()
 
     # ---- removal ----
     def _forget(self, key: bytes, e: SSDEntry) -> None:
@@ -861,9 +865,21 @@ class StreamRead:
         # a window of segments in flight, issued in order: the first ones land first
         # (all at once, they all finish late), so decoding starts early
         self._executor = executor
-        self._next = min(nseg, IN_FLIGHT)
-        for i in range(self._next):
-            self._submit(i)
+        self._next = window = min(nseg, IN_FLIGHT)
+        for i in range(window):
+            try:
+                self._submit(i)
+            except RuntimeError as exc:  # the executor was shut down (its TierManager closing)
+                with self._cond:
+                    self._left -= window - i  # never issued
+                    if self._error is None:  # else a landed segment has counted the rest
+                        self._error = exc
+                        self._left -= len(self._landed) - self._next
+                        self._next = len(self._landed)
+                    if self._left == 0:
+                        os.close(self._fd)
+                    self._cond.notify_all()
+                return
 
     def _submit(self, i: int) -> None:
         """Queues segment i (raises RuntimeError when the executor was shut down)."""
