@@ -632,21 +632,7 @@ def test_close_while_other_threads_use_the_manager(tmp_path, kv):
                     assert "closed" in str(e) or "stopped" in str(e)
                     return
 
-        errors: list = []
-
-        def run(i):
-            try:
-                work(i)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(4)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(60)
-        assert not [th for th in threads if th.is_alive()], "a call still waits after close()"
-        assert errors == []
+        assert errors_of_threads(work, 4, timeout=60) == []  # a call still waiting after close() fails it too
 
 
 def test_config_object_and_export():

@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -17,8 +18,10 @@ import torch
 from kvdata import KVDATA
 
 
-def errors_of_threads(target, count: int) -> list[BaseException]:
-    """Runs target(0) .. target(count - 1) on as many threads at once; returns what they raised."""
+def errors_of_threads(target, count: int, timeout: Optional[float] = None) -> list[BaseException]:
+    """Runs target(0) .. target(count - 1) on as many threads at once; returns what they raised.
+    With a timeout, a thread still running after it (a call left waiting) is reported too, as a
+    TimeoutError, and left behind as a daemon."""
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
@@ -27,11 +30,13 @@ def errors_of_threads(target, count: int) -> list[BaseException]:
         except BaseException as exc:  # reported to the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    threads = [threading.Thread(target=run, args=(i,), daemon=timeout is not None) for i in range(count)]
     for th in threads:
         th.start()
     for th in threads:
-        th.join()
+        th.join(timeout)
+    errors += [TimeoutError(f"thread {i} still running after {timeout} s")
+               for i, th in enumerate(threads) if th.is_alive()]
     return errors
 
 

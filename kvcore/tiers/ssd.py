@@ -871,15 +871,22 @@ class StreamRead:
                 self._submit(i)
             except RuntimeError as exc:  # the executor was shut down (its TierManager closing)
                 with self._cond:
-                    self._left -= window - i  # never issued
-                    if self._error is None:  # else a landed segment has counted the rest
-                        self._error = exc
-                        self._left -= len(self._landed) - self._next
-                        self._next = len(self._landed)
-                    if self._left == 0:
-                        os.close(self._fd)
-                    self._cond.notify_all()
+                    self._error = self._error or exc
+                    self._stop_issuing()
+                    self._segment_settled(window - i)  # the window's segments never issued
                 return
+
+    def _stop_issuing(self) -> None:
+        """(cond held, after an error) Nothing more will be issued: count those as done."""
+        self._left -= len(self._landed) - self._next
+        self._next = len(self._landed)
+
+    def _segment_settled(self, count: int) -> None:
+        """(cond held) count more segments are done; the last one closes the file."""
+        self._left -= count
+        if self._left == 0:
+            os.close(self._fd)
+        self._cond.notify_all()
 
     def _submit(self, i: int) -> None:
         """Queues segment i (raises RuntimeError when the executor was shut down)."""
@@ -889,10 +896,7 @@ class StreamRead:
         if fut.cancelled():  # the executor was shut down: the reader must not wait forever
             with self._cond:
                 self._error = self._error or RuntimeError("read cancelled")
-                self._left -= 1
-                if self._left == 0:
-                    os.close(self._fd)
-                self._cond.notify_all()
+                self._segment_settled(1)
 
     def _read(self, i: int) -> None:
         start = i * self._seg
@@ -930,18 +934,14 @@ class StreamRead:
                     self._next += 1
                 except RuntimeError as exc:  # the executor was shut down
                     self._error = exc
-            if self._error is not None:  # nothing more will be issued: count those as done
-                self._left -= len(self._landed) - self._next
-                self._next = len(self._landed)
+            if self._error is not None:
+                self._stop_issuing()
             self._landed[i] = True
             j = self._done // self._seg if self._done < self.size else len(self._landed)
             while j < len(self._landed) and self._landed[j]:
                 j += 1
             self._done = min(self.size, j * self._seg)
-            self._left -= 1
-            if self._left == 0:
-                os.close(self._fd)
-            self._cond.notify_all()
+            self._segment_settled(1)
             hash_now = self._claim_hashing()
         while hash_now:  # one thread at a time hashes what has landed, in order
             upto = min(self._done, self._hash_end)
