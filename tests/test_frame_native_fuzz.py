@@ -29,6 +29,8 @@ def seed_frames(tmp_path: Path) -> list[str]:
         "max": kvcore.compress(t, mode="max", block_bytes=4096),  # signs planes
         "fast": kvcore.compress(t, mode="fast", block_bytes=4096),
         "fp32": kvcore.compress(t[:2].float(), block_bytes=4096),
+        # packed planes: the sign alone, and the float16 mantissa's two lowest bits at bit 6
+        "packed": kvcore.compress(kvdata.stacked("minilm_l6_kv_fp16.safetensors")[:1, :16].float(), block_bytes=4096),
         "fp8": kvcore.compress(t.float().to(torch.float8_e4m3fn), block_bytes=4096),
         "fp8-fast": kvcore.compress(t.float().to(torch.float8_e4m3fn), mode="fast", block_bytes=4096),  # escapes
         "fp16": kvcore.compress(t.half(), block_bytes=4096),

@@ -37,6 +37,8 @@ def test_fuzz_decoder_briefly(tmp_path):
         "dense": kvcore.compress(t, block_bytes=512),
         "fast": kvcore.compress(t, mode="fast", block_bytes=512),
         "fp32": kvcore.compress(t[:1, :8].float(), block_bytes=256),
+        "packed": kvcore.compress(kvdata.stacked("minilm_l6_kv_fp16.safetensors")[:1, :8].float(),
+                                  block_bytes=4096),  # packed fields (method 10)
         "constant": kvcore.compress(torch.zeros(64, 8, dtype=torch.bfloat16).repeat(4, 1), block_bytes=1024),
         "rows": kvcore.compress(kvdata.tensors("stories260k_text_kv_bf16.safetensors")["layer0.v"][:256],
                                 block_bytes=2048),

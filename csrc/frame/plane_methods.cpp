@@ -1,6 +1,7 @@
 #include "frame/plane_methods.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "lz/row_repeats.h"
 #include "lz/zstd_plane.h"
 #include "shuffle/low_bits.h"
+#include "shuffle/packed_bits.h"
 #include "shuffle/sign_bits.h"
 
 namespace kvcore::frame {
@@ -47,6 +49,7 @@ constexpr double kLowBitsCost = 1.0 / 32;
 // symbols each (bfloat16 exponents): the split would cost size for little speed.
 constexpr double kLowBitsMinEntropy = 4.0;
 constexpr size_t kLowBitsMinPlane = 4096;
+constexpr uint8_t kPackedHead = 3;  // the packed method's shift, width and base
 // The signs method needs enough rows per channel for its flips and code tables
 // to pay (a byte of signs covers 8 rows).
 constexpr size_t kSignsMinRows = 64;
@@ -104,6 +107,40 @@ unsigned choose_low_bits(const uint8_t* plane, size_t n, const PlanePolicy& poli
         if (std::max(1.0, entropy_bits(high)) + k <= whole + kLowBitsCost) return k;
     }
     return 0;
+}
+
+// The widest field the packed method takes on a plane whose order-0 entropy the
+// frame estimates at h bits a byte, or 0. Huffman spends at least max(1, h) bits
+// a byte, so a field of w bits costs at most kLowBitsCost bit more where
+// w <= max(1, h) + kLowBitsCost. A field of w bits holds at most w bits of
+// entropy, so a plane estimated above w cannot be one, unless by a few rare
+// values (then the blocks without them still can): w >= h - kLowBitsCost. Other
+// planes, exponents among them, skip the check. (h = 0: a constant plane.)
+unsigned packable_width(float h) {
+    if (!(h > 0) || h > 7) return 0;
+    const double w = std::floor(std::max(1.0, double(h)) + kLowBitsCost);
+    return w >= h - kLowBitsCost ? unsigned(w) : 0;
+}
+
+// The field the packed method would store plane[0, n) as, where the frame's estimate
+// allows one (packable_width) and the bytes differ in no wider a field (the
+// estimate's sample may have missed a value); width 0 otherwise. *constant: the
+// plane holds one value.
+shuffle::VaryingBits packable_field(const uint8_t* plane, size_t n, const PlanePolicy& policy, bool* constant) {
+    const unsigned widest = packable_width(policy.estimated_entropy);
+    if (widest == 0) return {};
+    const shuffle::VaryingBits v = shuffle::varying_bits(plane, n);
+    *constant = v.width == 0;
+    return v.width <= widest ? v : shuffle::VaryingBits{};
+}
+
+// The packed method: [shift][width][base][the fields, packed]; returns its size.
+size_t encode_packed(const uint8_t* plane, size_t n, const shuffle::VaryingBits& v, uint8_t* dst) {
+    dst[0] = v.shift;
+    dst[1] = v.width;
+    dst[2] = v.base;
+    shuffle::pack_fields(plane, n, v, dst + kPackedHead);
+    return kPackedHead + shuffle::low_bits_packed_size(n, v.width);
 }
 
 // The low-bits method with k bits: [k][packed low bits][inner method][inner payload],
@@ -225,6 +262,7 @@ const char* method_name(uint8_t method) {
         case Method::kRows: return "rows";
         case Method::kLowBits: return "lowbits";
         case Method::kSigns: return "signs";
+        case Method::kPacked: return "packed";
     }
     return "unknown";
 }
@@ -271,12 +309,28 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     // Coding the whole plane is skipped where enough rows repeat whole that
     // coding only the distinct ones is smaller anyway.
     if (!constant && policy.try_entropy && n > 1 && best > 1 && whole_rows < kRowsWin) {
-        // (plane is dst only for planes that skip entropy coding; the split needs them apart)
-        const unsigned k = policy.mode == Mode::kDense && plane != dst ? choose_low_bits(plane, n, policy) : 0;
+        // (plane is dst only for planes that skip entropy coding; packing and the split need them apart)
         Method m = Method::kLowBits;  // entropy_encode sets its own method
         size_t size = 0;
-        const Status st = k ? encode_low_bits(plane, n, k, policy, dst, best - 1, &size)
-                            : entropy_encode(plane, n, policy, dst, best - 1, &m, &size, &constant);
+        Status st = make_status(Code::kBufferTooSmall, "not coded");
+        const shuffle::VaryingBits field = plane != dst ? packable_field(plane, n, policy, &constant)
+                                                        : shuffle::VaryingBits{};
+        const size_t packed = field.width ? kPackedHead + shuffle::low_bits_packed_size(n, field.width) : 0;
+        if (packed && packed < best) {
+            // A Huffman code spends at least a bit a byte, so one bit packed is never beaten; a
+            // wider field may be, by the channel-grouped code: tried first, within the packed size.
+            if (field.width >= 2 && policy.mode != Mode::kFast)
+                st = entropy_encode(plane, n, policy, dst, packed - 1, &m, &size, &constant);
+            if (not_smaller(st)) {
+                m = Method::kPacked;
+                size = encode_packed(plane, n, field, dst);
+                st = Status::ok();
+            }
+        } else if (!constant) {
+            const unsigned k = policy.mode == Mode::kDense && plane != dst ? choose_low_bits(plane, n, policy) : 0;
+            st = k ? encode_low_bits(plane, n, k, policy, dst, best - 1, &size)
+                   : entropy_encode(plane, n, policy, dst, best - 1, &m, &size, &constant);
+        }
         if (st.is_ok() && !constant) {
             best_method = m;
             best = size;
@@ -379,6 +433,19 @@ Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t 
             if (high != scratch) std::memcpy(scratch, high, n);  // a raw inner plane points into the payload
             if (!shuffle::join_low_bits(scratch, n, k, payload + 1))
                 return corrupt("low bits plane: a symbol wider than 8 - k bits, or padding bits set");
+            return Status::ok();
+        }
+        case Method::kPacked: {
+            if (size < kPackedHead) return corrupt("packed plane: payload too short");
+            shuffle::VaryingBits v;
+            v.shift = payload[0];
+            v.width = payload[1];
+            v.base = payload[2];
+            if (!shuffle::valid_packing(v)) return corrupt("packed plane: bad field (shift, width or base)");
+            if (size != kPackedHead + shuffle::low_bits_packed_size(n, v.width))
+                return corrupt("packed plane: payload size does not match the block");
+            if (!shuffle::unpack_fields(payload + kPackedHead, n, v, scratch))
+                return corrupt("packed plane: padding bits set");
             return Status::ok();
         }
         case Method::kSigns: {

@@ -25,8 +25,9 @@ enum class Method : uint8_t {
     kRows = 7,      // distinct rows (coded by another method) + which rows repeat, lz/row_repeats.h
     kLowBits = 8,   // each byte's low bits packed raw + its high bits coded by another method, shuffle/low_bits.h
     kSigns = 9,     // bits 7..1 packed raw + bit 0 (a float's sign) coded by channel, shuffle/sign_bits.h
+    kPacked = 10,   // the few adjacent bits in which the bytes differ, packed raw, shuffle/packed_bits.h
 };
-constexpr unsigned kMethodCount = 10;
+constexpr unsigned kMethodCount = 11;
 const char* method_name(uint8_t method);
 
 // How the encoder chooses a plane's method.

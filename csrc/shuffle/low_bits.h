@@ -29,15 +29,26 @@ size_t low_bits_packed_size(size_t n, unsigned k);
 // high may be src itself.
 void split_low_bits(const uint8_t* src, size_t n, unsigned k, uint8_t* high, uint8_t* packed);
 
+// The same packing of bits [from, from + k) of each byte (from + k <= 8), alone.
+void pack_bits(const uint8_t* src, size_t n, unsigned k, unsigned from, uint8_t* packed);
+
 // In place: plane[i] = (plane[i] << k | low bits of i) mod 256. Returns false
 // when some plane[i] had a bit above 8 - k set or the last group's padding is
 // not 0 (never in a valid stream).
 bool join_low_bits(uint8_t* plane, size_t n, unsigned k, const uint8_t* packed);
 
+// plane[i] = base | (low bits of i) << shift, from the packed low bits alone
+// (shift + k <= 8; base's bits under the shifted low bits are OR-ed in as they
+// are). Returns false when the last group's padding bits are not 0.
+bool expand_low_bits(const uint8_t* packed, size_t n, unsigned k, unsigned shift, uint8_t base, uint8_t* plane);
+
 namespace detail {
 // The AVX-512 join (low_bits_avx512.cpp) of whole groups of 64 elements; the
 // same contract as join_low_bits for n = 64 * groups.
 bool join_low_bits_groups_avx512(uint8_t* plane, size_t groups, unsigned k, const uint8_t* packed);
+// The AVX-512 expand_low_bits of whole groups.
+void expand_low_bits_groups_avx512(uint8_t* plane, size_t groups, unsigned k, const uint8_t* packed, unsigned shift,
+                                   uint8_t base);
 }  // namespace detail
 
 }  // namespace kvcore::shuffle

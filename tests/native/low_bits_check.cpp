@@ -1,9 +1,11 @@
 // Checks shuffle/low_bits.h against the packing written out bit by bit from its
 // specification (docs/FORMAT.md, method 8), for every k, plane lengths around
 // the 64-element groups, and unaligned buffers; then that join_low_bits refuses
-// symbols wider than 8 - k and nonzero padding. Every join variant: the portable
+// symbols wider than 8 - k and nonzero padding, and that expand_low_bits (the
+// packed method's decoder, method 10) puts the same bits at any shift over any
+// base and refuses nonzero padding too. Every variant: the portable
 // one and the widest the CPU has (under ASan + UBSan, tests/test_low_bits.py), or
-// the AVX-512 join compiled against emulated intrinsics (KVCORE_EMULATE_AVX512,
+// the AVX-512 join and expand compiled against emulated intrinsics (KVCORE_EMULATE_AVX512,
 // test_shuffle_avx512_emulated.py). Usage: low_bits_check <seed>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,18 @@ bool join_avx512_direct(uint8_t* plane, size_t n, unsigned k, const uint8_t* pac
     const bool tail = kvcore::shuffle::join_low_bits(plane + 64 * groups, n - 64 * groups, k, packed + 8 * k * groups);
     kvcore::cpu::set_disabled_isa(0);
     return ok && tail;
+}
+bool (*expand_low_bits)(const uint8_t*, size_t, unsigned, unsigned, uint8_t, uint8_t*) =
+    kvcore::shuffle::expand_low_bits;
+
+bool expand_avx512_direct(const uint8_t* packed, size_t n, unsigned k, unsigned shift, uint8_t base, uint8_t* plane) {
+    const size_t groups = n / 64;
+    kvcore::shuffle::detail::expand_low_bits_groups_avx512(plane, groups, k, packed, shift, base);
+    kvcore::cpu::set_disabled_isa(kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512);
+    const bool tail = kvcore::shuffle::expand_low_bits(packed + 8 * k * groups, n - 64 * groups, k, shift, base,
+                                                      plane + 64 * groups);
+    kvcore::cpu::set_disabled_isa(0);
+    return tail;
 }
 using kvcore::shuffle::low_bits_packed_size;
 using kvcore::shuffle::split_low_bits;
@@ -63,6 +77,7 @@ int main(int argc, char** argv) {
     size_t cases = 0;
 #ifdef KVCORE_EMULATE_AVX512
     join_low_bits = join_avx512_direct;
+    expand_low_bits = expand_avx512_direct;
     const uint32_t masks[] = {0};
 #else
     const uint32_t masks[] = {kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512, 0};  // portable, widest
@@ -100,6 +115,28 @@ int main(int argc, char** argv) {
                     wide[rng() % n] |= static_cast<uint8_t>(0x80);
                     check(!join_low_bits(wide.data(), n, k, packed), "a symbol wider than 8 - k was accepted", k, n);
                 }
+                // Expand: the low bits alone, shifted over a base (anything: it is OR-ed in).
+                const unsigned to = static_cast<unsigned>(rng() % (9 - k));
+                // pack_bits: bits [to, to + k) of each byte, packed as the low bits are.
+                {
+                    std::vector<uint8_t> moved(n), alone(low_bits_packed_size(n, k) + 1, 0x5A);
+                    for (size_t i = 0; i < n; ++i) moved[i] = static_cast<uint8_t>(src[i] >> to);
+                    kvcore::shuffle::pack_bits(src.data(), n, k, to, alone.data());
+                    const std::vector<uint8_t> spec = spec_pack(moved, k);
+                    bool packed_same = alone.back() == 0x5A;
+                    for (size_t j = 0; j < spec.size(); ++j) packed_same = packed_same && alone[j] == spec[j];
+                    check(packed_same, "pack_bits differs from the specification", k, n);
+                }
+                const uint8_t base = static_cast<uint8_t>(rng());
+                std::vector<uint8_t> expanded(n + shift + 1, 0xA5);
+                check(expand_low_bits(packed, n, k, to, base, expanded.data() + shift), "expand refused a valid packing",
+                      k, n);
+                for (size_t i = 0; i < n; ++i)
+                    same = same && expanded[shift + i] == static_cast<uint8_t>(base | (src[i] & ((1u << k) - 1)) << to);
+                check(same, "expand does not give base | low bits << shift", k, n);
+                check(expanded[shift + n] == 0xA5 && (shift == 0 || expanded[0] == 0xA5), "expand wrote outside the plane",
+                      k, n);
+
                 if (n % 64 != 0) {  // set one padding bit of the last group
                     const size_t pad = n + rng() % (64 - n % 64);
                     const size_t bit = spec_bit_position(pad, k, static_cast<unsigned>(rng() % k));
@@ -108,6 +145,8 @@ int main(int argc, char** argv) {
                     std::vector<uint8_t> plane(n);
                     for (size_t i = 0; i < n; ++i) plane[i] = static_cast<uint8_t>(src[i] >> k);
                     check(!join_low_bits(plane.data(), n, k, bad.data()), "nonzero padding was accepted", k, n);
+                    check(!expand_low_bits(bad.data(), n, k, to, base, plane.data()), "expand accepted nonzero padding",
+                          k, n);
                 }
                 ++cases;
             }
