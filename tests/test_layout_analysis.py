@@ -232,3 +232,84 @@ def test_dense_residual_estimate_at_any_channel_count(channels):
         frame = bytes(kvcore.compress(x, mode=mode, threads=1))
         assert (frame_layout.residual(frame) is not None) == (mode == "fast" or channels > 8)
         assert torch.equal(kvcore.decompress(frame).view(torch.int16), x.view(torch.int16))
+
+
+# ---- max mode: the rotated layout's estimate counts the signs method in ----
+
+def sign_runs(rows: int, channels: int, run: int, seed: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """[rows, channels // 128, 128] of dtype (fp16 or fp32) whose sign is a fair coin over the tensor but constant over
+    runs of `run` tokens of a channel (run=1: independent), and whose negative values are larger
+    (so the plain layout, which codes sign and exponent together, estimates smaller than the
+    rotated one)."""
+    g = torch.Generator().manual_seed(seed)
+    runs = torch.randint(0, 2, (-(-rows // run), channels), generator=g).bool()
+    negative = runs.repeat_interleave(run, dim=0)[:rows]
+    magnitude = torch.randn(rows, channels, generator=g).abs()
+    x = torch.where(negative, -4 * magnitude, magnitude)
+    return x.to(dtype).reshape(rows, channels // 128, 128)
+
+
+def analysis_of(x: torch.Tensor, signs_coded: bool) -> dict:
+    channels = x.shape[-1] * x.shape[-2]
+    return kvcore._native.analyze_layout(x.reshape(-1).view(torch.uint8).numpy(), DTYPE_CODES[x.dtype], channels,
+                                         True, signs_coded)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("rows", [64, 256, 2048])
+def test_max_rotates_where_the_signs_method_pays(rows, dtype):
+    """Signs constant over 8-token runs: the plain layout estimates smaller (sign and exponent
+    depend on each other), but coded 8 rows to a byte the signs cost about 1/8 bit instead of 1,
+    so max mode rotates, and its frame comes out smaller than the dense (plain) one."""
+    x = sign_runs(rows, 1024, 8, seed=rows, dtype=dtype)
+    assert analysis_of(x, False)["rotate"] is False
+    got = analysis_of(x, True)
+    assert got["rotate"] is True
+    assert 0.6 < got["sign_saving"] < 0.9  # 1 - 1/8 bits, less the estimate's caution
+    dense = kvcore.compress(x, mode="dense", threads=1)
+    best = kvcore.compress(x, mode="max", threads=1)
+    assert kvcore.frame_info(dense)["layout"]["rotate"] is False
+    info = kvcore.frame_info(best)
+    assert info["layout"]["rotate"] is True and info["methods"]["signs"]["planes"] >= 1
+    assert len(best) < 0.98 * len(dense)
+    bits = torch.int16 if dtype == torch.float16 else torch.int32
+    assert torch.equal(kvcore.decompress(best).view(bits), x.view(bits))
+
+
+def test_max_keeps_the_plain_layout_where_signs_are_coin_flips():
+    """Independent fair signs: coding them by channel saves nothing, so the estimate stays near 0
+    and max mode keeps the plain layout, as dense does."""
+    x = sign_runs(2048, 1024, 1, seed=3)
+    got = analysis_of(x, True)
+    assert got["rotate"] is False
+    assert got["sign_saving"] < 0.01
+    assert kvcore.frame_info(kvcore.compress(x, mode="max", threads=1))["layout"]["rotate"] is False
+
+
+def test_no_sign_estimate_below_the_rows_the_signs_method_needs():
+    x = sign_runs(63, 1024, 8, seed=4)
+    got = analysis_of(x, True)
+    assert got["rotate"] is False and got["sign_saving"] == 0
+
+
+def test_no_sign_estimate_where_rotation_wins_anyway():
+    """bf16 KV: the rotated layout wins on its planes alone, so the signs are not sampled."""
+    from kvdata import stacked
+
+    x = stacked("minilm_l6_kv_bf16.safetensors")[:2, :512].contiguous()
+    got = analysis_of(x, True)
+    assert got["rotate"] is True and got["sign_saving"] == 0
+
+
+def test_max_rotates_real_fp16_kv():
+    """MiniLM's fp16 K/V: dense keeps the plain layout (its sign is coded with the exponent); max
+    rotates, for the signs method, and comes out at least 0.5% smaller."""
+    from kvdata import stacked
+
+    x = stacked("minilm_l6_kv_fp16.safetensors")  # whole: on some slices dense rotates as well
+    dense = kvcore.compress(x, mode="dense")
+    best = kvcore.compress(x, mode="max")
+    assert kvcore.frame_info(dense)["layout"]["rotate"] is False
+    assert kvcore.frame_info(best)["layout"]["rotate"] is True
+    assert len(best) < 0.995 * len(dense)
+    assert torch.equal(kvcore.decompress(best).view(torch.int16), x.view(torch.int16))

@@ -8,6 +8,7 @@
 #include "entropy/channel_groups.h"
 #include "entropy/histogram.h"
 #include "frame/format.h"
+#include "frame/plane_methods.h"
 #include "frame/value_counts.h"
 #include "shuffle/channel_transpose.h"
 #include "shuffle/shuffle.h"
@@ -18,6 +19,7 @@ namespace {
 constexpr uint64_t kSampleElems = 1u << 14;  // elements looked at, at most
 constexpr uint64_t kMinRowsForResidual = 64;  // residual table must pay for itself
 constexpr uint64_t kResidualRows = 64;        // rows sampled per channel
+constexpr uint64_t kSignBytes = 4096;         // sign bytes (8 rows of a channel) sampled in max mode
 static_assert(kMinRowsForResidual >= kResidualRows, "the residual's sample takes distinct rows");
 static_assert(kResidualRows == kValueCountBytes, "a channel's sampled top bytes are counted in one call");
 
@@ -229,6 +231,76 @@ double grouped_bits(const ChannelValues& cv, const uint8_t* shift) {
     return bits;
 }
 
+double binary_entropy(uint64_t ones, uint64_t n) {
+    if (ones == 0 || ones == n) return 0.0;
+    const double p = double(ones) / double(n);
+    return -p * std::log2(p) - (1 - p) * std::log2(1 - p);
+}
+
+// signs[w * channels + c] = the signs (each element's top bit; elements are
+// little endian) of channel c in rows 8 w' .. 8 w' + 7, bit k from row 8 w' + k,
+// for `windows` windows w' of 8 rows spread evenly over the tensor.
+template <typename Element>
+void gather_sign_bytes(const uint8_t* src, uint64_t n_rows, uint64_t windows, uint32_t channels, uint8_t* signs) {
+    constexpr unsigned kSignShift = 8 * sizeof(Element) - 1;
+    const uint64_t stride = n_rows / 8 / windows;
+    // A window's bytes, in elements' width (so the loops vectorize), through a
+    // local pointer (a thread_local's address would be looked up per element).
+    thread_local std::vector<Element> window;
+    window.resize(channels);
+    Element* acc = window.data();
+    for (uint64_t w = 0; w < windows; ++w) {
+        std::fill(acc, acc + channels, Element(0));
+        for (unsigned k = 0; k < 8; ++k) {
+            const uint8_t* row = src + (8 * w * stride + k) * channels * sizeof(Element);
+            for (uint32_t c = 0; c < channels; ++c) {
+                Element x;
+                std::memcpy(&x, row + c * sizeof(Element), sizeof(Element));
+                acc[c] = Element(acc[c] | (x >> kSignShift) << k);
+            }
+        }
+        for (uint32_t c = 0; c < channels; ++c) signs[w * channels + c] = uint8_t(acc[c]);
+    }
+}
+
+// Bits per element the signs method (shuffle/sign_bits.h) saves over signs
+// stored raw: the tensor's sign entropy less an estimate of what its coded sign
+// bytes cost per element. A KV channel leans to one sign and neighbouring
+// tokens' signs agree more often than chance, so the estimate codes what the
+// method codes: 8 consecutive rows of a channel to a byte, flipped so that the
+// channel's common sign is 0, from up to kSignBytes such bytes (windows of 8
+// rows spread over the tensor). One distribution for all channels, where the
+// method has one per channel group: on the low side. The plug-in entropy of so
+// few bytes reads low, so it takes the Miller-Madow correction.
+double sign_method_saving(const uint8_t* src, uint64_t n_elems, uint32_t channels, unsigned esize) {
+    const uint64_t n_rows = n_elems / channels;
+    const uint64_t windows = std::min<uint64_t>(n_rows / 8, (kSignBytes + channels - 1) / channels);
+    const size_t n = size_t(windows) * channels;
+    thread_local std::vector<uint8_t> signs;
+    signs.resize(n);
+    if (esize == 2)
+        gather_sign_bytes<uint16_t>(src, n_rows, windows, channels, signs.data());
+    else
+        gather_sign_bytes<uint32_t>(src, n_rows, windows, channels, signs.data());
+    // Each channel's flip: 0xff where most of its sampled signs are 1.
+    std::vector<uint32_t> ones(channels, 0);
+    for (uint64_t w = 0; w < windows; ++w)
+        for (uint32_t c = 0; c < channels; ++c) ones[c] += uint32_t(__builtin_popcount(signs[w * channels + c]));
+    uint64_t total = 0;
+    std::vector<uint8_t> flip(channels);
+    for (uint32_t c = 0; c < channels; ++c) {
+        total += ones[c];
+        flip[c] = 2 * uint64_t(ones[c]) > 8 * windows ? 0xff : 0;
+    }
+    PlaneCounts counts{};
+    for (uint64_t w = 0; w < windows; ++w)
+        for (uint32_t c = 0; c < channels; ++c) ++counts[signs[w * channels + c] ^ flip[c]];
+    unsigned seen = 0;
+    for (uint32_t x : counts) seen += x != 0;
+    const double coded = entropy_bits(counts.data()) + double(seen - 1) / (2.0 * double(n) * std::log(2.0));
+    return std::max(0.0, binary_entropy(total, 8 * n) - coded / 8);
+}
+
 }  // namespace
 
 double entropy_bits(const uint32_t* hist) {
@@ -254,7 +326,8 @@ uint32_t channel_count(const std::vector<uint64_t>& shape) {
     return 1;
 }
 
-Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels, bool channel_coded) {
+Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels,
+                     const LayoutCoding& coding) {
     const unsigned esize = dtype_size(dtype);
     Layout best;
     best.plane_entropy.assign(esize, 8.0);
@@ -271,22 +344,26 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
         for (int rotate = 0; rotate < layouts; ++rotate)
             sample_counts(src, sample, esize, rotate != 0, &scratch, counts_of[rotate]);
     }
-    double best_bits = 1e300;
+    Layout cands[2];
+    double bits[2] = {0, 0};
     for (int rotate = 0; rotate < layouts; ++rotate) {
-        const PlaneCounts* counts = counts_of[rotate];
-        Layout cand;
+        Layout& cand = cands[rotate];
         cand.rotate = rotate != 0;
         cand.plane_entropy.resize(esize);
-        double bits = 0;
         for (unsigned p = 0; p < esize; ++p) {
-            cand.plane_entropy[p] = entropy_bits(counts[p].data());
-            bits += std::min(8.0, cand.plane_entropy[p]);
-        }
-        if (bits < best_bits - 1e-9) {
-            best_bits = bits;
-            best = std::move(cand);
+            cand.plane_entropy[p] = entropy_bits(counts_of[rotate][p].data());
+            bits[rotate] += std::min(8.0, cand.plane_entropy[p]);
         }
     }
+    // Max mode codes a rotated float's sign by channel (encode_block's condition);
+    // what that saves (at most a bit) is estimated where it could change the choice.
+    if (coding.signs_coded && layouts == 2 && esize > 1 && channels > 1 && n_elems / channels >= kSignsMinRows &&
+        bits[1] >= bits[0] - 1e-9 && bits[1] < bits[0] + 1) {
+        cands[1].sign_saving = sign_method_saving(src, n_elems, channels, esize);
+        bits[1] -= cands[1].sign_saving;
+    }
+    // Ties go to the plain layout.
+    best = std::move(cands[layouts == 2 && bits[1] < bits[0] - 1e-9 ? 1 : 0]);
 
     // Residual for the chosen layout: each channel's most common top byte, found
     // from kResidualRows rows (enough for a mode; few enough for one-byte counts).
@@ -298,14 +375,14 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     PlaneCounts plain{}, shifted{};
     thread_local ChannelValues values;  // (scratch: only dense mode reads it)
     channel_statistics(tops.data(), channels, residual.data(), plain.data(), shifted.data(),
-                       channel_coded ? &values : nullptr);
+                       coding.channel_coded ? &values : nullptr);
     const double top_plain = entropy_bits(plain.data());
     const double top_res = entropy_bits(shifted.data());
     // Keep it when the saving over the whole tensor beats the table's size.
     const double saving_bytes = (top_plain - top_res) / 8.0 * double(n_elems);
     const double table_cost = 2.0 * channels;
     if (top_res < top_plain && saving_bytes > table_cost) {
-        if (channel_coded) {
+        if (coding.channel_coded) {
             // The (rarer) case where it might pay: what the grouped coder would save.
             const double per_elem = (grouped_bits(values, nullptr) - grouped_bits(values, residual.data())) /
                                     (double(values.kept) * kResidualRows);

@@ -3,10 +3,12 @@
 // From a sample of rows the encoder estimates, for each candidate layout
 // (plain or rotated bits; with or without each channel's most common top byte
 // subtracted), the order-0 entropy of every byte plane, and picks the layout
-// with the smallest estimate. It also records which planes look incompressible
-// (mantissa bytes), so blocks skip entropy coding for them. For dense mode a
-// residual must also beat the channel-grouped coder's estimate, which follows
-// each channel's distribution on its own.
+// with the smallest estimate; in max mode the rotated layout's estimate also
+// counts what coding each channel's signs on their own saves. It also records
+// which planes look incompressible (mantissa bytes), so blocks skip entropy
+// coding for them. For dense mode a residual must also beat the
+// channel-grouped coder's estimate, which follows each channel's distribution
+// on its own.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +23,19 @@ struct Layout {
     bool rotate = false;
     std::vector<uint8_t> residual;      // one byte per channel; empty: no residual
     std::vector<double> plane_entropy;  // estimated bits per byte of each plane, chosen layout
+    // Bits per element the signs method is estimated to save in this (rotated)
+    // layout; estimated only where it could decide the choice (max mode), else 0.
+    double sign_saving = 0;
+};
+
+// How the frame's planes are to be coded, as far as the layout's choice depends on it.
+struct LayoutCoding {
+    // The top plane's coder conditions on channel groups (dense and max modes),
+    // which a residual must then beat.
+    bool channel_coded = false;
+    // The sign of a rotated float is coded by channel (max mode's signs method),
+    // which the rotated layout's estimate then counts in.
+    bool signs_coded = false;
 };
 
 // Channels per row of a tensor: the product of its last two dimensions (one
@@ -29,9 +44,8 @@ struct Layout {
 uint32_t channel_count(const std::vector<uint64_t>& shape);
 
 // The layout of a tensor: rotation, residual and each plane's estimated entropy.
-// channel_coded: the top plane's coder conditions on channel groups (dense and
-// max modes), which the residual must then beat.
-Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels, bool channel_coded);
+Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels,
+                     const LayoutCoding& coding);
 
 // Order-0 entropy in bits per symbol of a 256-bin histogram.
 double entropy_bits(const uint32_t* hist);

@@ -498,11 +498,13 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
     KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("compress", "a tensor being compressed"));
     // Layouts are chosen for all frames at once (each reads a sample of its tensor).
     std::vector<Layout> layouts(n);
-    const bool channel_coded = o.mode == Mode::kDense && !o.deflate;  // as encode_block codes the top plane
+    LayoutCoding coding;  // as encode_block codes the planes
+    coding.channel_coded = o.mode == Mode::kDense && !o.deflate;
+    coding.signs_coded = coding.channel_coded && o.code_signs;
     default_pool().parallel_for(n, o.threads, [&](size_t i) {
         const CompressJob& j = jobs[i];
         layouts[i] = choose_layout(j.src, j.nbytes / dtype_size(j.desc.dtype), j.desc.dtype,
-                                   channel_count(j.desc.shape), channel_coded);
+                                   channel_count(j.desc.shape), coding);
     });
     // Two spill buffers per thread: a thread whose block is not in turn codes it
     // into one and moves on; the second covers its next block meanwhile.

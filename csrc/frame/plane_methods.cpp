@@ -50,9 +50,6 @@ constexpr double kLowBitsCost = 1.0 / 32;
 constexpr double kLowBitsMinEntropy = 4.0;
 constexpr size_t kLowBitsMinPlane = 4096;
 constexpr uint8_t kPackedHead = 3;  // the packed method's shift, width and base
-// The signs method needs enough rows per channel for its flips and code tables
-// to pay (a byte of signs covers 8 rows).
-constexpr size_t kSignsMinRows = 64;
 
 // Scratch for candidates, so the best can be kept; kinds 0..5 are separate
 // buffers (0, 2: rows; 1: low bits, zstd; 3, 4, 5: signs, also inside rows).

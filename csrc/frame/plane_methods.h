@@ -30,6 +30,10 @@ enum class Method : uint8_t {
 constexpr unsigned kMethodCount = 11;
 const char* method_name(uint8_t method);
 
+// The signs method needs enough rows per channel for its flips and code tables
+// to pay (a byte of signs covers 8 rows); a block with fewer does not try it.
+constexpr size_t kSignsMinRows = 64;
+
 // How the encoder chooses a plane's method.
 struct PlanePolicy {
     Mode mode = Mode::kDense;
