@@ -1,9 +1,11 @@
 """The encoder's choice of layout (csrc/frame/analysis.cpp): the RESIDUAL table holds each
 channel's most common top byte, over the 64 rows the analysis samples (rows k * (rows // 64)),
-the smallest value on ties. Each channel's sampled bytes are counted by frame/value_counts: by one
-compare per value where they span a narrow range, else by count tables (SSE2) or a sort of the 64
-bytes (AVX2, AVX-512), so narrow and wide channels are checked here in every variant, and the
-kernels against a plain count in tests/native/value_counts_check.cpp."""
+the smallest value on ties; whether to have one is decided on every stride-th channel (at most
+256 of them), and the table then holds every channel's. Each channel's sampled bytes are
+counted by frame/value_counts: by one compare per value where they span a narrow range, else by
+count tables (SSE2) or a sort of the 64 bytes (AVX2, AVX-512), so narrow and wide channels are
+checked here in every variant, and the kernels against a plain count in
+tests/native/value_counts_check.cpp."""
 
 import numpy as np
 import pytest
@@ -50,6 +52,28 @@ def test_residual_is_each_channels_mode(variant, rows, spread, mode):
     assert residual is not None, "channels this distinct must get a residual table"
     assert residual == expected_modes(x.numpy())
     assert torch.equal(kvcore.decompress(frame), x)
+
+
+@pytest.mark.parametrize("channels", [257, 300, 1000, 4096])
+@pytest.mark.parametrize("mode", ["dense", "fast"])
+def test_residual_of_many_channels_covers_every_channel(channels, mode):
+    """Above 256 channels the residual is decided on every stride-th channel (at most 256), then
+    the table takes the mode of every channel, sampled or not."""
+    x = channel_data(256, channels, 4, channels)
+    frame = bytes(kvcore.compress(x, mode=mode, threads=1))
+    assert frame_layout.residual(frame) == expected_modes(x.numpy())
+    assert torch.equal(kvcore.decompress(frame), x)
+
+
+def test_residual_is_decided_on_the_sampled_channels():
+    """1024 channels, so every 4th is sampled: channels around their own bases everywhere but in
+    the sampled ones, which all sit at one base. The residual would pay on the others, but the
+    decision is made on the sample, where it saves nothing: no residual (the same channels with
+    the sample's channels spread as well get one)."""
+    x = channel_data(256, 1024, 4, 7)
+    x[:, ::4] = 17
+    assert analysed_residual_of(x, False, 1024) is False
+    assert analysed_residual_of(channel_data(256, 1024, 4, 7), False, 1024) is True
 
 
 def test_residual_of_rotated_bfloat16(variant):

@@ -153,43 +153,51 @@ struct ChannelValues {
     std::vector<uint8_t> value, count, distinct;  // kValueCountBytes per slot; entries per slot
 };
 
-// Each channel's mode (its most common top byte, the smallest on ties), and the
-// counts over all channels of the top bytes (plain) and of the top bytes less
-// their channel's mode (shifted). Each distinct value of a channel updates the
+// The order-0 counts of some channels' top bytes (plain) and of the same bytes
+// less their channel's mode (shifted).
+struct TopCounts {
+    PlaneCounts plain{}, shifted{};
+    // Bytes per element the residual saves on these channels (an order-0 estimate; <= 0: none).
+    double saving() const { return (entropy_bits(plain.data()) - entropy_bits(shifted.data())) / 8.0; }
+};
+
+// Each visited channel's mode (its most common top byte, the smallest on ties)
+// and the counts of its top bytes, with and without its mode subtracted: every
+// stride-th channel from channel 0. Each distinct value of a channel updates the
 // histograms once: a channel's top bytes span a few values (exponents). keep,
-// when not null, receives every stride-th channel's values.
-void channel_statistics(const uint8_t* tops, uint32_t channels, uint8_t* mode, uint32_t* plain, uint32_t* shifted,
+// when not null, receives the visited channels' values (slot k: channel k * stride).
+void channel_statistics(const uint8_t* tops, uint32_t channels, uint32_t stride, uint8_t* mode, TopCounts* counts,
                         ChannelValues* keep) {
     const ValueCountsKernel value_counts = value_counts_kernel();
+    const uint32_t visited = (channels + stride - 1) / stride;
     if (keep) {
-        keep->stride = (channels + kEstimateChannels - 1) / kEstimateChannels;
-        keep->kept = (channels + keep->stride - 1) / keep->stride;
-        keep->value.resize(size_t(kEstimateChannels) * kValueCountBytes);
+        keep->stride = stride;
+        keep->kept = visited;
+        keep->value.resize(size_t(visited) * kValueCountBytes);
         keep->count.resize(keep->value.size());
-        keep->distinct.resize(kEstimateChannels);
+        keep->distinct.resize(visited);
     }
     // The next channel is counted before this one's histogram updates, so that
     // its (latency-bound) count overlaps them: two lists, used in turn.
     uint8_t value[2][kValueCountBytes], count[2][kValueCountBytes];
     ValueCounts next = value_counts(tops, value[0], count[0]);
-    uint32_t until_kept = 0;  // channels before the next one kept
-    for (uint32_t c = 0; c < channels; ++c) {
+    for (uint32_t k = 0; k < visited; ++k) {
+        const uint32_t c = k * stride;
         const ValueCounts vc = next;
-        const uint8_t* v = value[c & 1];
-        const uint8_t* n = count[c & 1];
-        if (c + 1 < channels) next = value_counts(tops + size_t(c + 1) * kResidualRows, value[~c & 1], count[~c & 1]);
+        const uint8_t* v = value[k & 1];
+        const uint8_t* n = count[k & 1];
+        if (k + 1 < visited)
+            next = value_counts(tops + size_t(c + stride) * kResidualRows, value[~k & 1], count[~k & 1]);
         const uint8_t m = v[vc.mode];
         mode[c] = m;
         for (unsigned i = 0; i < vc.distinct; ++i) {
-            plain[v[i]] += n[i];
-            shifted[static_cast<uint8_t>(v[i] - m)] += n[i];
+            counts->plain[v[i]] += n[i];
+            counts->shifted[static_cast<uint8_t>(v[i] - m)] += n[i];
         }
-        if (keep && until_kept-- == 0) {
-            until_kept = keep->stride - 1;
-            const size_t slot = c / keep->stride;
-            std::memcpy(&keep->value[slot * kValueCountBytes], v, kValueCountBytes);
-            std::memcpy(&keep->count[slot * kValueCountBytes], n, kValueCountBytes);
-            keep->distinct[slot] = static_cast<uint8_t>(vc.distinct);
+        if (keep) {
+            std::memcpy(&keep->value[size_t(k) * kValueCountBytes], v, kValueCountBytes);
+            std::memcpy(&keep->count[size_t(k) * kValueCountBytes], n, kValueCountBytes);
+            keep->distinct[k] = static_cast<uint8_t>(vc.distinct);
         }
     }
 }
@@ -372,25 +380,33 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     std::vector<uint8_t> tops;
     gather_tops(src, rows, channels, esize, best.rotate, &tops);
     std::vector<uint8_t> residual(channels, 0);
-    PlaneCounts plain{}, shifted{};
-    thread_local ChannelValues values;  // (scratch: only dense mode reads it)
-    channel_statistics(tops.data(), channels, residual.data(), plain.data(), shifted.data(),
-                       coding.channel_coded ? &values : nullptr);
-    const double top_plain = entropy_bits(plain.data());
-    const double top_res = entropy_bits(shifted.data());
-    // Keep it when the saving over the whole tensor beats the table's size.
-    const double saving_bytes = (top_plain - top_res) / 8.0 * double(n_elems);
+    // It is kept where what it saves over the whole tensor beats the table's size.
     const double table_cost = 2.0 * channels;
-    if (top_res < top_plain && saving_bytes > table_cost) {
-        if (coding.channel_coded) {
-            // The (rarer) case where it might pay: what the grouped coder would save.
-            const double per_elem = (grouped_bits(values, nullptr) - grouped_bits(values, residual.data())) /
-                                    (double(values.kept) * kResidualRows);
-            if (per_elem / 8.0 * double(n_elems) <= table_cost) return best;
-        }
-        best.plane_entropy[esize - 1] += top_res - top_plain;
-        best.residual = std::move(residual);
+    const auto pays = [&](const TopCounts& c) { return c.saving() * double(n_elems) > table_cost; };
+    // Decided first on every stride-th channel (at most kEstimateChannels): the
+    // residual seldom pays, and counting each channel's values is most of the
+    // analysis's cost on wide channels (fp16's sign and exponent byte).
+    const uint32_t stride = (channels + kEstimateChannels - 1) / kEstimateChannels;
+    thread_local ChannelValues values;  // (scratch: only dense mode reads it)
+    TopCounts sampled;
+    channel_statistics(tops.data(), channels, stride, residual.data(), &sampled, &values);
+    if (!pays(sampled)) return best;
+    if (coding.channel_coded) {
+        // The (rarer) case where it might pay: what the grouped coder would save.
+        const double per_elem = (grouped_bits(values, nullptr) - grouped_bits(values, residual.data())) /
+                                (double(values.kept) * kResidualRows);
+        if (per_elem / 8.0 * double(n_elems) <= table_cost) return best;
     }
+    // Then on all channels, which the table needs.
+    TopCounts all;
+    if (stride > 1) {
+        channel_statistics(tops.data(), channels, 1, residual.data(), &all, nullptr);
+        if (!pays(all)) return best;
+    } else {
+        all = sampled;
+    }
+    best.plane_entropy[esize - 1] -= 8.0 * all.saving();
+    best.residual = std::move(residual);
     return best;
 }
 
