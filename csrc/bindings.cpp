@@ -941,7 +941,8 @@ PYBIND11_MODULE(_native, m) {
     });
     m.def(
         "analyze_layout",
-        [](const py::buffer& src, int dtype, uint32_t channels, bool channel_coded, bool signs_coded) {
+        [](const py::buffer& src, int dtype, uint32_t channels, bool channel_coded, bool signs_coded,
+           bool fixed_width_coded) {
             if (dtype < 0 || dtype > 255 || !fr::dtype_valid(static_cast<uint8_t>(dtype)))
                 throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
             if (channels == 0) throw NativeError{Code::kInvalidArgument, "channels must be positive"};
@@ -955,6 +956,7 @@ PYBIND11_MODULE(_native, m) {
                 fr::LayoutCoding coding;
                 coding.channel_coded = channel_coded;
                 coding.signs_coded = signs_coded;
+                coding.fixed_width_coded = fixed_width_coded;
                 layout = fr::choose_layout(in.data, in.size / esize, static_cast<fr::DType>(dtype), channels, coding);
             }
             py::dict d;
@@ -968,12 +970,13 @@ PYBIND11_MODULE(_native, m) {
             return d;
         },
         py::arg("src"), py::arg("dtype"), py::arg("channels"), py::arg("channel_coded") = false,
-        py::arg("signs_coded") = false,
+        py::arg("signs_coded") = false, py::arg("fixed_width_coded") = false,
         "The encoder's layout analysis of src (elements of frame dtype code `dtype`, `channels` per row):\n"
         "rotate, the estimated bits per byte of each plane, the residual table or None, and sign_saving (bits\n"
         "per element the signs method is estimated to save in the rotated layout); channel_coded: as for\n"
         "dense mode (the residual weighed against channel-grouped coding); signs_coded: as for max mode (the\n"
-        "rotated layout counts the signs method in). For tests.");
+        "rotated layout counts the signs method in); fixed_width_coded: as for fast mode (the residual weighed\n"
+        "by the fixed-width code's size). For tests.");
     m.def("frame_info", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

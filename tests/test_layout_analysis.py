@@ -202,29 +202,44 @@ def scaled_channels(rows: int, spread: int, seed: int) -> torch.Tensor:
     return (torch.randn(rows, 1024, generator=g) * scale).to(torch.bfloat16).reshape(rows, 8, 128)
 
 
-def analysed_residual_of(x: torch.Tensor, channel_coded: bool, channels: int) -> bool:
+def analysed_residual_of(x: torch.Tensor, channel_coded: bool, channels: int, fixed_width: bool = False) -> bool:
     got = kvcore._native.analyze_layout(x.reshape(-1).view(torch.uint8).numpy(), DTYPE_CODES[x.dtype], channels,
-                                        channel_coded)
+                                        channel_coded, False, fixed_width)
     return got["residual"] is not None
 
 
-def analysed_residual(x: torch.Tensor, channel_coded: bool) -> bool:
-    return analysed_residual_of(x, channel_coded, 1024)
+def analysed_residual(x: torch.Tensor, channel_coded: bool, fixed_width: bool = False) -> bool:
+    return analysed_residual_of(x, channel_coded, 1024, fixed_width)
 
 
-def test_dense_drops_a_residual_that_channel_groups_already_capture():
-    """Real K frames (and channels whose scales differ by a few times): the order-0 estimate finds
-    a residual worth its table, and fast mode keeps it, but dense mode's channel groups already
-    capture the channels' shifts, so its frames have none."""
+def test_dense_and_fast_drop_a_residual_their_coders_do_not_gain_from():
+    """Real K frames (and channels whose scales differ by a few times): the order-0 estimate (what
+    DEFLATE frames go by) finds a residual worth its table, but dense mode's channel groups already
+    capture the channels' shifts, and fast mode's fixed-width code is no narrower for it, so
+    neither mode's frames have one (fast frames took it until 2026-12-05, and 37 of the 52 chunk
+    frames that did came out larger for it)."""
     frames = real_channel_frames("minilm_l6_kv_bf16.safetensors") + [scaled_channels(256, 1, 7)]
     proposed = [x for x in frames if analysed_residual(x, False)]
     assert len(proposed) >= 3, "the order-0 estimate must propose a residual for some of these frames"
     for x in proposed:
         assert not analysed_residual(x, True)
-        dense = bytes(kvcore.compress(x, mode="dense", threads=1))
-        assert frame_layout.residual(dense) is None
-        assert kvcore.frame_info(kvcore.compress(x, mode="fast", threads=1))["layout"]["residual"]
-        assert torch.equal(kvcore.decompress(dense).view(torch.int16), x.view(torch.int16))
+        assert not analysed_residual(x, False, fixed_width=True)
+        for mode in ("dense", "fast"):
+            frame = bytes(kvcore.compress(x, mode=mode, threads=1))
+            assert frame_layout.residual(frame) is None
+            assert torch.equal(kvcore.decompress(frame).view(torch.int16), x.view(torch.int16))
+
+
+@pytest.mark.parametrize("rows", [256, 2048])
+def test_fast_keeps_a_residual_that_narrows_its_code(rows):
+    """Channel scales spread over 2^-20..2^20: the top bytes span 41 exponent offsets more than
+    each channel's own, so without the residual the fixed-width code would be wider, and fast
+    mode keeps it."""
+    x = scaled_channels(rows, 20, rows)
+    assert analysed_residual(x, False, fixed_width=True)
+    frame = bytes(kvcore.compress(x, mode="fast", threads=1))
+    assert frame_layout.residual(frame) is not None
+    assert torch.equal(kvcore.decompress(frame).view(torch.int16), x.view(torch.int16))
 
 
 @pytest.mark.parametrize("rows", [256, 2048])

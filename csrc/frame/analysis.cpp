@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "entropy/channel_groups.h"
+#include "entropy/fastcode.h"
 #include "entropy/histogram.h"
 #include "frame/format.h"
 #include "frame/plane_methods.h"
@@ -157,8 +158,17 @@ struct ChannelValues {
 // less their channel's mode (shifted).
 struct TopCounts {
     PlaneCounts plain{}, shifted{};
-    // Bytes per element the residual saves on these channels (an order-0 estimate; <= 0: none).
-    double saving() const { return (entropy_bits(plain.data()) - entropy_bits(shifted.data())) / 8.0; }
+    // Bytes per element the residual saves on these channels (<= 0: none): at the
+    // order-0 entropy, or as fast mode's fixed-width code (entropy/fastcode.h) codes
+    // them, which a residual helps only where it narrows the code or saves escapes.
+    double saving(bool fixed_width) const {
+        if (!fixed_width) return (entropy_bits(plain.data()) - entropy_bits(shifted.data())) / 8.0;
+        uint64_t n = 0;
+        for (uint32_t x : plain) n += x;
+        return (double(entropy::fastcode_estimate(plain.data(), n, nullptr)) -
+                double(entropy::fastcode_estimate(shifted.data(), n, nullptr))) /
+               double(n);
+    }
 };
 
 // Each visited channel's mode (its most common top byte, the smallest on ties)
@@ -382,7 +392,9 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     std::vector<uint8_t> residual(channels, 0);
     // It is kept where what it saves over the whole tensor beats the table's size.
     const double table_cost = 2.0 * channels;
-    const auto pays = [&](const TopCounts& c) { return c.saving() * double(n_elems) > table_cost; };
+    const auto pays = [&](const TopCounts& c) {
+        return c.saving(coding.fixed_width_coded) * double(n_elems) > table_cost;
+    };
     // Decided first on every stride-th channel (at most kEstimateChannels): the
     // residual seldom pays, and counting each channel's values is most of the
     // analysis's cost on wide channels (fp16's sign and exponent byte).
@@ -405,7 +417,7 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     } else {
         all = sampled;
     }
-    best.plane_entropy[esize - 1] -= 8.0 * all.saving();
+    best.plane_entropy[esize - 1] -= 8.0 * all.saving(false);
     best.residual = std::move(residual);
     return best;
 }

@@ -8,7 +8,7 @@
 // which planes look incompressible (mantissa bytes), so blocks skip entropy
 // coding for them. For dense mode a residual must also beat the
 // channel-grouped coder's estimate, which follows each channel's distribution
-// on its own.
+// on its own; fast mode weighs it by the size of its fixed-width code.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +36,9 @@ struct LayoutCoding {
     // The sign of a rotated float is coded by channel (max mode's signs method),
     // which the rotated layout's estimate then counts in.
     bool signs_coded = false;
+    // The top plane takes fixed-width codes (fast mode), by whose size a residual
+    // is weighed instead of the order-0 entropy.
+    bool fixed_width_coded = false;
 };
 
 // Channels per row of a tensor: the product of its last two dimensions (one

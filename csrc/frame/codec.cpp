@@ -501,6 +501,7 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
     LayoutCoding coding;  // as encode_block codes the planes
     coding.channel_coded = o.mode == Mode::kDense && !o.deflate;
     coding.signs_coded = coding.channel_coded && o.code_signs;
+    coding.fixed_width_coded = o.mode == Mode::kFast && !o.deflate;
     default_pool().parallel_for(n, o.threads, [&](size_t i) {
         const CompressJob& j = jobs[i];
         layouts[i] = choose_layout(j.src, j.nbytes / dtype_size(j.desc.dtype), j.desc.dtype,
