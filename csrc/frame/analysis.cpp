@@ -375,7 +375,8 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     }
     // Max mode codes a rotated float's sign by channel (encode_block's condition);
     // what that saves (at most a bit) is estimated where it could change the choice.
-    if (coding.signs_coded && layouts == 2 && esize > 1 && channels > 1 && n_elems / channels >= kSignsMinRows &&
+    const uint64_t rows = n_elems / channels;
+    if (coding.signs_coded && layouts == 2 && esize > 1 && channels > 1 && rows >= kSignsMinRows &&
         bits[1] >= bits[0] - 1e-9 && bits[1] < bits[0] + 1) {
         cands[1].sign_saving = sign_method_saving(src, n_elems, channels, esize);
         bits[1] -= cands[1].sign_saving;
@@ -385,7 +386,6 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
 
     // Residual for the chosen layout: each channel's most common top byte, found
     // from kResidualRows rows (enough for a mode; few enough for one-byte counts).
-    const uint64_t rows = n_elems / channels;
     if (channels < 2 || rows < kMinRowsForResidual) return best;
     std::vector<uint8_t> tops;
     gather_tops(src, rows, channels, esize, best.rotate, &tops);
@@ -401,7 +401,8 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     const uint32_t stride = (channels + kEstimateChannels - 1) / kEstimateChannels;
     thread_local ChannelValues values;  // (scratch: only dense mode reads it)
     TopCounts sampled;
-    channel_statistics(tops.data(), channels, stride, residual.data(), &sampled, &values);
+    channel_statistics(tops.data(), channels, stride, residual.data(), &sampled,
+                       coding.channel_coded ? &values : nullptr);
     if (!pays(sampled)) return best;
     if (coding.channel_coded) {
         // The (rarer) case where it might pay: what the grouped coder would save.
