@@ -21,23 +21,29 @@ unsigned index_width(size_t distinct) {
 size_t bitmap_bytes(size_t rows) { return (rows + 7) / 8; }
 size_t index_bytes(size_t copies, unsigned width) { return (copies * width + 7) / 8; }
 
-// Multiply-xorshift over the row's 8-byte words; equal rows are confirmed with memcmp.
+// A row's hash; equal rows are then confirmed with same_row. Each 8-byte word
+// gets its own multiply (by a multiplier that depends on its position, so that
+// rows whose words are permuted differ) and the products are summed: the hash
+// is a few multiplies deep whatever the row's length. (A chain of multiplies
+// through the row kept split_rows at one row per chain's latency.)
 uint64_t row_hash(const uint8_t* p, size_t len) {
-    uint64_t h = len * 0x9E3779B97F4A7C15ull;
+    constexpr uint64_t kKey = 0x9E3779B97F4A7C15ull, kStep = 0x6A09E667F3BCC908ull;  // kStep even: odd multipliers
+    uint64_t h = len, m = 0xBF58476D1CE4E5B9ull;
     size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
+    for (; i + 8 <= len; i += 8, m += kStep) {
         uint64_t w;
         std::memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 29;
+        h += (w ^ kKey) * m;
     }
     if (i < len) {
         uint64_t w = 0;
         std::memcpy(&w, p + i, len - i);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 29;
+        h += (w ^ kKey) * m;
     }
-    return h ^ (h >> 32);
+    // The sum's low bits depend only on the words' low bits: mix the high ones down.
+    h ^= h >> 32;
+    h *= 0x94D049BB133111EBull;
+    return h ^ (h >> 29);
 }
 
 unsigned popcount8(uint64_t x) {  // SWAR: no popcnt instruction in the baseline ISA
@@ -68,16 +74,13 @@ inline void copy_row(uint8_t* dst, const uint8_t* src, size_t len) {
     }
 }
 
+// Rows of at least 8 bytes compare their last word overlapping the one before it:
+// a call to memcmp for the rest would cost more than the row.
 bool same_row(const uint8_t* a, const uint8_t* b, size_t len) {
-    size_t i = 0;
+    if (len < 8) return std::memcmp(a, b, len) == 0;
     uint64_t diff = 0;
-    for (; i + 8 <= len; i += 8) {
-        uint64_t x, y;
-        std::memcpy(&x, a + i, 8);
-        std::memcpy(&y, b + i, 8);
-        diff |= x ^ y;
-    }
-    return diff == 0 && std::memcmp(a + i, b + i, len - i) == 0;
+    for (size_t i = 0; i + 8 < len; i += 8) diff |= load64(a + i) ^ load64(b + i);
+    return (diff | (load64(a + len - 8) ^ load64(b + len - 8))) == 0;
 }
 
 // w bits at bit position pos of p[0, bytes), LSB first (w <= 32).
@@ -106,13 +109,12 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
     const size_t mask = slots - 1;
     // Open addressing: slot = (distinct row + 1) | 32 bits of its hash << 32; 0 is empty.
     thread_local std::vector<uint64_t> slot_buf;
-    thread_local std::vector<uint32_t> which_buf;
+    thread_local std::vector<uint32_t> index_buf;
     slot_buf.assign(slots, 0);
-    if (which_buf.size() < rows) which_buf.resize(rows);
+    if (index_buf.size() < rows) index_buf.resize(rows);
     uint64_t* slot = slot_buf.data();  // plain pointers: no TLS lookups in the loops
-    uint32_t* which = which_buf.data();
+    uint32_t* index_of_copy = index_buf.data();  // the distinct row each copy repeats, in row order
     uint8_t* bitmap = table + kTableHead;
-    std::memset(bitmap, 0, bitmap_bytes(rows));
     // The table outgrows L1 and its probes are random: each row's hash is computed
     // kAhead rows early and its slot prefetched, so the probe finds it in cache.
     constexpr size_t kAhead = 8;
@@ -124,6 +126,7 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
     };
     for (size_t r = 0; r < rows && r < kAhead; ++r) hash_row(r);
     size_t n_distinct = 0, copies = 0;
+    uint64_t bits = 0;  // the bitmap's current 64 rows, stored whole (no read-modify-write per row)
     for (size_t r = 0; r < rows; ++r) {
         const uint8_t* row = plane + r * row_bytes;
         const uint64_t h = ahead[r % kAhead];
@@ -134,31 +137,34 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
             if (e == 0) {
                 slot[s] = tag | (n_distinct + 1);
                 copy_row(distinct + n_distinct * row_bytes, row, row_bytes);
-                which[r] = static_cast<uint32_t>(n_distinct++);
+                ++n_distinct;
                 break;
             }
             const size_t index = uint32_t(e) - 1;
             if ((e >> 32 << 32) == tag && same_row(distinct + index * row_bytes, row, row_bytes)) {
-                bitmap[r >> 3] |= static_cast<uint8_t>(1u << (r & 7));
-                which[r] = static_cast<uint32_t>(index);
-                ++copies;
+                bits |= uint64_t(1) << (r % 64);
+                index_of_copy[copies++] = static_cast<uint32_t>(index);
                 break;
             }
         }
+        if (r % 64 == 63) {
+            put_u64(bitmap + r / 64 * 8, bits);
+            bits = 0;
+        }
     }
+    for (size_t b = rows / 64 * 8; b < bitmap_bytes(rows); ++b, bits >>= 8) bitmap[b] = static_cast<uint8_t>(bits);
     const unsigned w = index_width(n_distinct);
     uint8_t* idx = bitmap + bitmap_bytes(rows);
     size_t o = 0;
     if (w != 0) {
         uint64_t acc = 0;
-        unsigned bits = 0;
-        for (size_t r = 0; r < rows; ++r) {
-            if (!((bitmap[r >> 3] >> (r & 7)) & 1)) continue;
-            acc |= uint64_t(which[r]) << bits;
-            bits += w;
-            for (; bits >= 8; bits -= 8, acc >>= 8) idx[o++] = static_cast<uint8_t>(acc);
+        unsigned pending = 0;
+        for (size_t k = 0; k < copies; ++k) {
+            acc |= uint64_t(index_of_copy[k]) << pending;
+            pending += w;
+            for (; pending >= 8; pending -= 8, acc >>= 8) idx[o++] = static_cast<uint8_t>(acc);
         }
-        if (bits) idx[o++] = static_cast<uint8_t>(acc);
+        if (pending) idx[o++] = static_cast<uint8_t>(acc);
     }
     put_u32(table, static_cast<uint32_t>(row_bytes));
     put_u32(table + 4, static_cast<uint32_t>(copies));
