@@ -155,7 +155,7 @@ kvcore::frame::EncodeOptions mode_options(uint8_t mode) {
     if (mode > 2) throw NativeError{Code::kInvalidArgument, "unknown mode"};
     fr::EncodeOptions options;
     options.mode = mode == 1 ? fr::Mode::kFast : fr::Mode::kDense;
-    options.code_signs = mode == 2;
+    options.max_ratio = mode == 2;
     return options;
 }
 

@@ -28,7 +28,7 @@ def sample_frames():
         "fp32": kvcore.compress(t[:2].float(), block_bytes=16384),
         "rows": kvcore.compress(v0, block_bytes=8192),
         "rows-coded": kvcore.compress(repeated, block_bytes=65536),  # distinct rows entropy coded
-        "zstd": kvcore.compress(v1, block_bytes=16384),  # zstd and rows planes
+        "zstd": kvcore.compress(v1, mode="max", block_bytes=16384),  # zstd and rows planes (dense: rows only)
         "tiny": kvcore.compress(torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)),
     }
 

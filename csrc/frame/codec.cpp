@@ -184,7 +184,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
     const unsigned esize = dtype_size(h.dtype);
     // The sign of a rotated float sits in bit 0 of plane 0 (the "max" mode codes it by channel).
     const uint32_t sign_channels =
-        o.code_signs && o.mode == Mode::kDense && !o.deflate && layout.rotate && esize > 1 && h.channels > 1
+        o.max_ratio && o.mode == Mode::kDense && !o.deflate && layout.rotate && esize > 1 && h.channels > 1
             ? h.channels
             : 0;
     // A plane that measured incompressible is split straight into its place in
@@ -224,6 +224,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         // Channel context modelling for the exponent-carrying plane.
         policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
         policy.sign_channels = p == 0 ? sign_channels : 0;
+        policy.max_ratio = o.max_ratio;
         Method method = Method::kRaw;
         size_t written = n;
         if (!(p == 0 && direct && !policy.try_lz)) {
@@ -500,7 +501,7 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& o) {
     std::vector<Layout> layouts(n);
     LayoutCoding coding;  // as encode_block codes the planes
     coding.channel_coded = o.mode == Mode::kDense && !o.deflate;
-    coding.signs_coded = coding.channel_coded && o.code_signs;
+    coding.signs_coded = coding.channel_coded && o.max_ratio;
     coding.fixed_width_coded = o.mode == Mode::kFast && !o.deflate;
     default_pool().parallel_for(n, o.threads, [&](size_t i) {
         const CompressJob& j = jobs[i];

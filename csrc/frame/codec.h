@@ -43,7 +43,8 @@ struct TensorDesc {
 
 struct EncodeOptions {
     Mode mode = Mode::kDense;
-    bool code_signs = false;      // dense mode only ("max"): also try the signs method on rotated floats
+    bool max_ratio = false;       // dense mode only ("max"): also try the signs method on rotated floats,
+                                  // and keep zstd planes wherever they are smaller
     Backend backend = Backend::kAuto;
     bool deflate = false;         // code planes with DEFLATE (QAT-compatible) instead of Huffman
     uint32_t block_bytes = 0;     // 0: default (256 KiB)

@@ -30,9 +30,9 @@ std::vector<Config> configs() {
     o.mode = fr::Mode::kFast;
     out.push_back({"fast", o});
     o.mode = fr::Mode::kDense;
-    o.code_signs = true;
+    o.max_ratio = true;
     out.push_back({"max", o});
-    o.code_signs = false;
+    o.max_ratio = false;
     o.deflate = true;
     o.backend = fr::Backend::kSoftware;
     out.push_back({"deflate", o});
