@@ -207,6 +207,39 @@ def large_tensor(dtype: torch.dtype) -> torch.Tensor:
     return t
 
 
+@pytest.mark.parametrize("block_bytes", [512, 1024, 1088, 2048, 2112, 8256, None])
+@pytest.mark.parametrize("name", ["minilm_l6_kv_bf16.safetensors", "minilm_l6_kv_fp16.safetensors",
+                                  "stories260k_text_kv_fp16.safetensors"])
+def test_fast_blocks_merged_while_their_high_plane_is_decoded(variant, name, block_bytes):
+    """Fast mode's 2-byte blocks of a raw low plane and a fastcode high plane are merged as the
+    high plane is decoded, where AVX-512 runs (entropy::fastcode_decode_merged; other variants
+    decode, then merge): blocks of 256 to 4128 elements, around a group (256), an XXH3 block of
+    output (512) and the last stripe, and the default 256 KiB; the rotated layout (MiniLM bf16) and
+    the plain one (stories260K fp16); one thread and two, into a new tensor and into a token range of
+    a larger one (runs: decoded, then merged). A flipped bit anywhere past the header is caught."""
+    t = kvdata.stacked(name)[0, :2048].reshape(2048, -1)[:, :32].contiguous()
+    if block_bytes is None:
+        t = kvdata.stacked(name)[:2].reshape(-1, 32).contiguous()
+    kw = {} if block_bytes is None else {"block_bytes": block_bytes}
+    frame = kvcore.compress(t, mode="fast", **kw)
+    info = kvcore.frame_info(frame)
+    assert "fastcode" in info["methods"]
+    if name != "minilm_l6_kv_fp16.safetensors":  # (which takes either layout, by the slice)
+        assert info["layout"]["rotate"] == name.startswith("minilm")
+    for threads in (1, 2):
+        assert_bit_exact(kvcore.decompress(frame, threads=threads), t)
+        wide = torch.zeros(t.shape[0], 3, 32, dtype=t.dtype)
+        kvcore.decompress(frame, out=wide[:, 1], threads=threads)
+        assert_bit_exact(wide[:, 1], t)
+        assert wide[:, 0].count_nonzero() == 0 and wide[:, 2].count_nonzero() == 0
+    g = torch.Generator().manual_seed(len(frame))
+    for at in torch.randint(64, len(frame), (8,), generator=g).tolist():
+        damaged = bytearray(frame)
+        damaged[at] ^= 1 << (at % 8)
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(bytes(damaged))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.uint8])
 def test_outputs_of_32_mib_and_more_decode_bit_exact_with_streaming_stores(variant, dtype):
     """Outputs of 32 MiB and more are merged with non-temporal stores wherever a block's output

@@ -482,7 +482,8 @@ def test_avx512_group_decoder_matches_the_layout(tmp_path):
 
     from native_build import ROOT, build_harness
 
-    sources = [str(ROOT / "csrc/entropy/fastcode_avx512.cpp"), str(ROOT / "csrc/cpu/cpu_features.cpp")]
+    sources = [str(ROOT / "csrc/entropy/fastcode_avx512.cpp"), str(ROOT / "csrc/cpu/cpu_features.cpp"),
+               str(ROOT / "csrc/checksum/xxh3_stripes.cpp")]
     exe = build_harness(tmp_path, "fastcode_avx512_check", sources)
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]

@@ -46,7 +46,9 @@ def test_avx512_channel_transposes_match_scalar_under_emulation(tmp_path):
 
 
 def test_avx512_fastcode_groups_match_the_layout_under_emulation(tmp_path):
-    out = build_and_run(tmp_path, "fastcode_avx512_check", ["entropy/fastcode_avx512.cpp", "cpu/cpu_features.cpp"])
+    out = build_and_run(tmp_path, "fastcode_avx512_check",
+                        ["entropy/fastcode_avx512.cpp", "cpu/cpu_features.cpp", "checksum/xxh3_stripes.cpp"],
+                        libs=("-lxxhash",))
     assert out.startswith("ok:") and not out.startswith("ok: 0 ")
 
 

@@ -900,29 +900,80 @@ Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t
     return fastcode_decode_hashed(src, src_size, dst, n, nullptr);
 }
 
+namespace {
+
+// A stream being decoded: parsed, its table built; the decoders take the groups
+// from `left` on and count the literals taken in k.
+struct Decoding {
+    Parsed p;
+    Table t;
+    Parsed left;  // the groups not decoded yet
+    uint64_t k = 0;
+    uint32_t isa = 0;
+};
+
+Status begin_decoding(const uint8_t* src, size_t src_size, size_t n, Decoding* d) {
+    KVCORE_RETURN_IF_ERROR(parse(src, src_size, n, &d->p));
+    build_table(d->p.w, d->p.table, &d->t);
+    d->left = d->p;
+    d->isa = cpu::active_isa();
+    return Status::ok();
+}
+
+// `groups` groups taken by an AVX-512 kernel: the rest start after them.
+void took_groups(Decoding& d, size_t groups) {
+    d.left.codes += groups * 32 * d.p.w;
+    d.left.groups -= groups;
+}
+
+// The groups left, then the tail, into dst (where the first group left goes).
+Status finish_decoding(Decoding& d, uint8_t* dst) {
+    KVCORE_RETURN_IF_ERROR(pick_decoder(d.p.w, d.isa, d.t.rows)(d.left, d.t, &d.k, dst));
+    KVCORE_RETURN_IF_ERROR(decode_tail(d.p, d.t, &d.k, dst + d.left.groups * kGroup));
+    if (d.k != d.p.nexc) return corrupt("fastcode: fewer escapes than literals");
+    return Status::ok();
+}
+
+}  // namespace
+
 Status fastcode_decode_hashed(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n, Xxh3Stripes* hash) {
     if (!src && src_size) return invalid("fastcode: null stream");
     if (!dst && n) return invalid("fastcode: null destination");
-    Parsed p;
-    KVCORE_RETURN_IF_ERROR(parse(src, src_size, n, &p));
-    Table t;
-    build_table(p.w, p.table, &t);
-    uint64_t k = 0;
-    Parsed rest = p;
-    const uint32_t isa = cpu::active_isa();
-    if (hash != nullptr && (isa & cpu::kIsaAvx512) && hash->fed == 0 && hash->len == n) {
+    Decoding d;
+    KVCORE_RETURN_IF_ERROR(begin_decoding(src, src_size, n, &d));
+    size_t hashed = 0;
+    if (hash != nullptr && (d.isa & cpu::kIsaAvx512) && hash->fed == 0 && hash->len == n) {
         // The groups before the plane's last 64 bytes are hashed as they are decoded.
-        const size_t hashed = std::min<size_t>(p.groups, hash->regular() / 4);
-        if (!fastcode_detail::decode_groups_avx512(p.w, p.codes, hashed, t.full, p.lit, p.nexc, &k, dst, hash))
+        hashed = std::min<size_t>(d.p.groups, hash->regular() / 4);
+        if (!fastcode_detail::decode_groups_avx512(d.p.w, d.p.codes, hashed, d.t.full, d.p.lit, d.p.nexc, &d.k, dst,
+                                                   hash))
             return corrupt("fastcode: more escapes than literals");
-        rest.codes += hashed * 32 * p.w;
-        rest.groups -= hashed;
-        dst += hashed * kGroup;
+        took_groups(d, hashed);
     }
-    KVCORE_RETURN_IF_ERROR(pick_decoder(p.w, isa, t.rows)(rest, t, &k, dst));
-    KVCORE_RETURN_IF_ERROR(decode_tail(p, t, &k, dst + rest.groups * kGroup));
-    if (k != p.nexc) return corrupt("fastcode: fewer escapes than literals");
-    return Status::ok();
+    return finish_decoding(d, dst + hashed * kGroup);
+}
+
+Status fastcode_decode_merged(const uint8_t* src, size_t src_size, size_t n, const HighPlaneMerge& m, uint8_t* rest,
+                              size_t* merged) {
+    *merged = 0;
+    if (!src && src_size) return invalid("fastcode: null stream");
+    if ((!rest || !m.low || !m.dst || !m.hash) && n) return invalid("fastcode: null buffer");
+    Decoding d;
+    KVCORE_RETURN_IF_ERROR(begin_decoding(src, src_size, n, &d));
+    if ((d.isa & cpu::kIsaAvx512) && m.hash->fed == 0 && m.hash->len == 2 * n) {
+        // Whole XXH3 blocks of output (two groups each) before its last byte.
+        constexpr size_t kGroupsPerXxh3Block = 64 * Xxh3Stripes::kStripesPerBlock / (2 * kGroup);
+        const size_t blocks = (2 * n - 1) / (2 * kGroup * kGroupsPerXxh3Block);
+        const size_t groups = std::min(d.p.groups / kGroupsPerXxh3Block, blocks) * kGroupsPerXxh3Block;
+        const bool streaming = m.streaming && reinterpret_cast<uintptr_t>(m.dst) % 64 == 0;
+        const bool ok = fastcode_detail::decode_groups_merged_avx512(
+            d.p.w, m.rotate, streaming, d.p.codes, groups, d.t.full, d.p.lit, d.p.nexc, &d.k, m.low, m.dst, m.hash);
+        if (streaming) _mm_sfence();  // non-temporal stores are weakly ordered
+        if (!ok) return corrupt("fastcode: more escapes than literals");
+        took_groups(d, groups);
+        *merged = groups * kGroup;
+    }
+    return finish_decoding(d, rest + *merged);
 }
 
 }  // namespace kvcore::entropy

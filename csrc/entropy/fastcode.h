@@ -42,6 +42,27 @@ Status fastcode_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t
 // completes the digest from the rest. Null hash: fastcode_decode.
 Status fastcode_decode_hashed(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n, Xxh3Stripes* hash);
 
+// The elements of 2-byte values whose high byte plane fastcode_decode_merged
+// decodes: element i = low[i] | symbol_i << 8, rotated right by one bit when
+// rotate (the frame's rotated layout), is written little endian at dst + 2 i.
+struct HighPlaneMerge {
+    const uint8_t* low = nullptr;
+    bool rotate = false;
+    uint8_t* dst = nullptr;
+    bool streaming = false;      // non-temporal stores where dst is 64-byte aligned (fenced before return)
+    Xxh3Stripes* hash = nullptr;  // begun over the 2n output bytes, nothing fed yet
+};
+
+// fastcode_decode of n symbols, the high bytes of n 2-byte elements, that writes
+// its first *merged symbols straight out as elements (m) while they are in
+// registers, feeding their stripes to m.hash, and decodes the rest into
+// rest[*merged, n). *merged is a whole number of XXH3 blocks of output short of
+// its last byte (so the caller's merge of the rest chains the hash and ends it);
+// 0 where the AVX-512 decoder does not run. Checks as fastcode_decode; on an
+// error the outputs are unspecified.
+Status fastcode_decode_merged(const uint8_t* src, size_t src_size, size_t n, const HighPlaneMerge& m, uint8_t* rest,
+                              size_t* merged);
+
 // Additions to the fixed interface above.
 //
 // fastcode_bound(n) covers every width, so it is also the capacity that lets

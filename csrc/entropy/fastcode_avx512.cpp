@@ -17,6 +17,7 @@
 // (after avx512_target.h, which defines KV_AVX512)
 #include "checksum/xxh3_stripes_avx512.h"
 #include "entropy/fastcode_format.h"
+#include "shuffle/interleave_avx512.h"
 
 namespace kvcore::entropy::fastcode_detail {
 namespace {
@@ -104,23 +105,58 @@ KV_AVX512 inline __m512i symbols(__m512i inverted, __m512i R0, __m512i R1) {
     }
 }
 
-// The decoder hands each 64-byte output vector, in order, to a Feed:
-// NoStripeFeed, or a StripeFeed that checksums the output from registers (an
-// in-place plane's checksum then costs no second pass).
-// A group's 256 output bytes are four stripes; XXH3's block ends (every
-// kStripesPerBlock stripes) fall between inner loops of whole groups, so that
-// no call inside them makes GCC keep the accumulators on the stack.
-template <unsigned W, typename Feed>
-KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
-                             uint64_t nexc, uint64_t* k_io, uint8_t* dst, Feed& fed_to) {
-    static_assert(Feed::kStripesPerBlock % 4 == 0, "a group must not straddle a block end");
-    constexpr size_t kGroupsPerBlock = Feed::kStripesPerBlock / 4;
-    Feed feed = fed_to;  // locals stay in registers
+// The reversed, repeated table of symbols() in two registers.
+template <unsigned W>
+KV_AVX512 inline void reversed_table(const uint8_t* table, __m512i* R0, __m512i* R1) {
     alignas(64) uint8_t reversed[128];
     constexpr unsigned top = (1u << W) - 1;
     for (unsigned j = 0; j < 128; ++j) reversed[j] = table[top - (j & top)];
-    const __m512i R0 = _mm512_load_si512(reversed), R1 = _mm512_load_si512(reversed + 64);
+    *R0 = _mm512_load_si512(reversed);
+    *R1 = _mm512_load_si512(reversed + 64);
+}
+
+// The 256 symbols of the group at g into r[0..3], escapes filled from the
+// literals lit[k, nexc) in order (k advanced); false when the group holds more
+// escapes than that.
+template <unsigned W>
+KV_AVX512 inline bool decode_group(const uint8_t* g, __m512i R0, __m512i R1, const uint8_t* lit, uint64_t nexc,
+                                   uint64_t& k, __m512i* r) {
     const __m512i low_bits = _mm512_set1_epi8(char((1u << W) - 1));
+    const __m512i c0 = inverted_codes_of<W, 0>(g), c1 = inverted_codes_of<W, 1>(g);
+    const __m512i c2 = inverted_codes_of<W, 2>(g), c3 = inverted_codes_of<W, 3>(g);
+    r[0] = symbols<W>(c0, R0, R1);
+    r[1] = symbols<W>(c1, R0, R1);
+    r[2] = symbols<W>(c2, R0, R1);
+    r[3] = symbols<W>(c3, R0, R1);
+    const uint64_t m[4] = {_mm512_testn_epi8_mask(c0, low_bits), _mm512_testn_epi8_mask(c1, low_bits),
+                           _mm512_testn_epi8_mask(c2, low_bits), _mm512_testn_epi8_mask(c3, low_bits)};
+    if ((m[0] | m[1] | m[2] | m[3]) != 0) {
+        const uint64_t n0 = uint64_t(__builtin_popcountll(m[0])), n1 = uint64_t(__builtin_popcountll(m[1]));
+        const uint64_t n2 = uint64_t(__builtin_popcountll(m[2])), n3 = uint64_t(__builtin_popcountll(m[3]));
+        if (n0 + n1 + n2 + n3 > nexc - k) return false;
+        // Reads exactly the literals taken: lit[k, k + n) with k + n <= nexc.
+        r[0] = _mm512_mask_expandloadu_epi8(r[0], m[0], lit + k);
+        r[1] = _mm512_mask_expandloadu_epi8(r[1], m[1], lit + k + n0);
+        r[2] = _mm512_mask_expandloadu_epi8(r[2], m[2], lit + k + n0 + n1);
+        r[3] = _mm512_mask_expandloadu_epi8(r[3], m[3], lit + k + n0 + n1 + n2);
+        k += n0 + n1 + n2 + n3;
+    }
+    return true;
+}
+
+// The decoders' loop over whole groups: put(gi, r, acc, feed) writes group gi's
+// symbols r[0..3] (or what they make) and hands each 64-byte output vector, in
+// order, to the Feed: NoStripeFeed, or a StripeFeed that checksums the output
+// from registers (an in-place plane's checksum then costs no second pass).
+// XXH3's block ends (every kStripesPerBlock stripes, kGroupsPerBlock groups)
+// fall between inner loops of whole groups, so that no call inside them makes
+// GCC keep the accumulators on the stack.
+template <unsigned W, size_t kGroupsPerBlock, typename Feed, typename Put>
+KV_AVX512 inline bool for_each_group(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
+                                     uint64_t nexc, uint64_t* k_io, Feed& fed_to, Put put) {
+    Feed feed = fed_to;  // locals stay in registers
+    __m512i R0, R1;
+    reversed_table<W>(table, &R0, &R1);
     uint64_t k = *k_io;
     __m512i acc = feed.load();
     size_t gi = 0;
@@ -128,29 +164,9 @@ KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t*
         const size_t end = gi + std::min(kGroupsPerBlock, groups - gi);
         full = end - gi == kGroupsPerBlock;
         for (; gi < end; ++gi) {
-            const uint8_t* g = codes + gi * 32 * W;
-            uint8_t* out = dst + gi * kGroup;
-            const __m512i c0 = inverted_codes_of<W, 0>(g), c1 = inverted_codes_of<W, 1>(g);
-            const __m512i c2 = inverted_codes_of<W, 2>(g), c3 = inverted_codes_of<W, 3>(g);
-            __m512i r[4] = {symbols<W>(c0, R0, R1), symbols<W>(c1, R0, R1), symbols<W>(c2, R0, R1),
-                            symbols<W>(c3, R0, R1)};
-            const uint64_t m[4] = {_mm512_testn_epi8_mask(c0, low_bits), _mm512_testn_epi8_mask(c1, low_bits),
-                                    _mm512_testn_epi8_mask(c2, low_bits), _mm512_testn_epi8_mask(c3, low_bits)};
-            if ((m[0] | m[1] | m[2] | m[3]) != 0) {
-                const uint64_t n0 = uint64_t(__builtin_popcountll(m[0])), n1 = uint64_t(__builtin_popcountll(m[1]));
-                const uint64_t n2 = uint64_t(__builtin_popcountll(m[2])), n3 = uint64_t(__builtin_popcountll(m[3]));
-                if (n0 + n1 + n2 + n3 > nexc - k) return false;
-                // Reads exactly the literals taken: lit[k, k + n) with k + n <= nexc.
-                r[0] = _mm512_mask_expandloadu_epi8(r[0], m[0], lit + k);
-                r[1] = _mm512_mask_expandloadu_epi8(r[1], m[1], lit + k + n0);
-                r[2] = _mm512_mask_expandloadu_epi8(r[2], m[2], lit + k + n0 + n1);
-                r[3] = _mm512_mask_expandloadu_epi8(r[3], m[3], lit + k + n0 + n1 + n2);
-                k += n0 + n1 + n2 + n3;
-            }
-            for (unsigned j = 0; j < 4; ++j) {
-                _mm512_storeu_si512(out + 64 * j, r[j]);
-                acc = feed.add(acc, r[j]);
-            }
+            __m512i r[4];
+            if (!decode_group<W>(codes + gi * 32 * W, R0, R1, lit, nexc, k, r)) return false;
+            put(gi, r, acc, feed);
         }
         if (full) acc = feed.end_block(acc);
     }
@@ -158,6 +174,45 @@ KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t*
     fed_to = feed;
     *k_io = k;
     return true;
+}
+
+// A plane's groups into dst: a group's 256 output bytes are four stripes.
+template <unsigned W, typename Feed>
+KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
+                             uint64_t nexc, uint64_t* k_io, uint8_t* dst, Feed& feed) {
+    static_assert(Feed::kStripesPerBlock % 4 == 0, "a group must not straddle a block end");
+    return for_each_group<W, Feed::kStripesPerBlock / 4>(
+        codes, groups, table, lit, nexc, k_io, feed, [dst](size_t gi, const __m512i* r, __m512i& acc, Feed& f) KV_AVX512 {
+            uint8_t* out = dst + gi * kGroup;
+            for (unsigned j = 0; j < 4; ++j) {
+                _mm512_storeu_si512(out + 64 * j, r[j]);
+                acc = f.add(acc, r[j]);
+            }
+        });
+}
+
+// The high plane of 2-byte elements, merged with their low bytes as it is
+// decoded (fastcode.h, HighPlaneMerge): a group is 512 output bytes, eight stripes.
+template <unsigned W, bool Rot, typename Stores>
+KV_AVX512 bool decode_groups_merged(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
+                                    uint64_t nexc, uint64_t* k_io, const uint8_t* low, uint8_t* dst,
+                                    StripeFeed& feed) {
+    static_assert(StripeFeed::kStripesPerBlock % 8 == 0, "a group must not straddle a block end");
+    const shuffle::Interleave2 interleave;
+    return for_each_group<W, StripeFeed::kStripesPerBlock / 8>(
+        codes, groups, table, lit, nexc, k_io, feed,
+        [&interleave, low, dst](size_t gi, const __m512i* r, __m512i& acc, StripeFeed& f) KV_AVX512 {
+            const uint8_t* lo = low + gi * kGroup;
+            uint8_t* out = dst + 2 * gi * kGroup;
+            for (unsigned j = 0; j < 4; ++j) {
+                __m512i a, b;
+                interleave.apply<Rot>(_mm512_loadu_si512(lo + 64 * j), r[j], &a, &b);
+                Stores::put(out + 128 * j, a);
+                Stores::put(out + 128 * j + 64, b);
+                acc = f.add(acc, a);
+                acc = f.add(acc, b);
+            }
+        });
 }
 
 template <unsigned W>
@@ -174,7 +229,16 @@ KV_AVX512 bool decode_hashed(const uint8_t* codes, size_t groups, const uint8_t*
     return decode_groups<W>(codes, groups, table, lit, nexc, k_io, dst, feed);
 }
 
+template <unsigned W, bool Rot, typename Stores>
+KV_AVX512 bool decode_merged(const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
+                             uint64_t nexc, uint64_t* k_io, const uint8_t* low, uint8_t* dst, Xxh3Stripes* hash) {
+    StripeFeed feed(hash);
+    return decode_groups_merged<W, Rot, Stores>(codes, groups, table, lit, nexc, k_io, low, dst, feed);
+}
+
 using GroupsFn = bool (*)(const uint8_t*, size_t, const uint8_t*, const uint8_t*, uint64_t, uint64_t*, uint8_t*);
+using MergedGroupsFn = bool (*)(const uint8_t*, size_t, const uint8_t*, const uint8_t*, uint64_t, uint64_t*,
+                                const uint8_t*, uint8_t*, Xxh3Stripes*);
 using HashedGroupsFn = bool (*)(const uint8_t*, size_t, const uint8_t*, const uint8_t*, uint64_t, uint64_t*,
                                 uint8_t*, Xxh3Stripes*);
 
@@ -283,6 +347,28 @@ bool decode_groups_avx512(unsigned w, const uint8_t* codes, size_t groups, const
     if (w < 1 || w > kMaxWidth) return false;
     if (hash != nullptr) return hashed[w](codes, groups, table, lit, nexc, k_io, dst, hash);
     return plain[w](codes, groups, table, lit, nexc, k_io, dst);
+}
+
+namespace {
+
+// The widths' kernels for one choice of rotation and stores.
+template <bool Rot, typename Stores>
+constexpr MergedGroupsFn kMergedByWidth[8] = {
+    nullptr,                       decode_merged<1, Rot, Stores>, decode_merged<2, Rot, Stores>,
+    decode_merged<3, Rot, Stores>, decode_merged<4, Rot, Stores>, decode_merged<5, Rot, Stores>,
+    decode_merged<6, Rot, Stores>, decode_merged<7, Rot, Stores>};
+
+}  // namespace
+
+bool decode_groups_merged_avx512(unsigned w, bool rotate, bool streaming, const uint8_t* codes, size_t groups,
+                                 const uint8_t* table, const uint8_t* lit, uint64_t nexc, uint64_t* k_io,
+                                 const uint8_t* low, uint8_t* dst, Xxh3Stripes* hash) {
+    if (w < 1 || w > kMaxWidth) return false;
+    const MergedGroupsFn* by_width =
+        rotate ? (streaming ? kMergedByWidth<true, shuffle::StreamingStores> : kMergedByWidth<true, shuffle::CachedStores>)
+               : (streaming ? kMergedByWidth<false, shuffle::StreamingStores>
+                            : kMergedByWidth<false, shuffle::CachedStores>);
+    return by_width[w](codes, groups, table, lit, nexc, k_io, low, dst, hash);
 }
 
 }  // namespace kvcore::entropy::fastcode_detail

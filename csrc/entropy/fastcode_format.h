@@ -69,6 +69,16 @@ inline size_t stream_size(unsigned w, size_t n, uint64_t nexc) {
 bool decode_groups_avx512(unsigned w, const uint8_t* codes, size_t groups, const uint8_t* table, const uint8_t* lit,
                           uint64_t nexc, uint64_t* k_io, uint8_t* dst, Xxh3Stripes* hash = nullptr);
 
+// decode_groups_avx512 for the high plane of 2-byte elements, merged with the
+// low plane as it is decoded (fastcode.h, HighPlaneMerge): group g's elements
+// go to dst[512 g, 512 g + 512), their low bytes read from low[256 g, ...).
+// Each output vector feeds hash (begun over the merged output, nothing fed yet;
+// the groups must end before its last 64 bytes). streaming: non-temporal
+// stores (dst 64-byte aligned; the caller fences them).
+bool decode_groups_merged_avx512(unsigned w, bool rotate, bool streaming, const uint8_t* codes, size_t groups,
+                                 const uint8_t* table, const uint8_t* lit, uint64_t nexc, uint64_t* k_io,
+                                 const uint8_t* low, uint8_t* dst, Xxh3Stripes* hash);
+
 // The AVX-512 group encoder: `groups` groups of src into their codes at out, with
 // code_of[byte] the code of each byte value (2^w - 1: escaped); escaped bytes go
 // to lit[*k_io, nexc) in order. False when there are more of them than that.

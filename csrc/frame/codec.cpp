@@ -13,6 +13,8 @@
 #include "checksum/xxh3_stripes.h"
 #include "common/aligned_buffer.h"
 #include "common/huge_pages.h"
+#include "cpu/cpu_features.h"
+#include "entropy/fastcode.h"
 #include "entropy/huffman.h"
 #include "frame/analysis.h"
 #include "frame/block_commit.h"
@@ -239,6 +241,50 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
     return Status::ok();
 }
 
+// Fast mode's usual block of 2-byte floats, a raw low plane and a fastcode high
+// plane, written to one run of the output: the high plane is merged with the low
+// one as it is decoded (entropy::fastcode_decode_merged), hashed from registers,
+// and only its last groups pass through scratch. (Decoding the plane to scratch
+// first, then merging, writes and reads it once more, and the merge's memory
+// traffic then waits for no decoding work to overlap it.) False where the block
+// is not such a block (*st untouched); else *st is the block's outcome.
+bool decode_fast_pair(const uint8_t* block, size_t size, uint64_t first, size_t n, const Header& h,
+                      const shuffle::PlaneTransform& t, uint8_t* out, shuffle::Stores stores, Scratch& scratch,
+                      Status* st) {
+    if (dtype_size(h.dtype) != 2 || t.residual != nullptr || 2 * n < Xxh3Stripes::kMinLength ||
+        !(cpu::active_isa() & cpu::kIsaAvx512))
+        return false;
+    // Both plane prefixes and sizes as the general path checks them: a raw low plane of n
+    // bytes, then a fastcode plane that ends the block.
+    size_t pos = kBlockPrefixBytes;
+    if (size - pos < kPlanePrefixBytes || block[pos] != static_cast<uint8_t>(Method::kRaw) ||
+        get_u32(block + pos + 1) != n || size - pos - kPlanePrefixBytes < n)
+        return false;
+    const uint8_t* low = block + pos + kPlanePrefixBytes;
+    pos += kPlanePrefixBytes + n;
+    if (size - pos < kPlanePrefixBytes || block[pos] != static_cast<uint8_t>(Method::kFastcode) ||
+        get_u32(block + pos + 1) != size - pos - kPlanePrefixBytes)
+        return false;
+    const uint8_t* high = block + pos + kPlanePrefixBytes;
+    const size_t high_size = size - pos - kPlanePrefixBytes;
+    Xxh3Stripes hash;
+    xxh3_stripes_begin(&hash, block_seed(h, first / h.block_elems), 2 * n);
+    entropy::HighPlaneMerge m;
+    m.low = low;
+    m.rotate = t.rotate;
+    m.dst = out;
+    m.streaming = stores == shuffle::Stores::kStreaming;
+    m.hash = &hash;
+    uint8_t* const rest = scratch.plane(1, n, 0);
+    size_t merged = 0;
+    *st = entropy::fastcode_decode_merged(high, high_size, n, m, rest, &merged);
+    if (!st->is_ok()) return true;
+    const uint8_t* at[2] = {low + merged, rest + merged};
+    shuffle::merge_hashed(at, n - merged, 2, moved_on(t, merged), out + 2 * merged, &hash, stores);
+    if (xxh3_stripes_finish_tail(&hash, out, 0) != get_u64(block)) *st = corrupt("block checksum mismatch");
+    return true;
+}
+
 Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n, const Header& h,
                     const OutputRuns& dst, shuffle::Stores stores, Scratch& scratch) {
     const unsigned esize = dtype_size(h.dtype);
@@ -249,6 +295,8 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     // when the block's bytes are contiguous there.
     size_t run_left = 0;
     uint8_t* const block_out = dst.at(first * esize, &run_left);
+    if (Status fused; run_left >= n * esize && decode_fast_pair(block, size, first, n, h, t, block_out, stores, scratch, &fused))
+        return fused;
     const bool in_place = esize == 1 && !t.rotate && t.residual == nullptr && run_left >= n;
     const uint64_t seed = block_seed(h, first / h.block_elems);
     // A plane decoded in place may be checksummed while it is decoded (decode_plane):

@@ -13,6 +13,7 @@
 #include "common/avx512_target.h"
 // (after avx512_target.h, which defines KV_AVX512)
 #include "checksum/xxh3_stripes_avx512.h"
+#include "shuffle/interleave_avx512.h"
 #include "shuffle/shuffle_internal.h"
 
 namespace kvcore::shuffle::detail {
@@ -21,16 +22,8 @@ namespace {
 KV_AVX512 inline __m512i ld(const uint8_t* p) { return _mm512_loadu_si512(p); }
 KV_AVX512 inline void st(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
 
-// How a merge kernel writes its output: through the caches, or around them with
-// non-temporal stores (dst 64-byte aligned; the caller fences them).
-struct CachedStores {
-    KV_AVX512 static void put(uint8_t* p, __m512i v) { st(p, v); }
-};
-struct StreamingStores {
-    KV_AVX512 static void put(uint8_t* p, __m512i v) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v); }
-};
-
-// A merge kernel hands each 64-byte output vector, in order, to a Feed:
+// A merge kernel writes its output through a CachedStores or StreamingStores
+// (interleave_avx512.h) and hands each 64-byte output vector, in order, to a Feed:
 // NoStripeFeed, or a StripeFeed that checksums the output from registers.
 
 // A byte-index vector for vpermt2b: idx[j] = f(j), each in [0, 128).
@@ -50,9 +43,6 @@ KV_AVX512 inline __m512i rotr8(__m512i x) {
 }
 KV_AVX512 inline __m512i rotl16(__m512i x) {
     return _mm512_or_si512(_mm512_slli_epi16(x, 1), _mm512_srli_epi16(x, 15));
-}
-KV_AVX512 inline __m512i rotr16(__m512i x) {
-    return _mm512_or_si512(_mm512_srli_epi16(x, 1), _mm512_slli_epi16(x, 15));
 }
 
 // ---- 1-byte elements ----
@@ -143,9 +133,7 @@ KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransfo
     const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
     __m512i acc = feed.load();
-    // Output byte j of elements 0..31: low plane byte j/2 (even j) or high plane byte j/2 (odd j, +64).
-    const __m512i first = index_vector([](int j) { return (j & 1 ? 64 : 0) + j / 2; });
-    const __m512i second = index_vector([](int j) { return (j & 1 ? 64 : 0) + 32 + j / 2; });
+    const Interleave2 interleave;
     size_t pos = 0, i = 0;
     for (bool full = true; full;) {
         for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
@@ -155,9 +143,8 @@ KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransfo
                 hi = _mm512_add_epi8(hi, ld(res.bytes() + pos));
                 res.advance(pos, step);
             }
-            __m512i a = _mm512_permutex2var_epi8(lo, first, hi);
-            __m512i b = _mm512_permutex2var_epi8(lo, second, hi);
-            if (Rot) a = rotr16(a), b = rotr16(b);
+            __m512i a, b;
+            interleave.apply<Rot>(lo, hi, &a, &b);
             Stores::put(dst + 2 * i, a);
             Stores::put(dst + 2 * i + 64, b);
             acc = feed.add(acc, a);
