@@ -352,7 +352,7 @@ py::bytes desc_bytes(const void* p, size_t n) { return py::bytes(static_cast<con
 // free space at the heap's top passes glibc's trim threshold (twice the mmap
 // threshold once raised) it is returned to the kernel, and the next call
 // faults it in again; per-frame loops over 512 KiB frames ran at half the
-// speed of compress(out=) on the Zen 4 VM for that reason (README). Called
+// speed of compress(out=) on the Zen 4 VM for that reason (docs/CHANGES.md). Called
 // with the GIL held; the copy runs without it.
 constexpr size_t kRecycleBelow = size_t(32) << 20;
 
