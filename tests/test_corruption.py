@@ -172,6 +172,37 @@ def test_row_indices_past_the_distinct_rows_are_detected(n_distinct, n_rows):
         kvcore.decompress(bytes(frame))
 
 
+@pytest.mark.parametrize("layout", ["every other row", "every 8th row", "half, then every 64th"])
+def test_a_repeat_of_a_row_still_to_come_is_detected(layout):
+    # A new row followed by its own repeat, with their bitmap bits swapped, decodes to the
+    # same bytes (the repeat names the next new row, the new row comes one later): the
+    # decoder must refuse the repeat. The layouts of repeated rows take each of the join
+    # loops: row by row (every other row repeats), runs between repeats (1 in 8), and a
+    # plane with both, the swapped pair among the runs.
+    period = {"every other row": lambda r: 2, "every 8th row": lambda r: 8,
+              "half, then every 64th": lambda r: 2 if r < 2048 else 64}[layout]
+    repeats = [r % period(r) == period(r) - 1 for r in range(4096)]  # each repeats the row before
+    g = torch.Generator().manual_seed(len(layout))
+    distinct = (torch.randn(4096 - sum(repeats), 32, generator=g) * 4).to(torch.bfloat16)
+    picks, fresh = [], 0
+    for again in repeats:
+        picks.append(fresh - 1 if again else fresh)
+        fresh += not again
+    x = distinct[torch.tensor(picks)].reshape(4096, 4, 8).contiguous()  # rows of 32 channels
+    pair = max(r for r in range(3 * 64) if repeats[r + 1] and not repeats[r]) if layout != "half, then every 64th" \
+        else 2048 + 3 * 64 - 2  # a new row, then its repeat
+    for mode in ("dense", "fast"):
+        frame = bytearray(kvcore.compress(x, mode=mode, block_bytes=x.numel() * 2))  # one block
+        _, at, _ = next(p for p in planes(bytes(frame)) if p[0] == ROWS)
+        _, rows, copies, _ = row_table(bytes(frame), at)
+        assert (rows, copies) == (4096, sum(repeats))
+        byte, bit = at + 8 + pair // 8, pair % 8
+        assert (frame[byte] >> bit) & 3 == 0b10
+        frame[byte] ^= 0b11 << bit
+        with pytest.raises(kvcore.CorruptFrameError, match="no earlier row"):
+            kvcore.decompress(bytes(frame))
+
+
 def test_swapped_blocks_are_detected():
     frame = FRAMES["fp32"]
     n_blocks = struct.unpack_from("<I", frame, 12)[0]

@@ -258,22 +258,28 @@ inline void copy_new_rows(uint8_t* out, const uint8_t* distinct, size_t rb, size
 // Rows [0, count) of out, where bit j of bits says row j repeats distinct row
 // idx[k] (k counting the repeats) and is otherwise the next new row. Branch-free:
 // the choice is a mask, as repeats and new rows interleave unpredictably. RB: the
-// row length when fixed at compile time (0: rb).
+// row length when fixed at compile time (0: rb). False when a row repeats a
+// distinct row that no earlier row brought in (see join_rows).
 template <size_t RB, typename T>
-inline void repeat_rows(uint8_t* out, const uint8_t* distinct, size_t rb, uint64_t bits, size_t count, const T* idx,
+inline bool repeat_rows(uint8_t* out, const uint8_t* distinct, size_t rb, uint64_t bits, size_t count, const T* idx,
                         size_t& k, size_t& next) {
     const size_t len = RB ? RB : rb;
     size_t kk = k, nn = next;  // locals: stores through out (uint8_t) may alias the references
+    size_t ahead = 0;  // a row's source is always below the distinct rows brought in with it
     for (size_t j = 0; j < count; ++j) {
         const size_t repeat = (bits >> j) & 1;
         const size_t src = nn ^ ((size_t(idx[kk]) ^ nn) & (0 - repeat));
         kk += repeat;
         nn += repeat ^ 1;
+        ahead |= size_t(src >= nn);
         copy_row(out + j * len, distinct + src * len, len);
     }
     k = kk;
     next = nn;
+    return ahead == 0;
 }
+
+Status repeats_ahead() { return bad("a row repeats a distinct row that no earlier row brought in"); }
 
 // Planes where few rows repeat: the new rows between repeats are one copy per run,
 // each repeat's index read where it is stored.
@@ -286,7 +292,7 @@ Status join_few_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out
             copy_new_rows(out, distinct, rb, r, next, rep);
             const uint32_t i = t.width ? read_index(t.indices, ib, pos, t.width) : 0;
             pos += t.width;
-            if (i >= t.distinct) return bad("a row repeats a row that does not exist");
+            if (i >= next) return i >= t.distinct ? bad("a row repeats a row that does not exist") : repeats_ahead();
             copy_row(out + rep * rb, distinct + size_t(i) * rb, rb);
             r = rep + 1;
         }
@@ -311,17 +317,16 @@ Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* ou
             for (; bits; bits &= bits - 1) {
                 const size_t rep = first + size_t(__builtin_ctzll(bits));
                 copy_new_rows(out, distinct, rb, r, next, rep);
+                if (idx[k] >= next) return repeats_ahead();
                 copy_row(out + rep * rb, distinct + size_t(idx[k++]) * rb, rb);
                 r = rep + 1;
             }
             continue;
         }
         copy_new_rows(out, distinct, rb, r, next, first);
-        if (rb == 32) {
-            repeat_rows<32>(out + first * rb, distinct, rb, bits, count, idx.data(), k, next);
-        } else {
-            repeat_rows<0>(out + first * rb, distinct, rb, bits, count, idx.data(), k, next);
-        }
+        const bool in_order = rb == 32 ? repeat_rows<32>(out + first * rb, distinct, rb, bits, count, idx.data(), k, next)
+                                       : repeat_rows<0>(out + first * rb, distinct, rb, bits, count, idx.data(), k, next);
+        if (!in_order) return repeats_ahead();
         r = first + count;
     }
     copy_new_rows(out, distinct, rb, r, next, t.rows);
@@ -330,6 +335,10 @@ Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* ou
 
 }  // namespace
 
+// A repeat must name a distinct row that an earlier row brought in: the encoder
+// only writes such tables, and a decoder that accepted a repeat of the next new
+// row (bits of a new row and its repeat swapped) would decode an edited frame to
+// the same bytes without an error.
 Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
     if (t.copies * 4 < t.rows) return join_few_repeats(t, distinct, out);
     return t.width <= 8 ? join_many_repeats<uint8_t>(t, distinct, out) : join_many_repeats<uint32_t>(t, distinct, out);

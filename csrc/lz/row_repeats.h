@@ -49,7 +49,8 @@ struct RowTable {
 Status parse_row_table(const uint8_t* payload, size_t size, size_t n, RowTable* t);
 
 // Writes the plane (t.rows * t.row_bytes bytes) from its distinct rows.
-// Corrupt when an index does not name a distinct row.
+// Corrupt when an index does not name a distinct row that an earlier row
+// brought in (then out is partly written).
 Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out);
 
 }  // namespace kvcore::lz
