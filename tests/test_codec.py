@@ -240,6 +240,28 @@ def test_fast_blocks_merged_while_their_high_plane_is_decoded(variant, name, blo
             kvcore.decompress(bytes(damaged))
 
 
+@pytest.mark.parametrize("values, escapes", [(1, 0.1), (1, 0.3), (3, 0.0), (3, 0.02), (7, 0.02), (15, 0.0),
+                                             (15, 0.3), (31, 0.02), (63, 0.0), (63, 0.02), (127, 0.0), (127, 0.02)])
+@pytest.mark.parametrize("consecutive", [True, False])
+def test_fast_blocks_merged_while_decoded_at_every_code_width(variant, values, consecutive, escapes):
+    """The merged fast decode (AVX-512 and AVX2) at every code width: high bytes drawn from
+    `values` common bytes (2^w - 1 of them fill width w; consecutive ones give row-progressive
+    tables at widths 5-7) plus a share of other bytes that the code escapes, low bytes random."""
+    g = torch.Generator().manual_seed(values * 10 + int(escapes * 100) + consecutive)
+    common = torch.arange(40, 40 + values) if consecutive else torch.randperm(256, generator=g)[:values]
+    # (skewed, as exponents are: uniformly spread consecutive bytes would be packed instead)
+    weights = 1.0 / torch.arange(1, values + 1, dtype=torch.float64)
+    high = common[torch.multinomial(weights, 4096 * 64, replacement=True, generator=g)]
+    rare = torch.rand(high.shape, generator=g) < escapes
+    high[rare] = torch.randint(0, 256, (int(rare.sum()),), generator=g)
+    low = torch.randint(0, 256, high.shape, generator=g)
+    x = (high * 256 + low).to(torch.int16).view(torch.bfloat16).reshape(4096, 64)
+    frame = kvcore.compress(x, mode="fast")
+    assert "fastcode" in kvcore.frame_info(frame)["methods"]
+    for threads in (1, 2):
+        assert_bit_exact(kvcore.decompress(frame, threads=threads), x)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.uint8])
 def test_outputs_of_32_mib_and_more_decode_bit_exact_with_streaming_stores(variant, dtype):
     """Outputs of 32 MiB and more are merged with non-temporal stores wherever a block's output

@@ -21,6 +21,9 @@
 #define KV_AVX2 __attribute__((target("avx2,bmi,bmi2")))
 #define KV_AVX2_INLINE __attribute__((target("avx2,bmi,bmi2"), always_inline)) inline
 
+#include "checksum/xxh3_stripes_avx2.h"
+#include "shuffle/interleave_avx2.h"
+
 namespace kvcore::entropy {
 
 using namespace fastcode_detail;
@@ -384,9 +387,10 @@ Status decode_groups_avx512(const Parsed& p, const Table& t, uint64_t* k_io, uin
     return Status::ok();
 }
 
-template <unsigned W, bool kRows = false>
-KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
-    __m256i T[8];
+// The lookup tables of decode_any_avx2: the row starts of a row-progressive table,
+// else the table in 16-byte pieces, each in both lanes.
+template <unsigned W, bool kRows>
+KV_AVX2_INLINE void load_tables_avx2(const Table& t, __m256i* T) {
     if constexpr (kRows) {
         alignas(16) uint8_t starts[16] = {};
         for (unsigned j = 0; j < (1u << (W - 4)); ++j) starts[j] = t.full[16 * j];
@@ -395,6 +399,12 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
         for (unsigned j = 0; j < 8; ++j)
             T[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.full + 16 * j)));
     }
+}
+
+template <unsigned W, bool kRows = false>
+KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
+    __m256i T[8];
+    load_tables_avx2<W, kRows>(t, T);
     const __m256i marker = _mm256_set1_epi8(static_cast<char>(t.marker));
     const uint8_t* lit = p.lit;
     const uint64_t nexc = p.nexc;
@@ -438,6 +448,122 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
     }
     *k_io = k;
     return Status::ok();
+}
+
+// Fills the escapes of a group's eight output vectors from the literals (k
+// advanced past those taken). kPatchAll: every vector is patched, untested, for
+// streams with escapes in most groups; the caller keeps the reads inside the
+// stream (k + kGroup + 16 <= after_lit) and checks k <= nexc at the end. Else
+// only a group that has escapes is patched, once enough literals are known to be
+// left (patch_vec's reads then stay inside the stream: the literals are followed
+// by the codes, at least 32 bytes); false when they are not.
+template <bool kPatchAll>
+KV_AVX2_INLINE bool patch_group_avx2(__m256i* r, __m256i marker, const uint8_t* lit, uint64_t nexc, uint64_t& k) {
+    if constexpr (!kPatchAll) {
+        __m256i any = _mm256_cmpeq_epi8(r[0], marker);
+#pragma GCC unroll 8
+        for (unsigned i = 1; i < 8; ++i) any = _mm256_or_si256(any, _mm256_cmpeq_epi8(r[i], marker));
+        if (_mm256_testz_si256(any, any)) return true;
+        uint64_t cnt = 0;
+#pragma GCC unroll 8
+        for (unsigned i = 0; i < 8; ++i)
+            cnt += static_cast<unsigned>(_mm_popcnt_u32(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(r[i], marker)))));
+        if (k > nexc || cnt > nexc - k) return false;
+    }
+#pragma GCC unroll 8
+    for (unsigned i = 0; i < 8; ++i) r[i] = patch_vec(r[i], marker, lit, k);
+    return true;
+}
+
+// One group of the high plane decoded, patched, merged with its 256 low bytes
+// into elements, written and hashed (a stripe per output vector).
+template <unsigned W, bool kRows, bool Rot, typename Stores, bool kPatchAll>
+KV_AVX2_INLINE bool merge_group_avx2(const __m256i* V, const __m256i* T, __m256i marker, const uint8_t* lit,
+                                     uint64_t nexc, uint64_t& k, const uint8_t* low, uint8_t* out,
+                                     StripeFeedAvx2& feed, __m256i& acc_lo, __m256i& acc_hi) {
+    __m256i r[8];
+    r[0] = decode_any_avx2<W, kRows, 0>(V, T, marker);
+    r[1] = decode_any_avx2<W, kRows, 1>(V, T, marker);
+    r[2] = decode_any_avx2<W, kRows, 2>(V, T, marker);
+    r[3] = decode_any_avx2<W, kRows, 3>(V, T, marker);
+    r[4] = decode_any_avx2<W, kRows, 4>(V, T, marker);
+    r[5] = decode_any_avx2<W, kRows, 5>(V, T, marker);
+    r[6] = decode_any_avx2<W, kRows, 6>(V, T, marker);
+    r[7] = decode_any_avx2<W, kRows, 7>(V, T, marker);
+    if (!patch_group_avx2<kPatchAll>(r, marker, lit, nexc, k)) return false;
+#pragma GCC unroll 8
+    for (unsigned i = 0; i < 8; ++i) {
+        __m256i a, b;
+        shuffle::avx2::interleave2<Rot>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(low + 32 * i)), r[i], &a, &b);
+        Stores::put(out + 64 * i, a);
+        Stores::put(out + 64 * i + 32, b);
+        feed.add(acc_lo, acc_hi, a, b);
+    }
+    return true;
+}
+
+// decode_groups_avx2 for the high plane of 2-byte elements, merged with the low
+// plane as it is decoded (fastcode.h, HighPlaneMerge): `groups` groups, each 512
+// output bytes, eight stripes fed to hash.
+template <unsigned W, bool kRows, bool Rot, typename Stores>
+KV_AVX2 bool decode_groups_merged_avx2(const Parsed& p, const Table& t, size_t groups, uint64_t* k_io,
+                                       const uint8_t* low, uint8_t* dst, Xxh3Stripes* hash) {
+    static_assert(StripeFeedAvx2::kStripesPerBlock % 8 == 0, "a group must not straddle a block end");
+    constexpr size_t kGroupsPerBlock = StripeFeedAvx2::kStripesPerBlock / 8;
+    __m256i T[8];
+    load_tables_avx2<W, kRows>(t, T);
+    const __m256i marker = _mm256_set1_epi8(static_cast<char>(t.marker));
+    StripeFeedAvx2 feed(hash);
+    __m256i acc_lo, acc_hi;
+    feed.load(acc_lo, acc_hi);
+    uint64_t k = *k_io;
+    size_t gi = 0;
+    for (bool full = true; full;) {
+        const size_t end = gi + std::min(kGroupsPerBlock, groups - gi);
+        full = end - gi == kGroupsPerBlock;
+        for (; gi < end; ++gi) {
+            const uint8_t* g = p.codes + gi * 32 * W;
+            __m256i V[W];
+#pragma GCC unroll 8
+            for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
+            const uint8_t* lo = low + gi * kGroup;
+            uint8_t* out = dst + 2 * gi * kGroup;
+            // As decode_groups_avx2: escapes in most groups are patched untested while a whole
+            // group's literal reads stay inside the stream.
+            const bool ok = p.dense_escapes && k + kGroup + 16 <= p.after_lit
+                                ? merge_group_avx2<W, kRows, Rot, Stores, true>(V, T, marker, p.lit, p.nexc, k, lo,
+                                                                               out, feed, acc_lo, acc_hi)
+                                : merge_group_avx2<W, kRows, Rot, Stores, false>(V, T, marker, p.lit, p.nexc, k, lo,
+                                                                                out, feed, acc_lo, acc_hi);
+            if (!ok) return false;
+        }
+        if (full) feed.end_block(acc_lo, acc_hi);
+    }
+    feed.store(acc_lo, acc_hi);
+    *k_io = k;
+    return k <= p.nexc;
+}
+
+using MergedDecodeFn = bool (*)(const Parsed&, const Table&, size_t, uint64_t*, const uint8_t*, uint8_t*,
+                                Xxh3Stripes*);
+
+// The AVX2 merging decoder for a width, table kind, rotation and store kind.
+template <bool Rot, typename Stores>
+MergedDecodeFn pick_merged_avx2(unsigned w, bool rows) {
+    static const MergedDecodeFn plain[8] = {
+        nullptr,
+        decode_groups_merged_avx2<1, false, Rot, Stores>,
+        decode_groups_merged_avx2<2, false, Rot, Stores>,
+        decode_groups_merged_avx2<3, false, Rot, Stores>,
+        decode_groups_merged_avx2<4, false, Rot, Stores>,
+        decode_groups_merged_avx2<5, false, Rot, Stores>,
+        decode_groups_merged_avx2<6, false, Rot, Stores>,
+        decode_groups_merged_avx2<7, false, Rot, Stores>};
+    static const MergedDecodeFn by_rows[8] = {nullptr, nullptr, nullptr, nullptr, nullptr,
+                                              decode_groups_merged_avx2<5, true, Rot, Stores>,
+                                              decode_groups_merged_avx2<6, true, Rot, Stores>,
+                                              decode_groups_merged_avx2<7, true, Rot, Stores>};
+    return rows && w >= kRowsMinWidth ? by_rows[w] : plain[w];
 }
 
 template <unsigned W>
@@ -960,14 +1086,27 @@ Status fastcode_decode_merged(const uint8_t* src, size_t src_size, size_t n, con
     if ((!rest || !m.low || !m.dst || !m.hash) && n) return invalid("fastcode: null buffer");
     Decoding d;
     KVCORE_RETURN_IF_ERROR(begin_decoding(src, src_size, n, &d));
-    if ((d.isa & cpu::kIsaAvx512) && m.hash->fed == 0 && m.hash->len == 2 * n) {
+    const bool avx512 = (d.isa & cpu::kIsaAvx512) != 0;
+    if ((avx512 || (d.isa & cpu::kIsaAvx2)) && m.hash->fed == 0 && m.hash->len == 2 * n) {
         // Whole XXH3 blocks of output (two groups each) before its last byte.
         constexpr size_t kGroupsPerXxh3Block = 64 * Xxh3Stripes::kStripesPerBlock / (2 * kGroup);
         const size_t blocks = (2 * n - 1) / (2 * kGroup * kGroupsPerXxh3Block);
         const size_t groups = std::min(d.p.groups / kGroupsPerXxh3Block, blocks) * kGroupsPerXxh3Block;
         const bool streaming = m.streaming && reinterpret_cast<uintptr_t>(m.dst) % 64 == 0;
-        const bool ok = fastcode_detail::decode_groups_merged_avx512(
-            d.p.w, m.rotate, streaming, d.p.codes, groups, d.t.full, d.p.lit, d.p.nexc, &d.k, m.low, m.dst, m.hash);
+        bool ok;
+        if (avx512) {
+            ok = fastcode_detail::decode_groups_merged_avx512(d.p.w, m.rotate, streaming, d.p.codes, groups, d.t.full,
+                                                              d.p.lit, d.p.nexc, &d.k, m.low, m.dst, m.hash);
+        } else {
+            using shuffle::avx2::CachedStores;
+            using shuffle::avx2::StreamingStores;
+            const MergedDecodeFn fn =
+                m.rotate ? (streaming ? pick_merged_avx2<true, StreamingStores>(d.p.w, d.t.rows)
+                                      : pick_merged_avx2<true, CachedStores>(d.p.w, d.t.rows))
+                         : (streaming ? pick_merged_avx2<false, StreamingStores>(d.p.w, d.t.rows)
+                                      : pick_merged_avx2<false, CachedStores>(d.p.w, d.t.rows));
+            ok = fn(d.p, d.t, groups, &d.k, m.low, m.dst, m.hash);
+        }
         if (streaming) _mm_sfence();  // non-temporal stores are weakly ordered
         if (!ok) return corrupt("fastcode: more escapes than literals");
         took_groups(d, groups);

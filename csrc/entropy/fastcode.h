@@ -58,8 +58,8 @@ struct HighPlaneMerge {
 // registers, feeding their stripes to m.hash, and decodes the rest into
 // rest[*merged, n). *merged is a whole number of XXH3 blocks of output short of
 // its last byte (so the caller's merge of the rest chains the hash and ends it);
-// 0 where the AVX-512 decoder does not run. Checks as fastcode_decode; on an
-// error the outputs are unspecified.
+// 0 where neither the AVX-512 nor the AVX2 decoder runs. Checks as
+// fastcode_decode; on an error the outputs are unspecified.
 Status fastcode_decode_merged(const uint8_t* src, size_t src_size, size_t n, const HighPlaneMerge& m, uint8_t* rest,
                               size_t* merged);
 

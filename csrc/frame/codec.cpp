@@ -243,7 +243,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
 
 // Fast mode's usual block of 2-byte floats, a raw low plane and a fastcode high
 // plane, written to one run of the output: the high plane is merged with the low
-// one as it is decoded (entropy::fastcode_decode_merged), hashed from registers,
+// one as it is decoded (entropy::fastcode_decode_merged, AVX-512 or AVX2), hashed from registers,
 // and only its last groups pass through scratch. (Decoding the plane to scratch
 // first, then merging, writes and reads it once more, and the merge's memory
 // traffic then waits for no decoding work to overlap it.) False where the block
@@ -252,7 +252,7 @@ bool decode_fast_pair(const uint8_t* block, size_t size, uint64_t first, size_t 
                       const shuffle::PlaneTransform& t, uint8_t* out, shuffle::Stores stores, Scratch& scratch,
                       Status* st) {
     if (dtype_size(h.dtype) != 2 || t.residual != nullptr || 2 * n < Xxh3Stripes::kMinLength ||
-        !(cpu::active_isa() & cpu::kIsaAvx512))
+        !(cpu::active_isa() & (cpu::kIsaAvx512 | cpu::kIsaAvx2)))
         return false;
     // Both plane prefixes and sizes as the general path checks them: a raw low plane of n
     // bytes, then a fastcode plane that ends the block.

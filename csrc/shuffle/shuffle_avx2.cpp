@@ -19,6 +19,7 @@
 #define KV_AVX2 __attribute__((target("avx2,bmi,bmi2")))
 
 #include "checksum/xxh3_stripes_avx2.h"
+#include "shuffle/interleave_avx2.h"
 
 namespace kvcore::shuffle::detail {
 namespace {
@@ -26,14 +27,10 @@ namespace {
 KV_AVX2 inline __m256i ld(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 KV_AVX2 inline void st(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
 
-// How a merge kernel writes its output: through the caches, or around them with
-// non-temporal stores (dst 32-byte aligned; the caller fences them).
-struct CachedStores {
-    KV_AVX2 static void put(uint8_t* p, __m256i v) { st(p, v); }
-};
-struct StreamingStores {
-    KV_AVX2 static void put(uint8_t* p, __m256i v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v); }
-};
+// A merge kernel writes its output through the caches, or around them with
+// non-temporal stores (interleave_avx2.h).
+using avx2::CachedStores;
+using avx2::StreamingStores;
 
 // A merge kernel hands each 64-byte stripe of its output (two vectors), in order,
 // to a Feed: NoFeed, or a StripeFeedAvx2 that checksums the output from registers.
@@ -54,7 +51,6 @@ KV_AVX2 inline __m256i rotr8(__m256i x) {
                            _mm256_and_si256(_mm256_slli_epi16(x, 7), _mm256_set1_epi8(static_cast<char>(0x80))));
 }
 KV_AVX2 inline __m256i rotl16(__m256i x) { return _mm256_or_si256(_mm256_slli_epi16(x, 1), _mm256_srli_epi16(x, 15)); }
-KV_AVX2 inline __m256i rotr16(__m256i x) { return _mm256_or_si256(_mm256_srli_epi16(x, 1), _mm256_slli_epi16(x, 15)); }
 KV_AVX2 inline __m256i rotl32(__m256i x) { return _mm256_or_si256(_mm256_slli_epi32(x, 1), _mm256_srli_epi32(x, 31)); }
 KV_AVX2 inline __m256i rotr32(__m256i x) { return _mm256_or_si256(_mm256_srli_epi32(x, 1), _mm256_slli_epi32(x, 31)); }
 
@@ -172,14 +168,9 @@ KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform
                 hi1 = _mm256_add_epi8(hi1, ld(r + 32));
                 res.advance(pos, step);
             }
-            // After (q0 q2 q1 q3), the in-lane unpacks yield elements 0..15 and 16..31.
-            lo0 = _mm256_permute4x64_epi64(lo0, 0xD8);
-            hi0 = _mm256_permute4x64_epi64(hi0, 0xD8);
-            lo1 = _mm256_permute4x64_epi64(lo1, 0xD8);
-            hi1 = _mm256_permute4x64_epi64(hi1, 0xD8);
-            __m256i a = _mm256_unpacklo_epi8(lo0, hi0), b = _mm256_unpackhi_epi8(lo0, hi0);
-            __m256i c = _mm256_unpacklo_epi8(lo1, hi1), d = _mm256_unpackhi_epi8(lo1, hi1);
-            if (Rot) a = rotr16(a), b = rotr16(b), c = rotr16(c), d = rotr16(d);
+            __m256i a, b, c, d;
+            avx2::interleave2<Rot>(lo0, hi0, &a, &b);
+            avx2::interleave2<Rot>(lo1, hi1, &c, &d);
             uint8_t* o = dst + 2 * i;
             Stores::put(o, a);
             Stores::put(o + 32, b);
