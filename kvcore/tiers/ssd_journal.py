@@ -188,8 +188,19 @@ class DirJournal:
         return True
 
     def has_new(self) -> bool:
-        """Whether records were appended since the last read (one fstat); False once closed."""
-        return self._journal is not None and os.fstat(self._journal.fileno()).st_size - self._offset >= RECORD_BYTES
+        """Whether records were appended since the last read (one fstat); False once closed.
+
+        The tier calls this without its lock, so a close() on another thread may close the
+        file between the check and the fstat (EBADF; or, the descriptor reused meanwhile, the
+        size of another file): the tier reads the records under its lock, where read_new
+        sees the journal closed."""
+        journal = self._journal
+        if journal is None:
+            return False
+        try:
+            return os.fstat(journal.fileno()).st_size - self._offset >= RECORD_BYTES
+        except (OSError, ValueError):  # closed meanwhile
+            return False
 
     def read_new(self) -> tuple[bool, list[Record]]:
         """(reloaded, records): the records appended since the last call. reloaded is True
