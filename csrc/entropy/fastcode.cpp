@@ -547,9 +547,9 @@ KV_AVX2 bool decode_groups_merged_avx2(const Parsed& p, const Table& t, size_t g
 using MergedDecodeFn = bool (*)(const Parsed&, const Table&, size_t, uint64_t*, const uint8_t*, uint8_t*,
                                 Xxh3Stripes*);
 
-// The AVX2 merging decoder for a width, table kind, rotation and store kind.
+// The AVX2 merging decoders of a rotation and store kind, by width and table kind.
 template <bool Rot, typename Stores>
-MergedDecodeFn pick_merged_avx2(unsigned w, bool rows) {
+MergedDecodeFn merged_avx2_for(unsigned w, bool rows) {
     static const MergedDecodeFn plain[8] = {
         nullptr,
         decode_groups_merged_avx2<1, false, Rot, Stores>,
@@ -564,6 +564,16 @@ MergedDecodeFn pick_merged_avx2(unsigned w, bool rows) {
                                               decode_groups_merged_avx2<6, true, Rot, Stores>,
                                               decode_groups_merged_avx2<7, true, Rot, Stores>};
     return rows && w >= kRowsMinWidth ? by_rows[w] : plain[w];
+}
+
+// The AVX2 merging decoder for a width, table kind, rotation and store kind
+// (streaming: non-temporal stores, which the caller fences).
+MergedDecodeFn pick_merged_avx2(unsigned w, bool rows, bool rotate, bool streaming) {
+    using shuffle::avx2::CachedStores;
+    using shuffle::avx2::StreamingStores;
+    if (rotate)
+        return streaming ? merged_avx2_for<true, StreamingStores>(w, rows) : merged_avx2_for<true, CachedStores>(w, rows);
+    return streaming ? merged_avx2_for<false, StreamingStores>(w, rows) : merged_avx2_for<false, CachedStores>(w, rows);
 }
 
 template <unsigned W>
@@ -1046,7 +1056,7 @@ Status begin_decoding(const uint8_t* src, size_t src_size, size_t n, Decoding* d
     return Status::ok();
 }
 
-// `groups` groups taken by an AVX-512 kernel: the rest start after them.
+// `groups` groups taken by a SIMD kernel (hashed or merged as decoded): the rest start after them.
 void took_groups(Decoding& d, size_t groups) {
     d.left.codes += groups * 32 * d.p.w;
     d.left.groups -= groups;
@@ -1093,20 +1103,12 @@ Status fastcode_decode_merged(const uint8_t* src, size_t src_size, size_t n, con
         const size_t blocks = (2 * n - 1) / (2 * kGroup * kGroupsPerXxh3Block);
         const size_t groups = std::min(d.p.groups / kGroupsPerXxh3Block, blocks) * kGroupsPerXxh3Block;
         const bool streaming = m.streaming && reinterpret_cast<uintptr_t>(m.dst) % 64 == 0;
-        bool ok;
-        if (avx512) {
-            ok = fastcode_detail::decode_groups_merged_avx512(d.p.w, m.rotate, streaming, d.p.codes, groups, d.t.full,
-                                                              d.p.lit, d.p.nexc, &d.k, m.low, m.dst, m.hash);
-        } else {
-            using shuffle::avx2::CachedStores;
-            using shuffle::avx2::StreamingStores;
-            const MergedDecodeFn fn =
-                m.rotate ? (streaming ? pick_merged_avx2<true, StreamingStores>(d.p.w, d.t.rows)
-                                      : pick_merged_avx2<true, CachedStores>(d.p.w, d.t.rows))
-                         : (streaming ? pick_merged_avx2<false, StreamingStores>(d.p.w, d.t.rows)
-                                      : pick_merged_avx2<false, CachedStores>(d.p.w, d.t.rows));
-            ok = fn(d.p, d.t, groups, &d.k, m.low, m.dst, m.hash);
-        }
+        const bool ok =
+            avx512 ? fastcode_detail::decode_groups_merged_avx512(d.p.w, m.rotate, streaming, d.p.codes, groups,
+                                                                  d.t.full, d.p.lit, d.p.nexc, &d.k, m.low, m.dst,
+                                                                  m.hash)
+                   : pick_merged_avx2(d.p.w, d.t.rows, m.rotate, streaming)(d.p, d.t, groups, &d.k, m.low, m.dst,
+                                                                           m.hash);
         if (streaming) _mm_sfence();  // non-temporal stores are weakly ordered
         if (!ok) return corrupt("fastcode: more escapes than literals");
         took_groups(d, groups);

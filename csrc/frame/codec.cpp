@@ -243,8 +243,8 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
 
 // Fast mode's usual block of 2-byte floats, a raw low plane and a fastcode high
 // plane, written to one run of the output: the high plane is merged with the low
-// one as it is decoded (entropy::fastcode_decode_merged, AVX-512 or AVX2), hashed from registers,
-// and only its last groups pass through scratch. (Decoding the plane to scratch
+// one as it is decoded (entropy::fastcode_decode_merged, AVX-512 or AVX2), hashed
+// from registers, and only its last groups pass through scratch. (Decoding the plane to scratch
 // first, then merging, writes and reads it once more, and the merge's memory
 // traffic then waits for no decoding work to overlap it.) False where the block
 // is not such a block (*st untouched); else *st is the block's outcome.
@@ -295,7 +295,8 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     // when the block's bytes are contiguous there.
     size_t run_left = 0;
     uint8_t* const block_out = dst.at(first * esize, &run_left);
-    if (Status fused; run_left >= n * esize && decode_fast_pair(block, size, first, n, h, t, block_out, stores, scratch, &fused))
+    if (Status fused;
+        run_left >= n * esize && decode_fast_pair(block, size, first, n, h, t, block_out, stores, scratch, &fused))
         return fused;
     const bool in_place = esize == 1 && !t.rotate && t.residual == nullptr && run_left >= n;
     const uint64_t seed = block_seed(h, first / h.block_elems);

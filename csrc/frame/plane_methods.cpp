@@ -363,7 +363,7 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     const bool fast = policy.mode == Mode::kFast;
     const float partial = policy.prefix_repeats - whole_rows;
     if (policy.try_lz && n > 1 && best > 1 && partial >= (fast ? 0.5f : kPartialRepeats)) {
-        const size_t limit = fast ? best / 2 : best - (policy.max_ratio ? 1 : best / 4);
+        const size_t limit = fast ? best / 2 : best - (policy.max_ratio ? 1 : std::max<size_t>(1, best / 4));
         uint8_t* out = thread_candidate_scratch(limit, 1);
         size_t size = 0;
         const Status st = zstd_may_win(plane, n, limit, out)
