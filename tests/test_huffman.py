@@ -131,14 +131,14 @@ def _encode_with(mask: str, raw: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("lo", [100, 103, 245])
-@pytest.mark.parametrize("width", [2, 17, 31, 32, 33])
+@pytest.mark.parametrize("width", [2, 17, 31, 32, 33, 63, 64, 65])
 @pytest.mark.parametrize("n", [256, 257, 1001, 4099, 65536 + 3])
 def test_windowed_pairs_match_the_single_symbol_coder(lo, width, n):
-    """Symbols within a window of 32 values (mod 256) are coded two per lookup (BMI2
+    """Symbols within a window of 32 or 64 values (mod 256) are coded two per lookup (BMI2
     build); the stream must be the same bytes the one-symbol-at-a-time coder writes, for
-    odd lengths (segments starting at odd offsets), windows at, below and above 32 values,
-    windows not starting at a multiple of 32, and windows that wrap through 0 (residual
-    planes)."""
+    odd lengths (segments starting at odd offsets), windows at, below and above 32 and 64
+    values, windows not starting at a multiple of 32, and windows that wrap through 0
+    (residual planes)."""
     if "avx2" not in kvcore.features()["simd_detected"]:
         pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
     rng = np.random.default_rng(width * 100003 + n + lo)
@@ -151,14 +151,14 @@ def test_windowed_pairs_match_the_single_symbol_coder(lo, width, n):
     assert _native.huffman_decode(paired, n) == raw
 
 
-@pytest.mark.parametrize("shift", [1, 3, 5, 6, 7])
-@pytest.mark.parametrize("width", [2, 17, 32, 33])
+@pytest.mark.parametrize("shift", [1, 2, 3, 5, 6, 7])
+@pytest.mark.parametrize("width", [2, 17, 32, 33, 64, 65])
 @pytest.mark.parametrize("n", [256, 1001, 65536 + 3])
 def test_windowed_pairs_of_symbols_with_shared_low_zero_bits(shift, width, n):
     """Symbols that all share `shift` low zero bits (a byte plane of fp16 values cast to fp32
     holds three mantissa bits: multiples of 32) are paired by their shifted values, in windows
-    of up to 32 of those, wrapping mod 256 >> shift. The stream must be the single-symbol
-    coder's bytes; a window too wide (33) or an odd symbol among them (no shared zero bits)
+    of up to 64 of those, wrapping mod 256 >> shift. The stream must be the single-symbol
+    coder's bytes; a window too wide (65) or an odd symbol among them (no shared zero bits)
     goes one symbol at a time."""
     if "avx2" not in kvcore.features()["simd_detected"]:
         pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
@@ -185,6 +185,19 @@ def test_windowed_pairs_on_channel_groups(planes):
         mode = int(np.bincount(plane).argmax())
         group = plane[(plane >= mode - 20) & (plane < mode + 11)][: 1 << 18]
         raw = group.tobytes()
+        assert _encode_with("", raw) == _encode_with("avx2", raw), name
+        assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
+
+
+def test_windowed_pairs_on_float16_sign_and_exponent(planes):
+    """A float16 top byte with its two low mantissa bits split off (the dense codec's low-bits
+    method): sign and exponent, under 64 values, coded through the 64-value window."""
+    if "avx2" not in kvcore.features()["simd_detected"]:
+        pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
+    for name, plane in planes.items():
+        if "fp16" not in name or not name.endswith(":high"):
+            continue
+        raw = (plane[: 1 << 18] >> 2).tobytes()
         assert _encode_with("", raw) == _encode_with("avx2", raw), name
         assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
 

@@ -311,31 +311,32 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_bmi2(SegmentJob& a, Se
     return encode_pair_impl<1>(a, b, t);
 }
 
-// ---- two symbols per lookup, for alphabets that span at most 32 values
+// ---- two symbols per lookup, for alphabets that span at most 64 values
 //
-// Exponent planes of KV data do (a channel group spans about 20 exponents), so
-// one table lookup can code two symbols: half the loads and bit-buffer updates
-// of the loop above. The symbols are first turned into pair indices
-// (a & 31) | (b & 31) << 5 of the pairs (a, b) in plane order, which name each
-// pair uniquely when every present symbol lies in one window of 32 values. The
-// bits written are the same.
-constexpr unsigned kPairBits = 5;
-constexpr unsigned kPairWindow = 1u << kPairBits;
+// Exponent planes of KV data do (a channel group spans about 20 exponents; a
+// float16 sign and exponent, its low bits split off, spans under 64), so one
+// table lookup can code two symbols: half the loads and bit-buffer updates of
+// the loop above. The symbols are first turned into pair indices
+// (a & mask) | (b & mask) << bits of the pairs (a, b) in plane order, which name
+// each pair uniquely when every present symbol lies in one window of 2^bits
+// values (bits 5, or 6 where 5 do not fit). The bits written are the same.
+constexpr unsigned kMaxPairBits = 6;
 
 struct PairTable {
-    // code[(a & 31) | (b & 31) << 5] = code b then code a (segments are coded last
-    // symbol first), left-aligned, with the summed length (<= 22) in the low byte.
-    uint64_t code[kPairWindow * kPairWindow];
+    // code[(a & mask) | (b & mask) << bits] = code b then code a (segments are coded
+    // last symbol first), left-aligned, with the summed length (<= 22) in the low byte.
+    uint64_t code[1u << (2 * kMaxPairBits)];
 };
 
 // A plane's symbols shifted right by `shift`, the low zero bits they all share,
-// lie in one window of kPairWindow consecutive values, counted mod 256 >> shift:
-// planes of per-channel residuals wrap through 0, and 32 divides 256 >> shift
-// (or that range is 32 values at most), so such a window still maps to
-// distinct indices. The shift serves the low planes of values cast up from a
-// narrower float (fp16 cast to fp32: a byte of three mantissa bits, multiples of 32).
+// lie in one window of 2^bits consecutive values, counted mod 256 >> shift:
+// planes of per-channel residuals wrap through 0, and 2^bits divides 256 >> shift
+// (or that range is 32 values at most, where 5 bits always fit), so such a window
+// still maps to distinct indices. The shift serves the low planes of values cast
+// up from a narrower float (fp16 cast to fp32: a byte of three mantissa bits,
+// multiples of 32).
 struct PairWindow {
-    bool fits;
+    unsigned bits;  // 0: no window fits
     unsigned shift;
 };
 
@@ -353,42 +354,44 @@ PairWindow pair_window(const uint64_t* counts) {
         prev = v;
     }
     max_gap = std::max(max_gap, first + range - prev);  // the gap that wraps around
-    return {range - max_gap < int(kPairWindow), shift};  // window width: range - max_gap + 1
+    const int width = range - max_gap + 1;
+    return {width <= 32 ? 5u : width <= 64 ? 6u : 0u, shift};
 }
 
 // syms: the m present symbols.
-void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, unsigned shift, PairTable* pairs) {
-    std::memset(pairs, 0, sizeof(*pairs));
+void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, PairWindow window, PairTable* pairs) {
+    const unsigned mask = (1u << window.bits) - 1;
+    std::memset(pairs->code, 0, sizeof(uint64_t) << (2 * window.bits));
     for (unsigned i = 0; i < m; ++i) {
         const uint64_t ca = t.code[syms[i]];
         const unsigned la = unsigned(ca & 0xff);
-        uint64_t* row = pairs->code + ((syms[i] >> shift) & (kPairWindow - 1));
+        uint64_t* row = pairs->code + ((syms[i] >> window.shift) & mask);
         for (unsigned j = 0; j < m; ++j) {
             const uint64_t cb = t.code[syms[j]];
             const unsigned lb = unsigned(cb & 0xff);
-            row[((syms[j] >> shift) & (kPairWindow - 1)) << kPairBits] =
+            row[((syms[j] >> window.shift) & mask) << window.bits] =
                 (cb & ~uint64_t(0xff)) + ((ca & ~uint64_t(0xff)) >> lb) + lb + la;
         }
     }
 }
 
-// idx[j] = pair index of src[2j], src[2j + 1] (symbols shifted right by `shift`).
-// The 16-bit shift moves the second symbol's low `shift` bits into the first's
+// idx[j] = pair index of src[2j], src[2j + 1] (symbols shifted right by the window's
+// shift). The 16-bit shift moves the second symbol's low `shift` bits into the first's
 // top bits: those bits are zero in every symbol, so the mask leaves the first
 // symbol's shifted bits alone.
-__attribute__((target("avx2"))) void pair_indices_avx2(const uint8_t* src, size_t pairs, unsigned shift,
+__attribute__((target("avx2"))) void pair_indices_avx2(const uint8_t* src, size_t pairs, PairWindow window,
                                                        uint16_t* idx) {
-    const __m256i mask = _mm256_set1_epi8(kPairWindow - 1);
-    const __m256i weights = _mm256_set1_epi16(int16_t(1 | kPairWindow << 8));  // a * 1 + b * 32
-    const __m128i count = _mm_cvtsi32_si128(int(shift));
+    const unsigned mask = (1u << window.bits) - 1;
+    const __m256i vmask = _mm256_set1_epi8(char(mask));
+    const __m256i weights = _mm256_set1_epi16(int16_t(1 | (mask + 1) << 8));  // a * 1 + b * 2^bits
+    const __m128i count = _mm_cvtsi32_si128(int(window.shift));
     size_t j = 0;
     for (; j + 16 <= pairs; j += 16) {
         const __m256i v = _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * j)), count);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + j), _mm256_maddubs_epi16(_mm256_and_si256(v, mask), weights));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + j), _mm256_maddubs_epi16(_mm256_and_si256(v, vmask), weights));
     }
     for (; j < pairs; ++j)
-        idx[j] = uint16_t(((src[2 * j] >> shift) & (kPairWindow - 1)) |
-                          ((src[2 * j + 1] >> shift) & (kPairWindow - 1)) << kPairBits);
+        idx[j] = uint16_t(((src[2 * j] >> window.shift) & mask) | ((src[2 * j + 1] >> window.shift) & mask) << window.bits);
 }
 
 // The four pairs (eight symbols) before p, last first; stores like put8_fast.
@@ -866,14 +869,14 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (k) spare += segment_bound(len);
         seg += len;
     }
-    // Symbols that lie in one window of 32 values (their shared low zero bits shifted out) are coded
-    // two per lookup.
+    // Symbols that lie in one window of 32 or 64 values (their shared low zero bits shifted out) are
+    // coded two per lookup.
     const PairWindow window = pair_window(counts);
-    const bool windowed = bmi2 && n >= 256 && window.fits;
+    const bool windowed = bmi2 && n >= 256 && window.bits;
     thread_local std::vector<uint16_t> pair_idx;
     PairTable pairs;
     if (windowed) {
-        build_pairs(enc, order, m, window.shift, &pairs);
+        build_pairs(enc, order, m, window, &pairs);
         if (pair_idx.size() < n / 2 + kStreams) pair_idx.resize(n / 2 + kStreams);
     }
     for (unsigned k = 0; k < kStreams; k += 2) {
@@ -883,8 +886,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
             const size_t pairs_a = std::min(jobs[k].len, jobs[k + 1].len) / 2;
             uint16_t* a_idx = pair_idx.data();
             uint16_t* b_idx = a_idx + pairs_a;
-            pair_indices_avx2(jobs[k].src + jobs[k].len - 2 * pairs_a, pairs_a, window.shift, a_idx);
-            pair_indices_avx2(jobs[k + 1].src + jobs[k + 1].len - 2 * pairs_a, pairs_a, window.shift, b_idx);
+            pair_indices_avx2(jobs[k].src + jobs[k].len - 2 * pairs_a, pairs_a, window, a_idx);
+            pair_indices_avx2(jobs[k + 1].src + jobs[k + 1].len - 2 * pairs_a, pairs_a, window, b_idx);
             ok = encode_pair_windowed(jobs[k], jobs[k + 1], enc, pairs, a_idx + pairs_a, b_idx + pairs_a);
         } else {
             ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
