@@ -8,6 +8,7 @@ import torch
 import kvcore
 from kvcore.dtypes import SUPPORTED
 
+import frame_layout
 import kvdata
 from isa_variants import VARIANTS, use_variant
 
@@ -19,6 +20,9 @@ pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is 
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bits of a tensor, for bit-exact comparison (NaN-safe)."""
     return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+METHODS = {"huffman": 1, "grouped": 6, "lowbits": 8}  # plane methods, docs/FORMAT.md
 
 
 def assert_bit_exact(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -366,14 +370,15 @@ def test_channel_grouped_planes_on_every_tile_edge(rows, channels):
     (64x16 tall tiles in AVX-512 and AVX2, 16x32 / 32x16 AVX2 tiles, 16x16 and 16x8 SSE2 tiles,
     single bytes; tests/native/channel_transpose_check.cpp covers more shapes): frames must be identical
     across variants and decode bit-exact with every variant, whatever the rows and channels
-    left over at each tile size."""
+    left over at each tile size. Max mode groups wherever grouping estimates smaller (dense mode
+    takes one table where channel groups save under 1/128, as on the narrower slices here)."""
     src = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1, 384)
     t = src[:rows, :channels].contiguous().reshape(rows, 1, channels)
     frames = set()
     for v in VARIANTS:
         use_variant(v)
         try:
-            frames.add(kvcore.compress(t, threads=1))
+            frames.add(kvcore.compress(t, mode="max", threads=1))
         finally:
             kvcore.set_disabled_isa("")
     assert len(frames) == 1
@@ -385,6 +390,43 @@ def test_channel_grouped_planes_on_every_tile_edge(rows, channels):
             assert_bit_exact(kvcore.decompress(frame), t)
         finally:
             kvcore.set_disabled_isa("")
+
+
+def _top_plane_tables(frame: bytes, n: int) -> tuple[int, int]:
+    """(Huffman tables, payload bytes) of a one-block frame's top plane of n symbols: channel
+    groups, one Huffman table, or either under the low-bits method (docs/FORMAT.md)."""
+    *_, (_b, _at, method, payload) = frame_layout.block_planes(frame)
+    size = len(payload)
+    if method == METHODS["lowbits"]:
+        inner = 1 + 8 * payload[0] * -(-n // 64)  # the bit count, then its packed bits
+        method, payload = payload[inner], payload[inner + 1:]
+    if method == METHODS["grouped"]:
+        assert payload[0] == 8  # fine groups; payload[1] coarse ones
+        return payload[1], size
+    assert method == METHODS["huffman"]
+    return 1, size
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dense_mode_takes_fewer_channel_groups_where_more_save_little(dtype):
+    """Each channel group is one more Huffman table to build, and six more streams to start, at
+    decode. Dense mode takes the coarsest grouping (one table: none) whose estimate is within 1/128
+    of the smallest; max mode takes the smallest. On Qwen-shaped KV store chunks of 256 tokens x 8
+    heads x 128 of real values (kvdata MiniLM), where 8 groups save little over 4, dense frames use
+    fewer tables, grow by about that share at most, and decode bit-exact."""
+    name = "minilm_l6_kv_bf16.safetensors" if dtype == torch.bfloat16 else "minilm_l6_kv_fp16.safetensors"
+    values = kvdata.stacked(name).reshape(-1)
+    n = 256 * 8 * 128
+    fewer = 0
+    for f in range(6):
+        t = values[f * n:(f + 1) * n].reshape(256, 8, 128).contiguous()
+        dense, smallest = kvcore.compress(t, threads=1), kvcore.compress(t, mode="max", threads=1)
+        (d_tables, d_size), (m_tables, m_size) = _top_plane_tables(dense, n), _top_plane_tables(smallest, n)
+        assert d_tables <= m_tables
+        fewer += d_tables < m_tables
+        assert d_size <= m_size * (1 + 1 / 128) + 64, (f, d_size, m_size)
+        assert_bit_exact(kvcore.decompress(dense), t)
+    assert fewer >= 3
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.uint8])

@@ -6,7 +6,8 @@
 // encoder ranks channels by their mean symbol, cuts the ranking into G fine
 // groups of equal size (G <= 8), and codes the symbols of each of K coarse
 // groups (unions of adjacent fine groups, K dividing G, chosen by estimated
-// size) as one order-0 Huffman stream with its own table. Within the stream the
+// size and table count: grouped_encode) as one order-0 Huffman stream with its
+// own table. Within the stream the
 // symbols are channel-major, so the decoder decodes K contiguous streams and
 // transposes them back into rows in one cache-blocked pass.
 //
@@ -39,11 +40,12 @@ constexpr uint32_t group_first_rank(unsigned g, uint32_t channels, unsigned grou
 // Encodes rows x channels symbols (row-major). Always fills hist[256] with the
 // plane's symbol weights: the exact counts when *exact is set, else estimates
 // (histogram_estimate) that are nonzero for every symbol of the plane.
-// kBufferTooSmall when grouping does not beat one table by the estimate, or the
-// result does not fit in cap: the caller then codes the plane with plain
-// huffman, using hist.
-Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t* hist, bool* exact,
-                      uint8_t* dst, size_t cap, size_t* written);
+// K is the coarsest grouping whose estimate is within coarser_slack (a share) of
+// the smallest one's (0: the smallest). kBufferTooSmall when that is one table
+// (no grouping), or the result does not fit in cap: the caller then codes the
+// plane with plain huffman, using hist.
+Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double coarser_slack, uint32_t* hist,
+                      bool* exact, uint8_t* dst, size_t cap, size_t* written);
 
 // Decodes exactly rows x channels symbols into dst.
 Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst);

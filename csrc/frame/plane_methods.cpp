@@ -49,6 +49,12 @@ constexpr double kLowBitsCost = 1.0 / 32;
 // symbols each (bfloat16 exponents): the split would cost size for little speed.
 constexpr double kLowBitsMinEntropy = 4.0;
 constexpr size_t kLowBitsMinPlane = 4096;
+// Dense mode codes a plane with fewer channel groups (tables) where the estimate
+// grows by at most this share: each table costs its build and its streams'
+// setup at decode, about 3 us, the time of some 20 KB of output (Qwen-shaped
+// chunk frames of 256 tokens decoded 1.17x faster, 0.09% larger). Max mode
+// takes the smallest estimate.
+constexpr double kCoarserGroupsSlack = 1.0 / 128;
 constexpr uint8_t kPackedHead = 3;  // the packed method's shift, width and base
 
 // Scratch for candidates, so the best can be kept; kinds 0..5 are separate
@@ -68,7 +74,9 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
     const bool grouped = policy.mode == Mode::kDense && policy.channels > 1 && n % policy.channels == 0;
     Status st = make_status(Code::kBufferTooSmall, "not tried");
     if (grouped) {
-        st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, hist, &exact, dst, cap, written);
+        const double slack = policy.max_ratio ? 0.0 : kCoarserGroupsSlack;
+        st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, slack, hist, &exact, dst, cap,
+                                     written);
     } else if (policy.mode == Mode::kFast) {
         exact = entropy::histogram_weights(plane, n, hist);  // fastcode escapes what the sample missed
     } else {
