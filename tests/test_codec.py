@@ -371,7 +371,7 @@ def test_channel_grouped_planes_on_every_tile_edge(rows, channels):
     single bytes; tests/native/channel_transpose_check.cpp covers more shapes): frames must be identical
     across variants and decode bit-exact with every variant, whatever the rows and channels
     left over at each tile size. Max mode groups wherever grouping estimates smaller (dense mode
-    takes one table where channel groups save under 1/128, as on the narrower slices here)."""
+    charges each table for its decode time and takes one on some of the narrow slices here)."""
     src = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1, 384)
     t = src[:rows, :channels].contiguous().reshape(rows, 1, channels)
     frames = set()
@@ -410,10 +410,10 @@ def _top_plane_tables(frame: bytes, n: int) -> tuple[int, int]:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_dense_mode_takes_fewer_channel_groups_where_more_save_little(dtype):
     """Each channel group is one more Huffman table to build, and six more streams to start, at
-    decode. Dense mode takes the coarsest grouping (one table: none) whose estimate is within 1/128
-    of the smallest; max mode takes the smallest. On Qwen-shaped KV store chunks of 256 tokens x 8
-    heads x 128 of real values (kvdata MiniLM), where 8 groups save little over 4, dense frames use
-    fewer tables, grow by about that share at most, and decode bit-exact."""
+    decode. Dense mode charges each table 256 bytes on top of the estimated size when it picks the
+    number of groups (one table: none); max mode takes the smallest estimate. On Qwen-shaped KV
+    store chunks of 256 tokens x 8 heads x 128 of real values (kvdata MiniLM), where 8 groups save
+    little over 4, dense frames use fewer tables, grow by under 1/128, and decode bit-exact."""
     name = "minilm_l6_kv_bf16.safetensors" if dtype == torch.bfloat16 else "minilm_l6_kv_fp16.safetensors"
     values = kvdata.stacked(name).reshape(-1)
     n = 256 * 8 * 128

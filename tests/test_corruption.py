@@ -27,7 +27,8 @@ def sample_frames():
         "fp16": kvcore.compress(t.float().half(), block_bytes=16384),
         "fp32": kvcore.compress(t[:2].float(), block_bytes=16384),
         "rows": kvcore.compress(v0, block_bytes=8192),
-        "rows-coded": kvcore.compress(repeated, block_bytes=65536),  # distinct rows entropy coded
+        # distinct rows entropy coded (max mode: channel groups, which dense mode finds too small to repay)
+        "rows-coded": kvcore.compress(repeated, mode="max", block_bytes=65536),
         "zstd": kvcore.compress(v1, mode="max", block_bytes=16384),  # zstd and rows planes (dense: rows only)
         "tiny": kvcore.compress(torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)),
     }

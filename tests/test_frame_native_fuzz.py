@@ -34,6 +34,9 @@ def seed_frames(tmp_path: Path) -> list[str]:
         "fp8": kvcore.compress(t.float().to(torch.float8_e4m3fn), block_bytes=4096),
         "fp8-fast": kvcore.compress(t.float().to(torch.float8_e4m3fn), mode="fast", block_bytes=4096),  # escapes
         "fp16": kvcore.compress(t.half(), block_bytes=4096),
+        # grouped planes without signs: max mode (dense mode charges each table for its decode
+        # time, which these small blocks do not repay)
+        "grouped": kvcore.compress(t.half(), mode="max", block_bytes=4096),
         "lowbits": kvcore.compress(t.half(), block_bytes=16384),  # low-bits planes (blocks of >= 4096)
         "uint8": kvcore.compress(t.view(torch.uint8), block_bytes=4096),
         "rows-fast": kvcore.compress(v0, mode="fast", block_bytes=16384),

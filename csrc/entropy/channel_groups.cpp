@@ -201,7 +201,7 @@ Scratch& thread_scratch(size_t n, uint32_t channels) {
 
 }  // namespace
 
-Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double coarser_slack, uint32_t* hist,
+Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double table_bits, uint32_t* hist,
                       bool* exact, uint8_t* dst, size_t cap, size_t* written) {
     const Status not_better = make_status(Code::kBufferTooSmall, "channel grouping does not pay");
     *exact = true;
@@ -243,28 +243,24 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
     unsigned lo = 0, hi = 255;  // the plane's symbols (the groups' are among them)
     while (lo < hi && hist[lo] == 0) ++lo;
     while (hi > lo && hist[hi] == 0) --hi;
-    double bits_of[kMaxChannelGroups + 1];  // estimate with k coarse groups (k = 1: one table, not grouped)
-    bits_of[1] = coded_bits(hist, lo, hi);
-    double best_bits = bits_of[1];
+    // Each table is also charged table_bits: the decode time its build and its
+    // streams' setup take, in bits of size.
+    double best_bits = coded_bits(hist, lo, hi) + table_bits;
     unsigned best_k = 1;
     for (unsigned k = 2; k <= groups; k *= 2) {
         if (groups % k) break;
-        double bits = 8.0 * double(head_bytes(channels, k));
+        double bits = 8.0 * double(head_bytes(channels, k)) + double(k) * table_bits;
         for (unsigned j = 0; j < k; ++j) {
             uint32_t merged[256];
             merge_fine(fine.data(), groups, k, j, count, rows, merged);
             bits += coded_bits(merged, lo, hi);
         }
-        bits_of[k] = bits;
         if (bits < best_bits) {
             best_bits = bits;
             best_k = k;
         }
     }
-    // Every table is built and its streams started at decode: the coarsest
-    // grouping within coarser_slack of the smallest is taken.
-    while (best_k > 1 && bits_of[best_k / 2] <= best_bits * (1 + coarser_slack)) best_k /= 2;
-    best_bits = bits_of[best_k];
+    best_bits -= double(best_k) * table_bits;
     if (best_k == 1) return not_better;
     if (best_bits > kSizeCheckShare * 8.0 * double(cap) &&
         sized_streams(fine.data(), groups, best_k, count, rows, channels, *exact) > cap) {
