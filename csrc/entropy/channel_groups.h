@@ -7,9 +7,9 @@
 // groups of equal size (G <= 8), and codes the symbols of each of K coarse
 // groups (unions of adjacent fine groups, K dividing G, chosen by estimated
 // size and table count: grouped_encode) as one order-0 Huffman stream with its
-// own table. Within the stream the
-// symbols are channel-major, so the decoder decodes K contiguous streams and
-// transposes them back into rows in one cache-blocked pass.
+// own table. Within the stream the symbols are channel-major, so the decoder
+// decodes K contiguous streams and transposes them back into rows in one
+// cache-blocked pass.
 //
 // Payload: [G u8][K u8][group of each channel: 4 bits, channels/2 rounded up]
 //          [size of streams 0..K-2: u32 each][K huffman streams (huffman.h)].

@@ -55,7 +55,7 @@ constexpr size_t kLowBitsMinPlane = 4096;
 // output, while on KV store chunks the eighth table often saves under 0.3%.
 // 256 bytes a table: Qwen-shaped chunk frames of 256 tokens decoded 1.08-1.19x
 // faster for 0.05-0.08% of size, MiniLM 1.05-1.09x for 0.04-0.05%, and no
-// kvdata file grew by more than 0.05% (fp8 planes, whose decode is slow anyway,
+// kvdata file grew by more than 0.06% (fp8 planes, whose decode is slow anyway,
 // keep their tables). Max mode charges nothing.
 constexpr double kTableDecodeBits = 2048;
 constexpr uint8_t kPackedHead = 3;  // the packed method's shift, width and base
