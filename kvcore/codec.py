@@ -104,9 +104,10 @@ def compress(
     uint8 or int8, of any shape; non-contiguous input is accepted.
     mode: "dense" (small frames, fast decompression), "fast" (fastest decompression) or
     "max" (dense plus each value's sign coded by channel: about 1-2% smaller than dense on
-    real bfloat16 KV, about 30% slower both ways; docs/FORMAT.md, method 9; and zstd on
+    real bfloat16 KV, about 30% slower both ways; docs/FORMAT.md, method 9; zstd on
     planes that repeat rows in part wherever it is smaller, where dense mode takes it
-    only when it saves a quarter).
+    only when it saves a quarter; and as many channel-group tables as make a plane
+    smallest, where dense mode charges each table for its decode time).
     threads: native threads to use (default: all cores).
     block_bytes: size of the independently coded blocks (default 1 MiB in dense mode,
     256 KiB in fast mode).

@@ -243,24 +243,26 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
     unsigned lo = 0, hi = 255;  // the plane's symbols (the groups' are among them)
     while (lo < hi && hist[lo] == 0) ++lo;
     while (hi > lo && hist[hi] == 0) --hi;
-    // Each table is also charged table_bits: the decode time its build and its
-    // streams' setup take, in bits of size.
-    double best_bits = coded_bits(hist, lo, hi) + table_bits;
+    // The count is chosen by the estimate plus table_bits a table: the decode time
+    // each table's build and its streams' setup take, in bits of size.
+    double best_bits = coded_bits(hist, lo, hi);
+    double best_score = best_bits + table_bits;
     unsigned best_k = 1;
     for (unsigned k = 2; k <= groups; k *= 2) {
         if (groups % k) break;
-        double bits = 8.0 * double(head_bytes(channels, k)) + double(k) * table_bits;
+        double bits = 8.0 * double(head_bytes(channels, k));
         for (unsigned j = 0; j < k; ++j) {
             uint32_t merged[256];
             merge_fine(fine.data(), groups, k, j, count, rows, merged);
             bits += coded_bits(merged, lo, hi);
         }
-        if (bits < best_bits) {
+        const double score = bits + double(k) * table_bits;
+        if (score < best_score) {
+            best_score = score;
             best_bits = bits;
             best_k = k;
         }
     }
-    best_bits -= double(best_k) * table_bits;
     if (best_k == 1) return not_better;
     if (best_bits > kSizeCheckShare * 8.0 * double(cap) &&
         sized_streams(fine.data(), groups, best_k, count, rows, channels, *exact) > cap) {

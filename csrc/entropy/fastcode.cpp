@@ -401,6 +401,14 @@ KV_AVX2_INLINE void load_tables_avx2(const Table& t, __m256i* T) {
     }
 }
 
+// The W code vectors of group gi.
+template <unsigned W>
+KV_AVX2_INLINE void load_group_avx2(const uint8_t* codes, size_t gi, __m256i* V) {
+    const uint8_t* g = codes + gi * 32 * W;
+#pragma GCC unroll 8
+    for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
+}
+
 template <unsigned W, bool kRows = false>
 KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_io, uint8_t* dst) {
     __m256i T[8];
@@ -416,20 +424,16 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
     size_t gi = 0;
     if (one_pass) {
         for (; gi < p.groups && k + kGroup + 16 <= p.after_lit; ++gi) {
-            const uint8_t* g = p.codes + gi * 32 * W;
             __m256i V[W];
-#pragma GCC unroll 8
-            for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
+            load_group_avx2<W>(p.codes, gi, V);
             decode_patch_group<W, kRows>(V, T, marker, dst + gi * kGroup, lit, k, std::make_index_sequence<8>{});
         }
         if (k > nexc) return corrupt("fastcode: more escapes than literals");
     }
     for (; gi < p.groups; ++gi) {
-        const uint8_t* g = p.codes + gi * 32 * W;
         uint8_t* out = dst + gi * kGroup;
         __m256i V[W];
-#pragma GCC unroll 8
-        for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
+        load_group_avx2<W>(p.codes, gi, V);
         uint32_t m[8];
         decode_group<W, kRows>(V, T, marker, out, m, std::make_index_sequence<8>{});
         uint64_t cnt = 0;
@@ -450,6 +454,13 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
     return Status::ok();
 }
 
+// A group's eight output vectors, escapes as the marker, kept in registers.
+template <unsigned W, bool kRows, size_t... I>
+KV_AVX2_INLINE void decode_vectors_avx2(const __m256i* V, const __m256i* T, __m256i marker, __m256i* r,
+                                        std::index_sequence<I...>) {
+    ((r[I] = decode_any_avx2<W, kRows, I>(V, T, marker)), ...);
+}
+
 // Fills the escapes of a group's eight output vectors from the literals (k
 // advanced past those taken). kPatchAll: every vector is patched, untested, for
 // streams with escapes in most groups; the caller keeps the reads inside the
@@ -460,14 +471,11 @@ KV_AVX2 Status decode_groups_avx2(const Parsed& p, const Table& t, uint64_t* k_i
 template <bool kPatchAll>
 KV_AVX2_INLINE bool patch_group_avx2(__m256i* r, __m256i marker, const uint8_t* lit, uint64_t nexc, uint64_t& k) {
     if constexpr (!kPatchAll) {
-        __m256i any = _mm256_cmpeq_epi8(r[0], marker);
-#pragma GCC unroll 8
-        for (unsigned i = 1; i < 8; ++i) any = _mm256_or_si256(any, _mm256_cmpeq_epi8(r[i], marker));
-        if (_mm256_testz_si256(any, any)) return true;
         uint64_t cnt = 0;
 #pragma GCC unroll 8
         for (unsigned i = 0; i < 8; ++i)
             cnt += static_cast<unsigned>(_mm_popcnt_u32(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(r[i], marker)))));
+        if (cnt == 0) return true;
         if (k > nexc || cnt > nexc - k) return false;
     }
 #pragma GCC unroll 8
@@ -482,14 +490,7 @@ KV_AVX2_INLINE bool merge_group_avx2(const __m256i* V, const __m256i* T, __m256i
                                      uint64_t nexc, uint64_t& k, const uint8_t* low, uint8_t* out,
                                      StripeFeedAvx2& feed, __m256i& acc_lo, __m256i& acc_hi) {
     __m256i r[8];
-    r[0] = decode_any_avx2<W, kRows, 0>(V, T, marker);
-    r[1] = decode_any_avx2<W, kRows, 1>(V, T, marker);
-    r[2] = decode_any_avx2<W, kRows, 2>(V, T, marker);
-    r[3] = decode_any_avx2<W, kRows, 3>(V, T, marker);
-    r[4] = decode_any_avx2<W, kRows, 4>(V, T, marker);
-    r[5] = decode_any_avx2<W, kRows, 5>(V, T, marker);
-    r[6] = decode_any_avx2<W, kRows, 6>(V, T, marker);
-    r[7] = decode_any_avx2<W, kRows, 7>(V, T, marker);
+    decode_vectors_avx2<W, kRows>(V, T, marker, r, std::make_index_sequence<8>{});
     if (!patch_group_avx2<kPatchAll>(r, marker, lit, nexc, k)) return false;
 #pragma GCC unroll 8
     for (unsigned i = 0; i < 8; ++i) {
@@ -522,10 +523,8 @@ KV_AVX2 bool decode_groups_merged_avx2(const Parsed& p, const Table& t, size_t g
         const size_t end = gi + std::min(kGroupsPerBlock, groups - gi);
         full = end - gi == kGroupsPerBlock;
         for (; gi < end; ++gi) {
-            const uint8_t* g = p.codes + gi * 32 * W;
             __m256i V[W];
-#pragma GCC unroll 8
-            for (unsigned v = 0; v < W; ++v) V[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32 * v));
+            load_group_avx2<W>(p.codes, gi, V);
             const uint8_t* lo = low + gi * kGroup;
             uint8_t* out = dst + 2 * gi * kGroup;
             // As decode_groups_avx2: escapes in most groups are patched untested while a whole

@@ -47,7 +47,8 @@ struct PlanePolicy {
     uint32_t channels = 1;    // > 1: the plane is whole rows of this many channels (context modelling)
     uint32_t sign_channels = 0;  // > 1: bit 0 of each byte is a float's sign, in rows of this many
                                  // channels: also try the signs method (dense mode)
-    bool max_ratio = false;   // max mode: keep the smallest coding however slow it decodes (zstd)
+    bool max_ratio = false;   // max mode: keep the smallest coding however slow it decodes (zstd,
+                              // as many channel-group tables as make it smallest)
 };
 
 // Encodes plane[0, n) into dst (capacity >= n), picking the smallest method the

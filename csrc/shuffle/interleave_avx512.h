@@ -1,6 +1,6 @@
 // The AVX-512 step that turns the two byte planes of 2-byte elements back into
 // the elements (merge's inner step), shared by the shuffle's merge kernel and
-// the kernels that merge a plane while decoding it (frame/fused_merge). Also
+// the kernels that merge a plane while decoding it (entropy/fastcode_avx512.cpp). Also
 // the two ways a kernel writes its output vectors. Include after
 // common/avx512_target.h.
 #pragma once
