@@ -729,6 +729,18 @@ PYBIND11_MODULE(_native, m) {
         "Upper bound (exact + <= 5 bytes) of len(huffman_encode(src)), without coding; sampled=True: "
         "the estimate from sampled weights that the frame encoder uses to skip planes that would not shrink.");
     m.def(
+        "huffman_pairing",
+        [](const py::buffer& src) {
+            py::buffer_info keep;
+            const ByteView in = read_view(src, keep);
+            uint32_t hist[256];
+            kvcore::entropy::histogram(in.data, in.size, hist);
+            return std::string(kvcore::entropy::huffman_pairing(hist, in.size));
+        },
+        py::arg("src"),
+        "How huffman_encode(src) codes its symbols on the active ISA: 'single' (one a table lookup), "
+        "'window' or 'rank' (two, indexed by a window of values or by rank); the bytes are the same.");
+    m.def(
         "byte_histogram",
         [](const py::buffer& src) {
             py::buffer_info keep;

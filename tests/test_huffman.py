@@ -146,6 +146,8 @@ def test_windowed_pairs_match_the_single_symbol_coder(lo, width, n):
     sym = ((lo + offsets) % 256).astype(np.uint8)
     sym[:2] = (lo, (lo + width - 1) % 256)  # both ends present: the window is exactly `width`
     raw = sym.tobytes()
+    if width <= 64:
+        assert _native.huffman_pairing(raw) == "window"
     paired, single = _encode_with("", raw), _encode_with("avx2", raw)
     assert paired == single
     assert _native.huffman_decode(paired, n) == raw
@@ -199,6 +201,53 @@ def test_windowed_pairs_on_float16_sign_and_exponent(planes):
             continue
         raw = (plane[: 1 << 18] >> 2).tobytes()
         assert _encode_with("", raw) == _encode_with("avx2", raw), name
+        assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
+
+
+def _ranked_cases():
+    # (alphabet size m, symbols, n): a window never fits (the symbols span over 64 values),
+    # at and around the 127-symbol limit and the 8 * m * m plane size the ranks need.
+    for m in (40, 65, 100, 127, 128):
+        for n in (8 * m * m - 1, 8 * m * m, 8 * m * m + 4097):
+            yield m, n
+
+
+@pytest.mark.parametrize("m,n", list(_ranked_cases()))
+def test_ranked_pairs_match_the_single_symbol_coder(m, n):
+    """Alphabets of up to 127 symbols in no window of 64 values are paired by rank (AVX-512
+    VBMI index lookup) on planes of at least 8 * m * m symbols: the stream must be the bytes
+    the one-symbol-at-a-time coders write (BMI2 with AVX-512 masked, and portable), with
+    symbols above and below 128 (both byte permutes), counts that tie, and odd lengths."""
+    detected = kvcore.features()["simd_detected"]
+    if "avx512" not in detected:
+        pytest.skip("no AVX-512 on this machine: the ranked pairs do not run")
+    rng = np.random.default_rng(m * 1009 + n)
+    spread = np.array([3, 100, 180], dtype=np.uint8)  # gaps under 100 values: no window fits
+    rest = rng.choice(np.setdiff1d(np.arange(256), spread), size=m - 3, replace=False)
+    values = np.concatenate([spread, rest]).astype(np.uint8)
+    weights = np.repeat(rng.geometric(0.2, (m + 1) // 2).astype(float), 2)[:m]  # pairs of tied counts
+    sym = values[rng.choice(m, size=n, p=weights / weights.sum())]
+    sym[:m] = values  # every symbol present
+    raw = sym.tobytes()
+    assert _native.huffman_pairing(raw) == ("rank" if m <= 127 and n >= 8 * m * m else "single")
+    ranked = _encode_with("", raw)
+    assert ranked == _encode_with("avx512", raw)
+    assert ranked == _encode_with("avx2", raw)
+    assert _native.huffman_decode(ranked, n) == raw
+
+
+def test_ranked_pairs_on_float16_sign_exponent_and_mantissa_bit(planes):
+    """A float16 top byte with one low mantissa bit split off (MiniLM's low-bits method):
+    sign, exponent and one mantissa bit, 60-76 symbols in two windows of about 38 values,
+    one per sign, coded two per lookup by rank."""
+    if "avx512" not in kvcore.features()["simd_detected"]:
+        pytest.skip("no AVX-512 on this machine: the ranked pairs do not run")
+    for name, plane in planes.items():
+        if "fp16" not in name or not name.endswith(":high"):
+            continue
+        raw = (plane[: 1 << 18] >> 1).tobytes()
+        assert _native.huffman_pairing(raw) == "rank", name
+        assert _encode_with("", raw) == _encode_with("avx512", raw), name
         assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
 
 

@@ -38,6 +38,7 @@
 
 #include "cpu/cpu_features.h"
 #include "entropy/histogram.h"
+#include "entropy/pair_index.h"
 
 #if defined(__GNUC__)
 #define KV_ALWAYS_INLINE inline __attribute__((always_inline))
@@ -311,22 +312,16 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_bmi2(SegmentJob& a, Se
     return encode_pair_impl<1>(a, b, t);
 }
 
-// ---- two symbols per lookup, for alphabets that span at most 64 values
+// ---- two symbols per lookup, for small alphabets
 //
-// Exponent planes of KV data do (a channel group spans about 20 exponents; a
+// Exponent planes of KV data have them (a channel group spans about 20 exponents; a
 // float16 sign and exponent, its low bits split off, spans under 64), so one
 // table lookup can code two symbols: half the loads and bit-buffer updates of
 // the loop above. The symbols are first turned into pair indices
-// (a & mask) | (b & mask) << bits of the pairs (a, b) in plane order, which name
-// each pair uniquely when every present symbol lies in one window of 2^bits
-// values (bits 5, or 6 where 5 do not fit). The bits written are the same.
-constexpr unsigned kMaxPairBits = 6;
-
-struct PairTable {
-    // code[(a & mask) | (b & mask) << bits] = code b then code a (segments are coded
-    // last symbol first), left-aligned, with the summed length (<= 22) in the low byte.
-    uint64_t code[1u << (2 * kMaxPairBits)];
-};
+// index_of[a] + index_of[b] * stride of the pairs (a, b) in plane order, which name
+// each pair uniquely: index_of[s] = s & (stride - 1) when every present symbol lies
+// in one window of stride = 32 or 64 values, else s's rank among the present symbols
+// (below). The bits written are the same.
 
 // A plane's symbols shifted right by `shift`, the low zero bits they all share,
 // lie in one window of 2^bits consecutive values, counted mod 256 >> shift:
@@ -358,29 +353,64 @@ PairWindow pair_window(const uint64_t* counts) {
     return {width <= 32 ? 5u : width <= 64 ? 6u : 0u, shift};
 }
 
+// Symbols in no such window but at most 127 of them (a float16 sign, exponent and
+// one mantissa bit: about 38 values of each sign, 54-74 in a channel group of
+// MiniLM) are paired by rank instead, the most frequent first, so the pairs coded
+// most often sit together at the table's start. The ranks are looked up with
+// AVX-512 VBMI byte permutes (pair_index_avx512.cpp), and the table's m * m
+// entries are worth building only on planes of several times that many symbols.
+constexpr unsigned kMaxRanked = 127;  // the stride is a signed byte weight of the index kernel
+constexpr size_t kRankedSymbolsPerEntry = 8;
+
+struct PairIndex {
+    unsigned stride = 0;  // 0: symbols are coded one by one
+    bool ranked = false;
+    PairWindow window{};
+    uint8_t index_of[256];  // of the present symbols
+};
+
 // syms: the m present symbols.
-void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, PairWindow window, PairTable* pairs) {
-    const unsigned mask = (1u << window.bits) - 1;
-    std::memset(pairs->code, 0, sizeof(uint64_t) << (2 * window.bits));
+void choose_pair_index(const uint64_t* counts, const uint8_t* syms, unsigned m, size_t n, bool bmi2, bool vbmi,
+                       PairIndex* p) {
+    p->window = pair_window(counts);
+    if (bmi2 && n >= 256 && p->window.bits) {
+        p->stride = 1u << p->window.bits;
+        for (unsigned s = 0; s < 256; ++s) p->index_of[s] = uint8_t((s >> p->window.shift) & (p->stride - 1));
+    } else if (vbmi && m <= kMaxRanked && n >= kRankedSymbolsPerEntry * m * m) {
+        p->stride = m;
+        p->ranked = true;
+        uint8_t by_count[256];
+        std::copy(syms, syms + m, by_count);
+        std::stable_sort(by_count, by_count + m, [&](uint8_t x, uint8_t y) { return counts[x] > counts[y]; });
+        std::memset(p->index_of, 0, sizeof(p->index_of));
+        for (unsigned i = 0; i < m; ++i) p->index_of[by_count[i]] = uint8_t(i);
+    }
+}
+
+// code[index_of[a] + index_of[b] * stride] = code b then code a (segments are coded
+// last symbol first), left-aligned, with the summed length (<= 22) in the low byte,
+// for the m present symbols syms; table holds stride * stride entries (a window's
+// indices that no present symbol has are zero).
+void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, const PairIndex& p, uint64_t* table) {
+    if (!p.ranked) std::memset(table, 0, sizeof(uint64_t) * p.stride * p.stride);
     for (unsigned i = 0; i < m; ++i) {
         const uint64_t ca = t.code[syms[i]];
         const unsigned la = unsigned(ca & 0xff);
-        uint64_t* row = pairs->code + ((syms[i] >> window.shift) & mask);
+        uint64_t* row = table + p.index_of[syms[i]];
         for (unsigned j = 0; j < m; ++j) {
             const uint64_t cb = t.code[syms[j]];
             const unsigned lb = unsigned(cb & 0xff);
-            row[((syms[j] >> window.shift) & mask) << window.bits] =
-                (cb & ~uint64_t(0xff)) + ((ca & ~uint64_t(0xff)) >> lb) + lb + la;
+            row[p.index_of[syms[j]] * p.stride] = (cb & ~uint64_t(0xff)) + ((ca & ~uint64_t(0xff)) >> lb) + lb + la;
         }
     }
 }
 
 // idx[j] = pair index of src[2j], src[2j + 1] (symbols shifted right by the window's
-// shift). The 16-bit shift moves the second symbol's low `shift` bits into the first's
-// top bits: those bits are zero in every symbol, so the mask leaves the first
-// symbol's shifted bits alone.
-__attribute__((target("avx2"))) void pair_indices_avx2(const uint8_t* src, size_t pairs, PairWindow window,
-                                                       uint16_t* idx) {
+// shift) for the first 16 * (pairs / 16) pairs; returns that count. The 16-bit shift
+// moves the second symbol's low `shift` bits into the first's top bits: those bits
+// are zero in every symbol, so the mask leaves the first symbol's shifted bits alone.
+__attribute__((target("avx2"))) size_t window_pair_indices_avx2(const uint8_t* src, size_t pairs, PairWindow window,
+                                                                uint16_t* idx) {
     const unsigned mask = (1u << window.bits) - 1;
     const __m256i vmask = _mm256_set1_epi8(char(mask));
     const __m256i weights = _mm256_set1_epi16(int16_t(1 | (mask + 1) << 8));  // a * 1 + b * 2^bits
@@ -390,8 +420,13 @@ __attribute__((target("avx2"))) void pair_indices_avx2(const uint8_t* src, size_
         const __m256i v = _mm256_srl_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * j)), count);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + j), _mm256_maddubs_epi16(_mm256_and_si256(v, vmask), weights));
     }
-    for (; j < pairs; ++j)
-        idx[j] = uint16_t(((src[2 * j] >> window.shift) & mask) | ((src[2 * j + 1] >> window.shift) & mask) << window.bits);
+    return j;
+}
+
+void pair_indices(const uint8_t* src, size_t pairs, const PairIndex& p, uint16_t* idx) {
+    size_t j = p.ranked ? detail::ranked_pair_indices_avx512(src, pairs, p.index_of, p.stride, idx)
+                        : window_pair_indices_avx2(src, pairs, p.window, idx);
+    for (; j < pairs; ++j) idx[j] = uint16_t(p.index_of[src[2 * j]] + p.index_of[src[2 * j + 1]] * p.stride);
 }
 
 // The four pairs (eight symbols) before p, last first; stores like put8_fast.
@@ -407,9 +442,9 @@ KV_ALWAYS_INLINE void put4_pairs(BitWriter& w, const uint64_t* code, const uint1
 // encode_two over pair indices: a_idx_end / b_idx_end end the indices of the
 // pairs that end each segment; the symbols before them go one by one.
 __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_windowed(SegmentJob& a, SegmentJob& b, const EncTable& t,
-                                                                  const PairTable& pt, const uint16_t* a_idx_end,
+                                                                  const uint64_t* pair_code, const uint16_t* a_idx_end,
                                                                   const uint16_t* b_idx_end) {
-    const uint64_t* code = pt.code;
+    const uint64_t* code = pair_code;
     return encode_two(a, b, t.code,
                       [=](BitWriter& w, int j, size_t i) { put4_pairs(w, code, (j ? b_idx_end : a_idx_end) - i / 2); });
 }
@@ -638,29 +673,50 @@ KV_ALWAYS_INLINE size_t safe_rounds(size_t src_size, const StreamState& s) {
     return std::min((src_size - pos - 8) / kInPerRound + 1, (out_room - kOutSlack) / kOutPerRound + 1);
 }
 
-// One table lookup: b = bits consumed since the refill in its low byte
+// Forward (tag 2) lookup: b = bits consumed since the refill in its low byte
 // (<= 7 + kRound * kTableBits < 64); what entries add above it is dropped at each
-// refill. Forward: 8 operations; backward: 7 (the entry is added whole).
-template <bool kBackward>
-KV_ALWAYS_INLINE void huf_step(const uint64_t* tab, uint64_t w, uint64_t& b, uint8_t*& o) {
+// refill. 8 operations.
+KV_ALWAYS_INLINE void forward_step(const uint64_t* tab, uint64_t w, uint64_t& b, uint8_t*& o) {
     const uint64_t e = tab[(w << (b & 63)) >> (64 - kTableBits)];
-    if (kBackward) {
-        store_le64(o - 8, e);
-        o -= (e >> 8) & 0xff;
-        b += e;
-    } else {
-        store_le64(o, e);
-        o += e >> 56;
-        b += e >> 48;  // bits into the low byte, count above it
-    }
+    store_le64(o, e);
+    o += e >> 56;
+    b += e >> 48;  // bits into the low byte, count above it
 }
 
-template <unsigned kS, bool kBackward>
-KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
+// Backward (tag 3) lookup on a window w whose next bit is its top bit: the entry
+// is stored whole below o, and its bit count (its low byte) shifts w left: 6
+// operations, and a chain of shift, load, shift from one lookup to the next (the
+// bit count no longer passes through an add and a variable shift of the window).
+// A marker bit below the window's bits (see refill_window) counts the bits
+// consumed, so a stream's state in the round is two values, w and o, not three:
+// GCC spills fewer of the six streams' registers. On MiniLM's exponent planes
+// (Zen 4, 256 KiB pieces) this loop decodes 1.10-1.15x the symbols a second of
+// the three-value one; hand-written assembly with no spills at all measured the
+// same, so the chains' latency is what remains.
+KV_ALWAYS_INLINE void backward_step(const uint64_t* tab, uint64_t& w, uint8_t*& o) {
+    const uint64_t e = tab[w >> (64 - kTableBits)];
+    store_le64(o - 8, e);
+    o -= (e >> 8) & 0xff;
+    w <<= (e & 63);
+}
+
+// Backward refill: the marker's rise since the last refill (the bits consumed)
+// advances the stream's bit position `at`, and w takes the 64 bits from at's byte,
+// shifted past at's bits in that byte, with the marker set at bit 0. A round
+// consumes at most kRound * kTableBits bits, so the marker stays below every bit
+// a lookup reads (bits 63 .. 64 - 7 - kRound * kTableBits, all above bit 0) and is
+// w's lowest set bit: the shifts fill zeros in below it.
+KV_ALWAYS_INLINE void refill_window(const uint8_t* src, uint64_t& at, uint64_t& w) {
+    at += unsigned(__builtin_ctzll(w));
+    w = (load_be64(src + (at >> 3)) << (at & 7)) | 1;
+}
+
+template <unsigned kS>
+KV_ALWAYS_INLINE void decode_forward_impl(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
     const uint64_t* tab = t.multi;
     for (;;) {
         size_t rounds = SIZE_MAX;
-        for (unsigned k = 0; k < kS; ++k) rounds = std::min(rounds, safe_rounds<kBackward>(src_size, st[k]));
+        for (unsigned k = 0; k < kS; ++k) rounds = std::min(rounds, safe_rounds<false>(src_size, st[k]));
         if (rounds == 0) break;
         const uint8_t* in[kS];
         uint64_t b[kS];
@@ -681,7 +737,7 @@ KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, c
 #pragma GCC unroll 8
             for (unsigned r = 0; r < kRound; ++r)
 #pragma GCC unroll 8
-                for (unsigned k = 0; k < kS; ++k) huf_step<kBackward>(tab, w[k], b[k], o[k]);
+                for (unsigned k = 0; k < kS; ++k) forward_step(tab, w[k], b[k], o[k]);
         } while (--rounds);
         for (unsigned k = 0; k < kS; ++k) {
             st[k].pos = size_t(in[k] - src);
@@ -689,24 +745,53 @@ KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, c
             st[k].out = o[k];
         }
     }
+}
+
+template <unsigned kS>
+KV_ALWAYS_INLINE void decode_backward_impl(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
+    const uint64_t* tab = t.multi;
+    for (;;) {
+        size_t rounds = SIZE_MAX;
+        for (unsigned k = 0; k < kS; ++k) rounds = std::min(rounds, safe_rounds<true>(src_size, st[k]));
+        if (rounds == 0) break;
+        uint64_t at[kS];  // bit position in src of w's first bit
+        uint64_t w[kS];
+        uint8_t* o[kS];
+        for (unsigned k = 0; k < kS; ++k) {
+            at[k] = uint64_t(st[k].pos) * 8 + st[k].bitpos;
+            w[k] = 1;  // the marker alone: nothing consumed yet
+            o[k] = st[k].out;
+        }
+        do {
+#pragma GCC unroll 8
+            for (unsigned k = 0; k < kS; ++k) refill_window(src, at[k], w[k]);
+#pragma GCC unroll 8
+            for (unsigned r = 0; r < kRound; ++r)
+#pragma GCC unroll 8
+                for (unsigned k = 0; k < kS; ++k) backward_step(tab, w[k], o[k]);
+        } while (--rounds);
+        for (unsigned k = 0; k < kS; ++k) {
+            const uint64_t end = at[k] + unsigned(__builtin_ctzll(w[k]));
+            st[k].pos = size_t(end >> 3);
+            st[k].bitpos = unsigned(end & 7);
+            st[k].out = o[k];
+        }
+    }
+}
+
+template <unsigned kS, bool kBackward>
+KV_ALWAYS_INLINE void decode_streams_impl(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
+    if constexpr (kBackward)
+        decode_backward_impl<kS>(src, src_size, t, st);
+    else
+        decode_forward_impl<kS>(src, src_size, t, st);
     // The streams end a few hundred symbols apart: finish each alone at full
     // speed, so only the last few dozen symbols of each take decode_tail's checks.
     for (unsigned k = 0; k < kS; ++k) {
-        StreamState& s = st[k];
-        for (size_t rounds; (rounds = safe_rounds<kBackward>(src_size, s)) != 0;) {
-            const uint8_t* in = src + s.pos;
-            uint64_t b = s.bitpos;
-            uint8_t* o = s.out;
-            do {
-                in += (b & 0xff) >> 3;
-                b &= 7;
-                const uint64_t w = load_be64(in);
-                for (unsigned r = 0; r < kRound; ++r) huf_step<kBackward>(tab, w, b, o);
-            } while (--rounds);
-            s.pos = size_t(in - src);
-            s.bitpos = unsigned(b & 0xff);
-            s.out = o;
-        }
+        if constexpr (kBackward)
+            decode_backward_impl<1>(src, src_size, t, st + k);
+        else
+            decode_forward_impl<1>(src, src_size, t, st + k);
     }
 }
 
@@ -869,14 +954,17 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (k) spare += segment_bound(len);
         seg += len;
     }
-    // Symbols that lie in one window of 32 or 64 values (their shared low zero bits shifted out) are
-    // coded two per lookup.
-    const PairWindow window = pair_window(counts);
-    const bool windowed = bmi2 && n >= 256 && window.bits;
+    // Symbols that lie in one window of 32 or 64 values (their shared low zero bits shifted out),
+    // or number at most 127, are coded two per lookup.
+    PairIndex pair_index;
+    choose_pair_index(counts, syms, m, n, bmi2, (cpu::active_isa() & cpu::kIsaAvx512) != 0, &pair_index);
+    const bool windowed = pair_index.stride != 0;
     thread_local std::vector<uint16_t> pair_idx;
-    PairTable pairs;
+    thread_local std::vector<uint64_t> pair_code;
     if (windowed) {
-        build_pairs(enc, order, m, window, &pairs);
+        if (pair_code.size() < size_t(pair_index.stride) * pair_index.stride)
+            pair_code.resize(size_t(pair_index.stride) * pair_index.stride);
+        build_pairs(enc, syms, m, pair_index, pair_code.data());
         if (pair_idx.size() < n / 2 + kStreams) pair_idx.resize(n / 2 + kStreams);
     }
     for (unsigned k = 0; k < kStreams; k += 2) {
@@ -886,9 +974,9 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
             const size_t pairs_a = std::min(jobs[k].len, jobs[k + 1].len) / 2;
             uint16_t* a_idx = pair_idx.data();
             uint16_t* b_idx = a_idx + pairs_a;
-            pair_indices_avx2(jobs[k].src + jobs[k].len - 2 * pairs_a, pairs_a, window, a_idx);
-            pair_indices_avx2(jobs[k + 1].src + jobs[k + 1].len - 2 * pairs_a, pairs_a, window, b_idx);
-            ok = encode_pair_windowed(jobs[k], jobs[k + 1], enc, pairs, a_idx + pairs_a, b_idx + pairs_a);
+            pair_indices(jobs[k].src + jobs[k].len - 2 * pairs_a, pairs_a, pair_index, a_idx);
+            pair_indices(jobs[k + 1].src + jobs[k + 1].len - 2 * pairs_a, pairs_a, pair_index, b_idx);
+            ok = encode_pair_windowed(jobs[k], jobs[k + 1], enc, pair_code.data(), a_idx + pairs_a, b_idx + pairs_a);
         } else {
             ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
         }
@@ -909,6 +997,20 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     if (exact_counts && coded_bits != total_bits) return invalid("huffman_encode: histogram does not match the data");
     *written = size_t(out - dst);
     return Status::ok();
+}
+
+const char* huffman_pairing(const uint32_t* hist, size_t n) {
+    uint64_t counts[256];
+    uint8_t syms[256];
+    unsigned m = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        counts[s] = hist[s];
+        if (hist[s]) syms[m++] = uint8_t(s);
+    }
+    if (m < 2) return "single";
+    PairIndex p;
+    choose_pair_index(counts, syms, m, n, use_bmi2(), (cpu::active_isa() & cpu::kIsaAvx512) != 0, &p);
+    return p.stride == 0 ? "single" : p.ranked ? "rank" : "window";
 }
 
 Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n) {

@@ -34,6 +34,12 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
 // refuses a plane whose estimate does not fit its capacity with that margin.
 size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts = true);
 
+// How huffman_encode codes a plane of n symbols with these 256 counts (present
+// symbols nonzero), on the active ISA: one symbol a table lookup ("single"), or
+// two, indexed through a window of values ("window") or by rank ("rank"). The
+// stream is the same bytes every way; this is for tests and benchmarks.
+const char* huffman_pairing(const uint32_t* hist, size_t n);
+
 // Decodes exactly n symbols. kCorruptFrame on any inconsistency.
 Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t n);
 

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
         kvcore::cpu::set_disabled_isa((it & 1) ? kvcore::cpu::kIsaAvx2 : 0);
         size_t n = rng() % 5 == 0 ? rng() % 20 : rng() % 6000;
         std::vector<uint8_t> src(n);
-        const int kind = int(rng() % 5);
+        const int kind = int(rng() % 6);
         std::geometric_distribution<int> geo(0.1 + double(rng() % 80) / 100.0);
         const unsigned base = unsigned(rng() % 256);
         const unsigned shift = unsigned(rng() % 4);  // symbols sharing low zero bits: shifted windows
@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
                 : kind == 1 ? uint8_t(std::min(geo(rng), 255))
                 : kind == 2 ? uint8_t((rng() % 3) * 50)
                 : kind == 3 ? uint8_t(std::min(geo(rng), 30) * 8)
-                            : uint8_t((base + unsigned(std::min(geo(rng), 40))) << shift);  // some wrapping through 0
+                : kind == 4 ? uint8_t((base + unsigned(std::min(geo(rng), 40))) << shift)  // some wrapping through 0
+                            : uint8_t(base + 37 * unsigned(std::min(geo(rng), 20)));  // spread: paired by rank
         }
         std::vector<uint8_t> enc(huffman_bound(n));
         size_t w = 0;
