@@ -98,7 +98,8 @@ def test_no_residual_below_the_rows_it_samples():
 
 # ---- plane entropies of each bit layout (the sample the analysis counts) ----
 
-SAMPLE_ELEMS = 1 << 14
+SAMPLE_ELEMS = 1 << 14  # at most; a quarter of the tensor, at least MIN_SAMPLE_ELEMS
+MIN_SAMPLE_ELEMS = 1 << 12
 DTYPE_CODES = {torch.uint8: 1, torch.float8_e4m3fn: 3, torch.float16: 5, torch.bfloat16: 6, torch.float32: 7}
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
@@ -107,7 +108,7 @@ def sample_rows(n: int, channels: int) -> list[tuple[int, int]]:
     """(start, length) of the rows the analysis samples: whole rows, evenly spread."""
     row_len = channels if channels > 1 else min(n, 4096)
     n_rows = n // row_len
-    rows = max(1, min(n_rows, SAMPLE_ELEMS // row_len))
+    rows = max(1, min(n_rows, min(SAMPLE_ELEMS, max(MIN_SAMPLE_ELEMS, n // 4)) // row_len))
     stride = max(1, n_rows // rows)
     return [(r * stride * row_len, min(n, r * stride * row_len + row_len) - r * stride * row_len) for r in range(rows)]
 
