@@ -689,10 +689,11 @@ KV_ALWAYS_INLINE void forward_step(const uint64_t* tab, uint64_t w, uint64_t& b,
 // bit count no longer passes through an add and a variable shift of the window).
 // A marker bit below the window's bits (see refill_window) counts the bits
 // consumed, so a stream's state in the round is two values, w and o, not three:
-// GCC spills fewer of the six streams' registers. On MiniLM's exponent planes
-// (Zen 4, 256 KiB pieces) this loop decodes 1.10-1.15x the symbols a second of
-// the three-value one; hand-written assembly with no spills at all measured the
-// same, so the chains' latency is what remains.
+// GCC spills fewer of the six streams' registers. On MiniLM's bf16 exponent and
+// fp16 top-byte planes (Zen 4, 256 KiB pieces) this loop decoded 1.09-1.24x the
+// symbols a second of the three-value one (three alternating pairs each); an
+// assembly version of the six-stream rounds with no spills measured the same,
+// so what remains is presumably the chains' latency.
 KV_ALWAYS_INLINE void backward_step(const uint64_t* tab, uint64_t& w, uint8_t*& o) {
     const uint64_t e = tab[w >> (64 - kTableBits)];
     store_le64(o - 8, e);
