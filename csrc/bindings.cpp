@@ -1207,7 +1207,7 @@ PYBIND11_MODULE(_native, m) {
             return pick_engine(engine, segs) == Engine::kDsa ? "dsa" : "cpu";
         });
         m.def("copy_variant", [] { return std::string(kc::variant()); });
-        m.def("llc_bytes", &kc::llc_bytes);
+        m.def("llc_bytes", &kvcore::cpu::llc_bytes);
 
         // DSA: discovery, engine state, and the descriptor builders (for layout tests).
         m.def("dsa_discover", [](const std::string& library) {

@@ -190,7 +190,7 @@ def test_large_frames_into_new_bytes_are_those_of_one_thread(mode, block_bytes):
         assert_bit_exact(kvcore.decompress(one, threads=2), t)
 
 
-STREAMING_OUTPUT_BYTES = 32 << 20  # kStreamingOutputBytes in csrc/frame/codec.cpp
+STREAMING_OUTPUT_BYTES = 32 << 20  # kStreamingOutputBytes in csrc/frame/codec.cpp (half the LLC where less)
 
 
 def offset_bytes(rows: int, channels: int) -> torch.Tensor:

@@ -1,13 +1,10 @@
 #include "copy/copy_engine.h"
 
 #include <immintrin.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <string>
 
 #include "cpu/cpu_features.h"
 #include "parallel/thread_pool.h"
@@ -18,41 +15,6 @@ namespace {
 constexpr size_t kDefaultSlice = size_t(1) << 20;
 // Below this size one thread copies alone (the pool's hand-off costs more).
 constexpr size_t kParallelMin = size_t(2) << 20;
-
-// A sysfs cache size ("32768K", "8M"), or 0.
-size_t parse_cache_size(const std::string& s) {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
-    if (end == s.c_str() || n >= (1ull << 40)) return 0;
-    if (*end == 'K') return size_t(n) << 10;
-    if (*end == 'M') return size_t(n) << 20;
-    return *end == '\0' ? size_t(n) : 0;
-}
-
-// The kernel's description of cpu0's highest data cache level first: glibc's
-// sysconf derives it from cpuid, which some hypervisors fill with the host's
-// figures (an AMD EPYC VM with a 32 MiB L3 reported 320 MiB).
-size_t read_llc() {
-    unsigned best_level = 0;
-    size_t best = 0;
-    for (unsigned i = 0;; ++i) {
-        const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-        std::ifstream level_file(dir + "level"), type_file(dir + "type"), size_file(dir + "size");
-        unsigned level = 0;
-        std::string type, size;
-        if (!(level_file >> level)) break;
-        if (!(type_file >> type) || type == "Instruction" || !(size_file >> size)) continue;
-        const size_t n = parse_cache_size(size);
-        if (n && level > best_level) best_level = level, best = n;
-    }
-    if (best) return best;
-    long v = -1;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (v <= 0) v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-    return v > 0 ? size_t(v) : size_t(8) << 20;
-}
 
 bool overlaps(const uint8_t* a, const uint8_t* b, size_t n) { return a < b + n && b < a + n; }
 
@@ -85,7 +47,7 @@ __attribute__((target("avx2,bmi,bmi2"))) void copy_stream_avx2(uint8_t* d, const
     std::memcpy(d, s, n);
 }
 
-size_t threshold_of(const CopyOptions& o) { return o.nt_threshold ? o.nt_threshold : llc_bytes(); }
+size_t threshold_of(const CopyOptions& o) { return o.nt_threshold ? o.nt_threshold : cpu::llc_bytes(); }
 size_t slice_of(const CopyOptions& o) { return o.slice_bytes ? o.slice_bytes : kDefaultSlice; }
 
 // A task is a run of segments [first, last] where the first starts at
@@ -122,11 +84,6 @@ std::vector<Task> plan(const Segment* segs, size_t count, size_t slice) {
 }
 
 }  // namespace
-
-size_t llc_bytes() {
-    static const size_t n = read_llc();
-    return n;
-}
 
 const char* variant() { return (cpu::active_isa() & cpu::kIsaAvx2) ? "avx2-nt" : "memcpy"; }
 

@@ -25,11 +25,8 @@ struct Segment {
 struct CopyOptions {
     unsigned threads = 0;        // 0: all pool threads + caller
     size_t slice_bytes = 0;      // 0: default (1 MiB): work per task
-    size_t nt_threshold = 0;     // 0: last-level cache size; SIZE_MAX: never stream
+    size_t nt_threshold = 0;     // 0: last-level cache size (cpu::llc_bytes); SIZE_MAX: never stream
 };
-
-// Size of the last-level cache in bytes (sysfs, else sysconf; 8 MiB if unknown).
-size_t llc_bytes();
 
 // One-thread copy of n bytes with the active variant (non-temporal when
 // `streaming`); dst and src must not overlap.

@@ -1,11 +1,50 @@
 #include "cpu/cpu_features.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cpuid.h>
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 namespace kvcore::cpu {
 namespace {
+
+// A sysfs cache size ("32768K", "8M"), or 0.
+size_t parse_cache_size(const std::string& s) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(s.c_str(), &end, 10);
+    if (end == s.c_str() || n >= (1ull << 40)) return 0;
+    if (*end == 'K') return size_t(n) << 10;
+    if (*end == 'M') return size_t(n) << 20;
+    return *end == '\0' ? size_t(n) : 0;
+}
+
+// The kernel's description of cpu0's highest data cache level first: glibc's
+// sysconf derives it from cpuid, which some hypervisors fill with the host's
+// figures (an AMD EPYC VM with a 32 MiB L3 reported 320 MiB).
+size_t read_llc() {
+    unsigned best_level = 0;
+    size_t best = 0;
+    for (unsigned i = 0;; ++i) {
+        const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+        std::ifstream level_file(dir + "level"), type_file(dir + "type"), size_file(dir + "size");
+        unsigned level = 0;
+        std::string type, size;
+        if (!(level_file >> level)) break;
+        if (!(type_file >> type) || type == "Instruction" || !(size_file >> size)) continue;
+        const size_t n = parse_cache_size(size);
+        if (n && level > best_level) best_level = level, best = n;
+    }
+    if (best) return best;
+    long v = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (v <= 0) v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return v > 0 ? size_t(v) : size_t(8) << 20;
+}
 
 uint64_t xgetbv0() {
     uint32_t eax, edx;
@@ -66,6 +105,11 @@ bool parse_isa_list(const std::string& list, uint32_t* mask) {
     }
     *mask = m;
     return true;
+}
+
+size_t llc_bytes() {
+    static const size_t n = read_llc();
+    return n;
 }
 
 }  // namespace kvcore::cpu

@@ -6,6 +6,7 @@
 // variant on one machine (KVCORE_DISABLE_ISA=avx512,avx2 in the Python layer).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -27,5 +28,8 @@ void set_disabled_isa(uint32_t mask);
 const char* variant_name(uint32_t isa);
 // Parse "avx512,avx2" into a mask; unknown names return false.
 bool parse_isa_list(const std::string& list, uint32_t* mask);
+
+// Size of the last-level (data) cache in bytes: sysfs, else sysconf; 8 MiB if unknown.
+size_t llc_bytes();
 
 }  // namespace kvcore::cpu

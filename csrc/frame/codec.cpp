@@ -39,8 +39,13 @@ constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and has
 // output read right after, 0.96x at 18 MiB, 1.09x at 36. On a Zen 4 (1 MiB L2,
 // 32 MiB L3), one thread: whole frames 1.04-1.09x dense, 1.07-1.37x fast (36-144
 // MiB); batches of 512 KiB frames 1.06-1.10x dense, 1.14-1.21x fast (36 and 144
-// MiB); with the output read right after, 1.01-1.27x and 1.02-1.14x.
+// MiB); with the output read right after, 1.01-1.27x and 1.02-1.14x. Half the
+// last-level cache where that is lower: on the Zen 4 VM (32 MiB L3), one thread,
+// fast decompress of 18 MiB (MiniLM bf16, half) streamed ran 1.23-1.37x and of
+// 30 MiB (stories260K as fp32) 1.18-1.23x, 1.03-1.18x with the output read right
+// after; dense 1.01-1.05x, and 0.95-0.97x read right after (2026-12-05).
 constexpr size_t kStreamingOutputBytes = 32u << 20;
+size_t streaming_output_bytes() { return std::min(kStreamingOutputBytes, cpu::llc_bytes() / 2); }
 
 // Scratch planes of a block of `elems` elements sit this far apart: each starts
 // on a cache line, with a line to spare for a plane moved along its line (see
@@ -674,7 +679,7 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
         buffers.add(jobs[i].out, jobs[i].frame, jobs[i].size);
         out_bytes += jobs[i].out.bytes;
     }
-    if (out_bytes >= kStreamingOutputBytes)
+    if (out_bytes >= streaming_output_bytes())
         for (PreparedFrame& f : frames) f.stores = shuffle::Stores::kStreaming;
     // Blocks are written concurrently, and a frame must not change while it is read.
     KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("decompress", "a frame"));
