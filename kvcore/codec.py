@@ -108,7 +108,8 @@ def compress(
     planes that repeat rows in part wherever it is smaller, where dense mode takes it
     only when it saves a quarter; and as many channel-group tables as make a plane
     smallest, where dense mode charges each table for its decode time).
-    threads: native threads to use (default: all cores).
+    threads: native threads to use at most (default: all cores); a call takes one per MiB of
+    input, since waking a thread costs more than it saves on less.
     block_bytes: size of the independently coded blocks (default 1 MiB in dense mode,
     256 KiB in fast mode).
     backend: None (default) codes planes with kvcore's own coders. "software",

@@ -48,7 +48,7 @@ struct EncodeOptions {
     Backend backend = Backend::kAuto;
     bool deflate = false;         // code planes with DEFLATE (QAT-compatible) instead of Huffman
     uint32_t block_bytes = 0;     // 0: default (256 KiB)
-    unsigned threads = 0;         // 0: all hardware threads
+    unsigned threads = 0;         // at most (one a MiB of input); 0: all hardware threads
 };
 
 struct PlaneInfo {
@@ -118,7 +118,7 @@ Status read_desc(const uint8_t* frame, size_t size, TensorDesc* desc);
 Status read_info(const uint8_t* frame, size_t size, FrameInfo* info);
 
 // Decodes the whole frame into dst (dst_size must equal the original size);
-// every block's checksum is verified. threads: 0 = all.
+// every block's checksum is verified. threads: at most (one a MiB of output); 0 = all.
 Status decompress(const uint8_t* frame, size_t size, uint8_t* dst, size_t dst_size, unsigned threads);
 
 // One frame and where it decodes to (out.bytes must equal the original size).

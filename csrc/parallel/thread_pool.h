@@ -47,7 +47,7 @@ private:
 // The process-wide pool, created on first use with one worker per hardware
 // thread minus one (the caller of parallel_for is the remaining thread).
 ThreadPool& default_pool();
-// Number of hardware threads (at least 1).
+// Number of hardware threads (at least 1), counted on the first call.
 unsigned hardware_threads();
 
 }  // namespace kvcore
