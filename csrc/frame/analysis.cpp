@@ -21,7 +21,7 @@ namespace {
 // most kSampleElems. With kSampleElems always, the analysis counted two thirds
 // of a 64-row MiniLM frame (48 KiB), 13% of the samples in `perf` of a loop of
 // dense compressions of such frames; a quarter compressed them 1.09x faster and
-// 32 KiB stories260K frames 1.17x, for ratios within +-0.07% (ad hoc, 2026-12-05).
+// 32 KiB stories260K frames 1.17x; ratios moved by at most 0.0007 (ad hoc, 2026-12-05).
 constexpr uint64_t kSampleElems = 1u << 14;
 constexpr uint64_t kMinSampleElems = 1u << 12;
 constexpr uint64_t kMinRowsForResidual = 64;  // residual table must pay for itself
