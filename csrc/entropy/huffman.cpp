@@ -712,13 +712,18 @@ KV_ALWAYS_INLINE void refill_window(const uint8_t* src, uint64_t& at, uint64_t& 
     w = (load_be64(src + (at >> 3)) << (at & 7)) | 1;
 }
 
+// Refill rounds all kS streams can run with no bounds check.
+template <bool kBackward, unsigned kS>
+KV_ALWAYS_INLINE size_t common_rounds(size_t src_size, const StreamState* st) {
+    size_t rounds = SIZE_MAX;
+    for (unsigned k = 0; k < kS; ++k) rounds = std::min(rounds, safe_rounds<kBackward>(src_size, st[k]));
+    return rounds;
+}
+
 template <unsigned kS>
 KV_ALWAYS_INLINE void decode_forward_impl(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
     const uint64_t* tab = t.multi;
-    for (;;) {
-        size_t rounds = SIZE_MAX;
-        for (unsigned k = 0; k < kS; ++k) rounds = std::min(rounds, safe_rounds<false>(src_size, st[k]));
-        if (rounds == 0) break;
+    for (size_t rounds; (rounds = common_rounds<false, kS>(src_size, st)) != 0;) {
         const uint8_t* in[kS];
         uint64_t b[kS];
         uint8_t* o[kS];
@@ -751,10 +756,7 @@ KV_ALWAYS_INLINE void decode_forward_impl(const uint8_t* src, size_t src_size, c
 template <unsigned kS>
 KV_ALWAYS_INLINE void decode_backward_impl(const uint8_t* src, size_t src_size, const Tables& t, StreamState* st) {
     const uint64_t* tab = t.multi;
-    for (;;) {
-        size_t rounds = SIZE_MAX;
-        for (unsigned k = 0; k < kS; ++k) rounds = std::min(rounds, safe_rounds<true>(src_size, st[k]));
-        if (rounds == 0) break;
+    for (size_t rounds; (rounds = common_rounds<true, kS>(src_size, st)) != 0;) {
         uint64_t at[kS];  // bit position in src of w's first bit
         uint64_t w[kS];
         uint8_t* o[kS];
