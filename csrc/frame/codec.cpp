@@ -41,9 +41,9 @@ constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and has
 // MiB); batches of 512 KiB frames 1.06-1.10x dense, 1.14-1.21x fast (36 and 144
 // MiB); with the output read right after, 1.01-1.27x and 1.02-1.14x. Half the
 // last-level cache where that is lower: on the Zen 4 VM (32 MiB L3), one thread,
-// fast decompress of 18 MiB (MiniLM bf16, half) streamed ran 1.23-1.37x and of
-// 30 MiB (stories260K as fp32) 1.18-1.23x, 1.03-1.18x with the output read right
-// after; dense 1.01-1.05x, and 0.95-0.97x read right after (2026-12-05).
+// outputs of 18 MiB (MiniLM bf16 and fp16, first halves) and 30 MiB (stories260K
+// as fp32) streamed decoded 1.25-1.67x faster in fast mode and 1.12-1.24x in dense
+// mode; with the output read right after, 1.03-1.18x and 0.95-0.98x (2026-12-05).
 constexpr size_t kStreamingOutputBytes = 32u << 20;
 size_t streaming_output_bytes() { return std::min(kStreamingOutputBytes, cpu::llc_bytes() / 2); }
 
@@ -438,10 +438,10 @@ bool several_threads(unsigned threads) { return (threads == 0 ? hardware_threads
 
 // A call takes one thread per kBytesPerThread of its tensors' bytes (rounded to
 // the nearest), up to the threads asked for (0: all): a helper thread wakes in
-// about 10-20 us, which more than ate what a second thread saved below a MiB a thread. On the Zen 4 VM, one
-// frame of MiniLM bf16 rows, 2 threads against 1 (best of 7 loops of 40 calls): fast mode
-// 0.72-0.92x at 512 KiB-1 MiB (2-5 blocks), 1.10-1.23x at 2 MiB; dense 1.50-1.52x at
-// 2 MiB (2 blocks; its blocks are 1 MiB) (2026-12-05).
+// about 10-20 us, which ate what a second thread saved below a MiB a thread. On
+// the Zen 4 VM, frames of MiniLM bf16 rows, 2 threads against 1 (best of 7 loops
+// of 40 calls): fast mode 0.72-0.92x decode and 0.72-1.10x compress at 512 KiB-1
+// MiB (2-5 blocks), 1.10-1.23x at 2 MiB; dense 1.50-1.52x at 2 MiB (2026-12-05).
 constexpr uint64_t kBytesPerThread = uint64_t(1) << 20;
 
 unsigned threads_for(unsigned threads, uint64_t bytes) {
