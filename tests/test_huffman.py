@@ -191,16 +191,21 @@ def test_windowed_pairs_on_channel_groups(planes):
         assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
 
 
-def test_windowed_pairs_on_float16_sign_and_exponent(planes):
-    """A float16 top byte with its two low mantissa bits split off (the dense codec's low-bits
-    method): sign and exponent, under 64 values, coded through the 64-value window."""
-    if "avx2" not in kvcore.features()["simd_detected"]:
-        pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
+@pytest.mark.parametrize("split,pairing,isa", [(2, "window", "avx2"), (1, "rank", "avx512")])
+def test_pairs_on_float16_top_bytes(planes, split, pairing, isa):
+    """A float16 top byte with its low mantissa bits split off (the dense codec's low-bits
+    method). Two bits off: sign and exponent, under 64 values, coded through the 64-value
+    window. One bit off (MiniLM): sign, exponent and a mantissa bit, 60-76 symbols in two
+    windows of about 38 values, one per sign, coded two per lookup by rank. Either way the
+    stream is the bytes the coder writes with the pairing's ISA (isa) masked."""
+    if isa not in kvcore.features()["simd_detected"]:
+        pytest.skip(f"no {isa} on this machine: the {pairing} pairs do not run")
     for name, plane in planes.items():
         if "fp16" not in name or not name.endswith(":high"):
             continue
-        raw = (plane[: 1 << 18] >> 2).tobytes()
-        assert _encode_with("", raw) == _encode_with("avx2", raw), name
+        raw = (plane[: 1 << 18] >> split).tobytes()
+        assert _native.huffman_pairing(raw) == pairing, name
+        assert _encode_with("", raw) == _encode_with(isa, raw), name
         assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
 
 
@@ -234,21 +239,6 @@ def test_ranked_pairs_match_the_single_symbol_coder(m, n):
     assert ranked == _encode_with("avx512", raw)
     assert ranked == _encode_with("avx2", raw)
     assert _native.huffman_decode(ranked, n) == raw
-
-
-def test_ranked_pairs_on_float16_sign_exponent_and_mantissa_bit(planes):
-    """A float16 top byte with one low mantissa bit split off (MiniLM's low-bits method):
-    sign, exponent and one mantissa bit, 60-76 symbols in two windows of about 38 values,
-    one per sign, coded two per lookup by rank."""
-    if "avx512" not in kvcore.features()["simd_detected"]:
-        pytest.skip("no AVX-512 on this machine: the ranked pairs do not run")
-    for name, plane in planes.items():
-        if "fp16" not in name or not name.endswith(":high"):
-            continue
-        raw = (plane[: 1 << 18] >> 1).tobytes()
-        assert _native.huffman_pairing(raw) == "rank", name
-        assert _encode_with("", raw) == _encode_with("avx512", raw), name
-        assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
 
 
 # ---------------------------------------------------------------- synthetic inputs

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <immintrin.h>
 #include <vector>
 
@@ -351,6 +352,16 @@ PairWindow pair_window(const uint64_t* counts) {
     max_gap = std::max(max_gap, first + range - prev);  // the gap that wraps around
     const int width = range - max_gap + 1;
     return {width <= 32 ? 5u : width <= 64 ? 6u : 0u, shift};
+}
+
+// counts[s] = hist[s] for every s; syms = the present symbols, increasing; returns their number.
+unsigned present_symbols(const uint32_t* hist, uint64_t* counts, uint8_t* syms) {
+    unsigned m = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        counts[s] = hist[s];
+        if (hist[s]) syms[m++] = uint8_t(s);
+    }
+    return m;
 }
 
 // Symbols in no such window but at most 127 of them (a float16 sign, exponent and
@@ -875,14 +886,9 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         hist = own_hist;
     }
     uint64_t counts[256];
-    uint64_t total = 0;
     uint8_t syms[256];  // the present symbols, increasing
-    unsigned m = 0;
-    for (unsigned s = 0; s < 256; ++s) {
-        counts[s] = hist[s];
-        total += hist[s];
-        if (hist[s]) syms[m++] = uint8_t(s);
-    }
+    const unsigned m = present_symbols(hist, counts, syms);
+    const uint64_t total = std::accumulate(counts, counts + 256, uint64_t(0));
     if (exact_counts ? total != n : total == 0) return invalid("huffman_encode: histogram does not sum to n");
     if (m == 1) {
         if (cap < 2) return make_status(Code::kBufferTooSmall, "huffman_encode: capacity below 2 bytes");
@@ -1005,11 +1011,7 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
 const char* huffman_pairing(const uint32_t* hist, size_t n) {
     uint64_t counts[256];
     uint8_t syms[256];
-    unsigned m = 0;
-    for (unsigned s = 0; s < 256; ++s) {
-        counts[s] = hist[s];
-        if (hist[s]) syms[m++] = uint8_t(s);
-    }
+    const unsigned m = present_symbols(hist, counts, syms);
     if (m < 2) return "single";
     PairIndex p;
     choose_pair_index(counts, syms, m, n, use_bmi2(), (cpu::active_isa() & cpu::kIsaAvx512) != 0, &p);

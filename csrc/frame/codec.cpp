@@ -434,8 +434,6 @@ size_t max_frame_size(const TensorDesc& desc) { return max_frame_size(desc, 0); 
 
 namespace {
 
-bool several_threads(unsigned threads) { return (threads == 0 ? hardware_threads() : threads) > 1; }
-
 // A call takes one thread per kBytesPerThread of its tensors' bytes (rounded to
 // the nearest), up to the threads asked for (0: all): a helper thread wakes in
 // about 10-20 us, which ate what a second thread saved below a MiB a thread. On
@@ -444,16 +442,14 @@ bool several_threads(unsigned threads) { return (threads == 0 ? hardware_threads
 // MiB (2-5 blocks), 1.10-1.23x at 2 MiB; dense 1.50-1.52x at 2 MiB (2026-12-05).
 constexpr uint64_t kBytesPerThread = uint64_t(1) << 20;
 
+// The thread count a call runs on: at least 1, never the 0 that means all.
 unsigned threads_for(unsigned threads, uint64_t bytes) {
     const uint64_t most = std::max<uint64_t>(1, (bytes + kBytesPerThread / 2) / kBytesPerThread);
     return static_cast<unsigned>(std::min<uint64_t>(threads == 0 ? hardware_threads() : threads, most));
 }
 
-// The threads default_pool().parallel_for(..., threads, ...) runs on (0 = all).
-unsigned used_threads(unsigned threads) {
-    const unsigned most = default_pool().workers() + 1;
-    return threads == 0 ? most : std::min(threads, most);
-}
+// The threads default_pool().parallel_for(..., threads, ...) runs on.
+unsigned used_threads(unsigned threads) { return std::min(threads, default_pool().workers() + 1); }
 
 // One frame being encoded: its header and layout, and its index among the
 // batch's BlockCommits (each block task codes one block of one frame).
@@ -586,7 +582,7 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& options) 
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block), frame-major
     for (size_t i = 0; i < n; ++i) {
         Header h = plan_header(jobs[i], o, layouts[i]);
-        const bool fault_ahead = jobs[i].fresh_dst && several_threads(o.threads) && jobs[i].cap >= 2 * kHugePageBytes;
+        const bool fault_ahead = jobs[i].fresh_dst && o.threads > 1 && jobs[i].cap >= 2 * kHugePageBytes;
         frames.push_back(
             std::make_unique<FrameEncoder>(jobs[i], std::move(h), std::move(layouts[i]), fault_ahead, commits));
         for (uint32_t b = 0; b < frames[i]->h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
@@ -704,7 +700,7 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
     for (const OutputRuns& o : buffers.outputs)
         if (o.contiguous()) advise_huge_pages(o.base, o.bytes);
     std::vector<std::optional<FaultAhead>> ahead(n);  // set for a fresh output decoded by several threads
-    if (several_threads(threads))
+    if (threads > 1)
         for (size_t i = 0; i < n; ++i)
             if (jobs[i].fresh_out && jobs[i].out.contiguous() && jobs[i].out.bytes >= 2 * kHugePageBytes)
                 ahead[i].emplace(jobs[i].out.base, jobs[i].out.bytes);
