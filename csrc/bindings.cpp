@@ -954,7 +954,7 @@ PYBIND11_MODULE(_native, m) {
     m.def(
         "analyze_layout",
         [](const py::buffer& src, int dtype, uint32_t channels, bool channel_coded, bool signs_coded,
-           bool fixed_width_coded) {
+           bool fixed_width_coded, bool rotated_preferred) {
             if (dtype < 0 || dtype > 255 || !fr::dtype_valid(static_cast<uint8_t>(dtype)))
                 throw NativeError{Code::kInvalidArgument, "unknown dtype code"};
             if (channels == 0) throw NativeError{Code::kInvalidArgument, "channels must be positive"};
@@ -969,6 +969,7 @@ PYBIND11_MODULE(_native, m) {
                 coding.channel_coded = channel_coded;
                 coding.signs_coded = signs_coded;
                 coding.fixed_width_coded = fixed_width_coded;
+                coding.rotated_preferred = rotated_preferred;
                 layout = fr::choose_layout(in.data, in.size / esize, static_cast<fr::DType>(dtype), channels, coding);
             }
             py::dict d;
@@ -982,13 +983,14 @@ PYBIND11_MODULE(_native, m) {
             return d;
         },
         py::arg("src"), py::arg("dtype"), py::arg("channels"), py::arg("channel_coded") = false,
-        py::arg("signs_coded") = false, py::arg("fixed_width_coded") = false,
+        py::arg("signs_coded") = false, py::arg("fixed_width_coded") = false, py::arg("rotated_preferred") = false,
         "The encoder's layout analysis of src (elements of frame dtype code `dtype`, `channels` per row):\n"
         "rotate, the estimated bits per byte of each plane, the residual table or None, and sign_saving (bits\n"
         "per element the signs method is estimated to save in the rotated layout); channel_coded: as for\n"
         "dense mode (the residual weighed against channel-grouped coding); signs_coded: as for max mode (the\n"
         "rotated layout counts the signs method in); fixed_width_coded: as for fast mode (the residual weighed\n"
-        "by the fixed-width code's size). For tests.");
+        "by the fixed-width code's size); rotated_preferred: as for dense mode (a large float16 tensor's rotated\n"
+        "layout taken unless the plain one estimates clearly smaller). For tests.");
     m.def("frame_info", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

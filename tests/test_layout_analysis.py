@@ -100,6 +100,12 @@ def test_no_residual_below_the_rows_it_samples():
 
 SAMPLE_ELEMS = 1 << 14  # at most; a quarter of the tensor, at least MIN_SAMPLE_ELEMS
 MIN_SAMPLE_ELEMS = 1 << 12
+# Dense mode takes a float16 tensor's rotated layout where it estimates at most this many bits per
+# element above the plain one, from this many elements, when its low plane stays raw
+# (frame/analysis.cpp: kRotatedAllowance, kRotatedMinElems; frame/analysis.h: kIncompressibleBits).
+ROTATED_ALLOWANCE = 1 / 64
+ROTATED_MIN_ELEMS = 65536
+INCOMPRESSIBLE_BITS = 7.9
 DTYPE_CODES = {torch.uint8: 1, torch.float8_e4m3fn: 3, torch.float16: 5, torch.bfloat16: 6, torch.float32: 7}
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
@@ -143,6 +149,7 @@ def analysis_inputs():
     for f in files()[:4]:
         t = tensors(f.name)["layer1.k"]
         cases += [(f"{f.stem}", t[:60]), (f"{f.stem}-flat", t.reshape(-1)[:50000]),
+                  (f"{f.stem}-flat-large", t.reshape(-1)[:100000]),
                   (f"{f.stem}-fp32", t[:40].float()), (f"{f.stem}-fp8", t[:40].to(torch.float8_e4m3fn))]
     return cases
 
@@ -163,20 +170,62 @@ def test_value_counts_kernels_match_a_plain_count(tmp_path):
     assert run.stdout.startswith("ok:") and not run.stdout.startswith("ok: 0 ")
 
 
+def rotated_is_chosen(x: torch.Tensor, want: dict[bool, list[float]], rotated_preferred: bool) -> bool:
+    """The analysis's choice between the layouts whose plane entropies are want: the smaller
+    (capped) sum, ties to the plain layout; dense mode (rotated_preferred) takes a large float16
+    tensor's rotated layout unless the plain one is smaller by more than ROTATED_ALLOWANCE."""
+    if x.dtype == torch.uint8:
+        return False
+    bits = {r: sum(min(8.0, h) for h in want[r]) for r in (False, True)}
+    if (rotated_preferred and x.dtype == torch.float16 and x.numel() >= ROTATED_MIN_ELEMS
+            and want[True][0] >= INCOMPRESSIBLE_BITS):
+        return bits[True] < bits[False] + ROTATED_ALLOWANCE
+    return bits[True] < bits[False] - 1e-9
+
+
+@pytest.mark.parametrize("rotated_preferred", [False, True], ids=["estimate", "rotated-preferred"])
 @pytest.mark.parametrize("name,x", analysis_inputs(), ids=lambda v: v if isinstance(v, str) else "")
-def test_plane_entropies_of_the_chosen_layout(name, x):
+def test_plane_entropies_of_the_chosen_layout(name, x, rotated_preferred):
     """With one channel or below 64 rows there is no residual: the analysis reports the plane
-    entropies of the layout whose (capped) sum is smallest, each as numpy counts them over the
-    same sample."""
+    entropies of the chosen layout (rotated_is_chosen), each as numpy counts them over the same
+    sample."""
     channels = x.shape[-1] * x.shape[-2] if x.dim() >= 3 else (x.shape[-1] if x.dim() == 2 else 1)
     assert channels == 1 or x.numel() // channels < 64
-    got = kvcore._native.analyze_layout(x.reshape(-1).view(torch.uint8).numpy(), DTYPE_CODES[x.dtype], channels)
+    got = kvcore._native.analyze_layout(x.reshape(-1).view(torch.uint8).numpy(), DTYPE_CODES[x.dtype], channels,
+                                        rotated_preferred=rotated_preferred)
     assert got["residual"] is None
     want = layout_entropies(x, channels)
-    floats = x.dtype != torch.uint8
-    best = min((False, True) if floats else (False,), key=lambda r: (sum(min(8.0, h) for h in want[r]), r))
+    best = rotated_is_chosen(x, want, rotated_preferred)
     assert got["rotate"] == best
     assert got["plane_entropy"] == pytest.approx(want[best], abs=1e-9)
+
+
+def test_dense_prefers_the_rotated_float16_layout():
+    """MiniLM's fp16 K/V: the plain layout estimates a little smaller (under ROTATED_ALLOWANCE), so
+    the estimate alone keeps it, and dense mode rotates: its frame's blocks split the top byte's
+    low bits off (exponent symbols, which decode faster) and decode bit-exact. Below
+    ROTATED_MIN_ELEMS elements the estimate decides."""
+    from kvdata import stacked
+
+    x = stacked("minilm_l6_kv_fp16.safetensors")
+    raw = x.reshape(-1).view(torch.uint8).numpy()
+    channels = x.shape[-1] * x.shape[-2]
+    by_estimate = kvcore._native.analyze_layout(raw, DTYPE_CODES[x.dtype], channels, True)
+    preferred = kvcore._native.analyze_layout(raw, DTYPE_CODES[x.dtype], channels, True, rotated_preferred=True)
+    assert by_estimate["rotate"] is False and preferred["rotate"] is True
+    assert sum(preferred["plane_entropy"]) < sum(by_estimate["plane_entropy"]) + ROTATED_ALLOWANCE
+    frame = kvcore.compress(x, mode="dense")
+    info = kvcore.frame_info(frame)
+    assert info["layout"]["rotate"] is True
+    assert info["methods"]["lowbits"]["planes"] == info["n_blocks"]
+    assert torch.equal(kvcore.decompress(frame).view(torch.int16), x.view(torch.int16))
+    # Rows spread over the file, just below and just above the minimum size.
+    rows = x.reshape(-1, channels)[::288]
+    for n, rotates in ((ROTATED_MIN_ELEMS // channels, False), (ROTATED_MIN_ELEMS // channels + 1, True)):
+        part = rows[:n].contiguous().view(torch.uint8).numpy()
+        assert kvcore._native.analyze_layout(part, DTYPE_CODES[x.dtype], channels, True)["rotate"] is False
+        got = kvcore._native.analyze_layout(part, DTYPE_CODES[x.dtype], channels, True, rotated_preferred=True)
+        assert got["rotate"] is rotates
 
 
 # ---- dense mode weighs the residual against its channel groups ----
@@ -342,14 +391,14 @@ def test_no_sign_estimate_where_rotation_wins_anyway():
 
 
 def test_max_rotates_real_fp16_kv():
-    """MiniLM's fp16 K/V: dense keeps the plain layout (its sign is coded with the exponent); max
-    rotates, for the signs method, and comes out at least 0.5% smaller."""
+    """MiniLM's fp16 K/V: max rotates, for the signs method (dense rotates for speed and stores
+    the signs raw), and comes out at least 0.5% smaller."""
     from kvdata import stacked
 
-    x = stacked("minilm_l6_kv_fp16.safetensors")  # whole: on some slices dense rotates as well
+    x = stacked("minilm_l6_kv_fp16.safetensors")
     dense = kvcore.compress(x, mode="dense")
     best = kvcore.compress(x, mode="max")
-    assert kvcore.frame_info(dense)["layout"]["rotate"] is False
-    assert kvcore.frame_info(best)["layout"]["rotate"] is True
+    info = kvcore.frame_info(best)
+    assert info["layout"]["rotate"] is True and info["methods"]["signs"]["planes"] >= 1
     assert len(best) < 0.995 * len(dense)
     assert torch.equal(kvcore.decompress(best).view(torch.int16), x.view(torch.int16))

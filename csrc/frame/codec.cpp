@@ -26,7 +26,6 @@
 namespace kvcore::frame {
 namespace {
 
-constexpr double kIncompressibleBits = 7.9;  // a plane above this is stored raw
 constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
 constexpr size_t kRepeatRows = 8192;  // rows the repeat detector looks at, at most
 constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and hashed at a time
@@ -569,6 +568,7 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& options) 
     LayoutCoding coding;  // as encode_block codes the planes
     coding.channel_coded = o.mode == Mode::kDense && !o.deflate;
     coding.signs_coded = coding.channel_coded && o.max_ratio;
+    coding.rotated_preferred = coding.channel_coded && !o.max_ratio;
     coding.fixed_width_coded = o.mode == Mode::kFast && !o.deflate;
     default_pool().parallel_for(n, o.threads, [&](size_t i) {
         const CompressJob& j = jobs[i];
