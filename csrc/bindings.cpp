@@ -989,8 +989,8 @@ PYBIND11_MODULE(_native, m) {
         "per element the signs method is estimated to save in the rotated layout); channel_coded: as for\n"
         "dense mode (the residual weighed against channel-grouped coding); signs_coded: as for max mode (the\n"
         "rotated layout counts the signs method in); fixed_width_coded: as for fast mode (the residual weighed\n"
-        "by the fixed-width code's size); rotated_preferred: as for dense mode (a large float16 tensor's rotated\n"
-        "layout taken unless the plain one estimates clearly smaller). For tests.");
+        "by the fixed-width code's size); rotated_preferred: as for dense mode (a large float16 or float8\n"
+        "tensor's rotated layout taken unless the plain one estimates clearly smaller). For tests.");
     m.def("frame_info", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

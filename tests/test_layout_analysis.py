@@ -100,9 +100,10 @@ def test_no_residual_below_the_rows_it_samples():
 
 SAMPLE_ELEMS = 1 << 14  # at most; a quarter of the tensor, at least MIN_SAMPLE_ELEMS
 MIN_SAMPLE_ELEMS = 1 << 12
-# Dense mode takes a float16 tensor's rotated layout where it estimates at most this many bits per
-# element above the plain one, from this many elements, when its low plane stays raw
-# (frame/analysis.cpp: kRotatedAllowance, kRotatedMinElems; frame/analysis.h: kIncompressibleBits).
+# Dense mode takes a float16 or float8 tensor's rotated layout where it estimates at most this many
+# bits per element above the plain one, from this many elements, for float16 when its low plane
+# stays raw (frame/analysis.cpp: kRotatedAllowance, kRotatedMinElems; frame/analysis.h:
+# kIncompressibleBits).
 ROTATED_ALLOWANCE = 1 / 64
 ROTATED_MIN_ELEMS = 65536
 INCOMPRESSIBLE_BITS = 7.9
@@ -150,6 +151,7 @@ def analysis_inputs():
         t = tensors(f.name)["layer1.k"]
         cases += [(f"{f.stem}", t[:60]), (f"{f.stem}-flat", t.reshape(-1)[:50000]),
                   (f"{f.stem}-flat-large", t.reshape(-1)[:100000]),
+                  (f"{f.stem}-fp8-flat-large", t.reshape(-1)[:100000].to(torch.float8_e4m3fn)),
                   (f"{f.stem}-fp32", t[:40].float()), (f"{f.stem}-fp8", t[:40].to(torch.float8_e4m3fn))]
     return cases
 
@@ -173,12 +175,13 @@ def test_value_counts_kernels_match_a_plain_count(tmp_path):
 def rotated_is_chosen(x: torch.Tensor, want: dict[bool, list[float]], rotated_preferred: bool) -> bool:
     """The analysis's choice between the layouts whose plane entropies are want: the smaller
     (capped) sum, ties to the plain layout; dense mode (rotated_preferred) takes a large float16
-    tensor's rotated layout unless the plain one is smaller by more than ROTATED_ALLOWANCE."""
+    or float8 tensor's rotated layout unless the plain one is smaller by more than
+    ROTATED_ALLOWANCE."""
     if x.dtype == torch.uint8:
         return False
     bits = {r: sum(min(8.0, h) for h in want[r]) for r in (False, True)}
-    if (rotated_preferred and x.dtype == torch.float16 and x.numel() >= ROTATED_MIN_ELEMS
-            and want[True][0] >= INCOMPRESSIBLE_BITS):
+    if (rotated_preferred and x.dtype in (torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
+            and x.numel() >= ROTATED_MIN_ELEMS and (x.element_size() == 1 or want[True][0] >= INCOMPRESSIBLE_BITS)):
         return bits[True] < bits[False] + ROTATED_ALLOWANCE
     return bits[True] < bits[False] - 1e-9
 
@@ -226,6 +229,28 @@ def test_dense_prefers_the_rotated_float16_layout():
         assert kvcore._native.analyze_layout(part, DTYPE_CODES[x.dtype], channels, True)["rotate"] is False
         got = kvcore._native.analyze_layout(part, DTYPE_CODES[x.dtype], channels, True, rotated_preferred=True)
         assert got["rotate"] is rotates
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_dense_rotates_float8(dtype):
+    """A float8 tensor's one plane estimates the same in both layouts (rotation permutes the byte's
+    values), and dense mode takes the rotated one: the low-bits split then takes the sign off
+    with the low mantissa bits, leaving exponent symbols. Max mode keeps the tie's plain layout."""
+    from kvdata import stacked
+
+    x = stacked("minilm_l6_kv_bf16.safetensors")[:, :512].to(dtype)
+    raw = x.reshape(-1).view(torch.uint8).numpy()
+    channels = x.shape[-1] * x.shape[-2]
+    code = {torch.float8_e4m3fn: 3, torch.float8_e5m2: 4}[dtype]
+    by_estimate = kvcore._native.analyze_layout(raw, code, channels, True)
+    preferred = kvcore._native.analyze_layout(raw, code, channels, True, rotated_preferred=True)
+    assert by_estimate["rotate"] is False and preferred["rotate"] is True
+    assert preferred["plane_entropy"] == pytest.approx(by_estimate["plane_entropy"], abs=1e-12)
+    frame = kvcore.compress(x, mode="dense")
+    info = kvcore.frame_info(frame)
+    assert info["layout"]["rotate"] is True and info["methods"]["lowbits"]["planes"] == info["n_blocks"]
+    assert torch.equal(kvcore.decompress(frame).view(torch.uint8), x.view(torch.uint8))
+    assert kvcore.frame_info(kvcore.compress(x, mode="max"))["layout"]["rotate"] is False
 
 
 # ---- dense mode weighs the residual against its channel groups ----

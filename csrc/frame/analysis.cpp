@@ -29,22 +29,33 @@ constexpr uint64_t kResidualRows = 64;        // rows sampled per channel
 constexpr uint64_t kSignBytes = 4096;         // sign bytes (8 rows of a channel) sampled in max mode
 static_assert(kMinRowsForResidual >= kResidualRows, "the residual's sample takes distinct rows");
 static_assert(kResidualRows == kValueCountBytes, "a channel's sampled top bytes are counted in one call");
-// How much smaller (bits per element) the plain layout of a float16 tensor of at
-// least kRotatedMinElems elements must estimate for dense mode to take it over
-// the rotated one. Its two layouts differ only in where the sign and the third
-// mantissa bit go, both close to random, and estimate within about 0.002 bit of
-// each other on real KV, so the sample's noise picked either (MiniLM: the whole
-// file plain, its first half rotated). Rotated, the top byte is the exponent and
-// three mantissa bits, of which the low-bits split stores two raw, and its
-// Huffman symbols (exponent and one bit) decode faster than plain's (sign,
-// exponent and one bit): MiniLM fp16 dense decompress 1.21-1.32x, compress
-// 1.14-1.15x, for 0.8443 -> 0.8479 (its sign stored raw, where the plain
-// layout's channel-grouped code follows each channel's leaning); 384 KiB frames
-// of it decode 1.09x for 0.0003. Smaller tensors gained little (96-119 KiB frames:
-// 1.00-1.10x) for up to 0.0036 more (8 KiB stories260K frames, below the split's
-// minimum plane), so they keep the closest estimate.
+// Dense mode takes the rotated layout of a float16 or float8 tensor of at least
+// kRotatedMinElems elements unless the plain one estimates more than
+// kRotatedAllowance bits per element smaller. Rotated, the top byte holds the
+// exponent and mantissa bits with the sign out of it (float16: in the low plane;
+// float8: in bit 0), and the low-bits split stores its low bits raw, leaving
+// Huffman symbols of the exponent and a mantissa bit, which decode faster than
+// the plain layout's (sign, exponent and a bit) and cost the sign's leaning by
+// channel, which the plain layout's channel-grouped code follows.
+// - float16: the layouts differ only in where the sign and the third mantissa bit
+//   go, both close to random, and estimate within about 0.002 bit of each other
+//   on real KV, so the sample's noise picked either (MiniLM: the whole file
+//   plain, its first half rotated). MiniLM fp16 dense decompress 1.21-1.32x,
+//   compress 1.14-1.15x, for 0.8443 -> 0.8479; 384 KiB frames of it decode 1.09x
+//   for 0.0003.
+// - float8: rotation permutes the byte's values, so the estimates tie (and ties
+//   went to the plain layout). MiniLM e4m3 decompress 1.32-1.47x for 0.8176 ->
+//   0.8228, e5m2 1.30-1.46x for 0.6938 -> 0.6991; stories260K e4m3 1.15-1.33x
+//   and e5m2 1.19-1.29x, both smaller (0.7304 -> 0.7262, 0.6214 -> 0.6176).
+// Smaller tensors gained little (fp16 frames of 96-119 KiB: 1.00-1.10x) for up to
+// 0.0036 more (8 KiB stories260K frames, below the split's minimum plane), so
+// they keep the closest estimate.
 constexpr double kRotatedAllowance = 1.0 / 64;
 constexpr uint64_t kRotatedMinElems = 65536;
+
+bool rotation_preferred_for(DType d) {
+    return d == DType::kFloat16 || d == DType::kFloat8E4M3 || d == DType::kFloat8E5M2;
+}
 
 bool is_float(DType d) {
     return d == DType::kFloat8E4M3 || d == DType::kFloat8E5M2 || d == DType::kFloat16 || d == DType::kBFloat16 ||
@@ -405,10 +416,12 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
         cands[1].sign_saving = sign_method_saving(src, n_elems, channels, esize);
         bits[1] -= cands[1].sign_saving;
     }
-    // Ties go to the plain layout, unless dense mode prefers the rotated one where
-    // its low plane (mantissa bits and a sign close to random) is stored raw.
-    const bool rotated_preferred = coding.rotated_preferred && dtype == DType::kFloat16 &&
-                                   n_elems >= kRotatedMinElems && cands[1].plane_entropy[0] >= kIncompressibleBits;
+    // Ties go to the plain layout, unless dense mode prefers the rotated one (for
+    // float16, where its low plane, mantissa bits and a sign close to random, is
+    // stored raw).
+    const bool rotated_preferred = coding.rotated_preferred && rotation_preferred_for(dtype) &&
+                                   n_elems >= kRotatedMinElems &&
+                                   (esize == 1 || cands[1].plane_entropy[0] >= kIncompressibleBits);
     const double rotated_below = rotated_preferred ? bits[0] + kRotatedAllowance : bits[0] - 1e-9;
     best = std::move(cands[layouts == 2 && bits[1] < rotated_below ? 1 : 0]);
 

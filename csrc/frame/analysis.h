@@ -5,7 +5,7 @@
 // subtracted), the order-0 entropy of every byte plane, and picks the layout
 // with the smallest estimate; in max mode the rotated layout's estimate also
 // counts what coding each channel's signs on their own saves, and dense mode
-// takes a large float16 tensor's rotated layout unless the plain one estimates
+// takes a large float16 or float8 tensor's rotated layout unless the plain one estimates
 // clearly smaller (see kRotatedAllowance in analysis.cpp). It also records
 // which planes look incompressible (mantissa bytes), so blocks skip entropy
 // coding for them. For dense mode a residual must also beat the
@@ -41,7 +41,7 @@ struct LayoutCoding {
     // The top plane takes fixed-width codes (fast mode), by whose size a residual
     // is weighed instead of the order-0 entropy.
     bool fixed_width_coded = false;
-    // Dense mode: of a large float16 tensor's two layouts the rotated one is taken
+    // Dense mode: of a large float16 or float8 tensor's two layouts the rotated one is taken
     // unless the plain one estimates clearly smaller (its top byte then splits into
     // symbols of the exponent and a mantissa bit, which decode faster).
     bool rotated_preferred = false;
