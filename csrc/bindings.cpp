@@ -976,6 +976,7 @@ PYBIND11_MODULE(_native, m) {
             d["rotate"] = layout.rotate;
             d["plane_entropy"] = layout.plane_entropy;
             d["sign_saving"] = layout.sign_saving;
+            d["try_rotated"] = layout.try_rotated;
             d["residual"] = layout.residual.empty() ? py::object(py::none())
                                                     : py::object(py::bytes(reinterpret_cast<const char*>(
                                                                                layout.residual.data()),
@@ -985,8 +986,9 @@ PYBIND11_MODULE(_native, m) {
         py::arg("src"), py::arg("dtype"), py::arg("channels"), py::arg("channel_coded") = false,
         py::arg("signs_coded") = false, py::arg("fixed_width_coded") = false, py::arg("rotated_preferred") = false,
         "The encoder's layout analysis of src (elements of frame dtype code `dtype`, `channels` per row):\n"
-        "rotate, the estimated bits per byte of each plane, the residual table or None, and sign_saving (bits\n"
-        "per element the signs method is estimated to save in the rotated layout); channel_coded: as for\n"
+        "rotate, the estimated bits per byte of each plane, the residual table or None, sign_saving (bits\n"
+        "per element the signs method is estimated to save in the rotated layout) and try_rotated (max mode\n"
+        "codes the frame rotated as well and keeps the smaller); channel_coded: as for\n"
         "dense mode (the residual weighed against channel-grouped coding); signs_coded: as for max mode (the\n"
         "rotated layout counts the signs method in); fixed_width_coded: as for fast mode (the residual weighed\n"
         "by the fixed-width code's size); rotated_preferred: as for dense mode (a large float16 or float8\n"

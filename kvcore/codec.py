@@ -106,8 +106,10 @@ def compress(
     "max" (dense plus each value's sign coded by channel: about 1-2% smaller than dense on
     real bfloat16 KV, about 30% slower both ways; docs/FORMAT.md, method 9; zstd on
     planes that repeat rows in part wherever it is smaller, where dense mode takes it
-    only when it saves a quarter; and as many channel-group tables as make a plane
-    smallest, where dense mode charges each table for its decode time).
+    only when it saves a quarter; as many channel-group tables as make a plane
+    smallest, where dense mode charges each table for its decode time; and a float8
+    tensor of 64K+ elements coded in both bit layouts, the smaller kept, at about half
+    the compress speed).
     threads: native threads to use at most (default: all cores); a call takes one per MiB of
     input, since waking a thread costs more than it saves on less.
     block_bytes: size of the independently coded blocks (default 1 MiB in dense mode,

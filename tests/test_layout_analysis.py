@@ -235,7 +235,7 @@ def test_dense_prefers_the_rotated_float16_layout():
 def test_dense_rotates_float8(dtype):
     """A float8 tensor's one plane estimates the same in both layouts (rotation permutes the byte's
     values), and dense mode takes the rotated one: the low-bits split then takes the sign off
-    with the low mantissa bits, leaving exponent symbols. Max mode keeps the tie's plain layout."""
+    with the low mantissa bits, leaving exponent symbols."""
     from kvdata import stacked
 
     x = stacked("minilm_l6_kv_bf16.safetensors")[:, :512].to(dtype)
@@ -250,7 +250,32 @@ def test_dense_rotates_float8(dtype):
     info = kvcore.frame_info(frame)
     assert info["layout"]["rotate"] is True and info["methods"]["lowbits"]["planes"] == info["n_blocks"]
     assert torch.equal(kvcore.decompress(frame).view(torch.uint8), x.view(torch.uint8))
-    assert kvcore.frame_info(kvcore.compress(x, mode="max"))["layout"]["rotate"] is False
+
+
+@pytest.mark.parametrize("name, rotates", [("stories260k_text_kv_bf16.safetensors", True),
+                                           ("minilm_l6_kv_bf16.safetensors", False)])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_max_codes_float8_in_both_layouts(name, rotates, dtype):
+    """Max mode codes a large float8 tensor in both layouts (their estimates tie) and keeps the
+    smaller: on the whole kvdata files stories260K's comes out rotated, MiniLM's plain, neither
+    larger than dense mode's (rotated) frame but for a few bytes (max mode picks its channel
+    groups by estimate). Below 65536 elements it codes the plain layout only."""
+    from kvdata import stacked
+
+    x = stacked(name).to(dtype)
+    raw = x.reshape(-1).view(torch.uint8).numpy()
+    channels = x.shape[-1] * x.shape[-2]
+    code = {torch.float8_e4m3fn: 3, torch.float8_e5m2: 4}[dtype]
+    assert kvcore._native.analyze_layout(raw, code, channels, True, True)["try_rotated"] is True
+    assert kvcore._native.analyze_layout(raw, code, channels, True, False, rotated_preferred=True)["try_rotated"] is False
+    small = raw[: (ROTATED_MIN_ELEMS - 1) // channels * channels]
+    assert kvcore._native.analyze_layout(small, code, channels, True, True)["try_rotated"] is False
+    best = kvcore.compress(x, mode="max")
+    dense = kvcore.compress(x, mode="dense")
+    assert kvcore.frame_info(best)["layout"]["rotate"] is rotates
+    assert kvcore.frame_info(dense)["layout"]["rotate"] is True
+    assert len(best) < 1.0001 * len(dense)
+    assert torch.equal(kvcore.decompress(best).view(torch.uint8), x.view(torch.uint8))
 
 
 # ---- dense mode weighs the residual against its channel groups ----

@@ -424,6 +424,7 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
                                    (esize == 1 || cands[1].plane_entropy[0] >= kIncompressibleBits);
     const double rotated_below = rotated_preferred ? bits[0] + kRotatedAllowance : bits[0] - 1e-9;
     best = std::move(cands[layouts == 2 && bits[1] < rotated_below ? 1 : 0]);
+    best.try_rotated = coding.signs_coded && esize == 1 && layouts == 2 && !best.rotate && n_elems >= kRotatedMinElems;
 
     // Residual for the chosen layout: each channel's most common top byte, found
     // from kResidualRows rows (enough for a mode; few enough for one-byte counts).
@@ -461,6 +462,7 @@ Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t
     }
     best.plane_entropy[esize - 1] -= 8.0 * all.saving(false);
     best.residual = std::move(residual);
+    best.try_rotated = false;  // the residual is the plain layout's
     return best;
 }
 

@@ -28,6 +28,11 @@ struct Layout {
     // Bits per element the signs method is estimated to save in this (rotated)
     // layout; estimated only where it could decide the choice (max mode), else 0.
     double sign_saving = 0;
+    // Max mode, a float8 tensor of kRotatedMinElems elements or more without a
+    // residual: the plain layout is chosen, but the rotated one estimates the same
+    // (rotation permutes the byte's values), so the encoder codes the frame both
+    // ways and keeps the smaller (codec.cpp, encode_rotated_if_smaller).
+    bool try_rotated = false;
 };
 
 // How the frame's planes are to be coded, as far as the layout's choice depends on it.
