@@ -24,6 +24,8 @@ def seed_frames(tmp_path: Path) -> list[str]:
     v0, v1 = tensors["layer0.v"][:1024], tensors["layer1.v"][:1000]
     picks = torch.randint(0, 400, (2000,), generator=torch.Generator().manual_seed(3))
     repeated = tensors["layer2.k"][:400][picks].contiguous()
+    wide = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[2:4, :1024].float()  # 65536 elements
+    minilm = kvdata.stacked("minilm_l6_kv_fp16.safetensors")[2:3, :256].contiguous()  # plain by the estimate
     frames = {
         "dense": kvcore.compress(t, block_bytes=4096),  # grouped Huffman planes
         "max": kvcore.compress(t, mode="max", block_bytes=4096),  # signs planes
@@ -44,7 +46,12 @@ def seed_frames(tmp_path: Path) -> list[str]:
         "rows-coded": kvcore.compress(repeated, block_bytes=32768),
         "zstd": kvcore.compress(v1, mode="max", block_bytes=8192),  # (dense keeps zstd only where it saves a quarter)
         "deflate": kvcore.compress(t, backend="software", block_bytes=8192),
+        # Rotated layouts, which dense mode takes from 65536 elements: fp8 (the sign in the low
+        # bits the low-bits split packs) and fp16 (the sign in the low plane)
+        "fp8-rotated": kvcore.compress(wide.to(torch.float8_e4m3fn), block_bytes=16384),
+        "fp16-rotated": kvcore.compress(minilm, block_bytes=32768),
     }
+    assert all(kvcore.frame_info(frames[k])["layout"]["rotate"] for k in ("fp8-rotated", "fp16-rotated"))
     paths = []
     for name, frame in frames.items():
         path = tmp_path / f"{name}.kvc"

@@ -276,6 +276,10 @@ def test_max_codes_float8_in_both_layouts(name, rotates, dtype):
     assert kvcore.frame_info(dense)["layout"]["rotate"] is True
     assert len(best) < 1.0001 * len(dense)
     assert torch.equal(kvcore.decompress(best).view(torch.uint8), x.view(torch.uint8))
+    # The same frame into a caller's buffer and in a batch (whose other frame is too small to try).
+    buf = bytearray(kvcore.max_frame_size(x.dtype, x.shape))
+    assert bytes(kvcore.compress(x, mode="max", out=buf)) == best
+    assert kvcore.compress_many([x, x[0, :100]], mode="max")[0] == best
 
 
 # ---- dense mode weighs the residual against its channel groups ----

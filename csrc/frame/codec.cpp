@@ -592,10 +592,11 @@ Status encode_rotated_if_smaller(CompressJob* jobs, size_t n, const EncodeOption
     std::vector<AlignedBuffer> buffers;
     for (size_t i = 0; i < n; ++i) {
         if (!layouts[i].try_rotated) continue;
+        const size_t bound = max_frame_size(jobs[i].desc, o.block_bytes);  // not the caller's capacity
         tried.push_back(i);
         buffers.emplace_back();
-        buffers.back().ensure(jobs[i].cap);
-        again.push_back(CompressJob{jobs[i].src, jobs[i].nbytes, jobs[i].desc, buffers.back().data(), jobs[i].cap});
+        buffers.back().ensure(bound);
+        again.push_back(CompressJob{jobs[i].src, jobs[i].nbytes, jobs[i].desc, buffers.back().data(), bound});
         rotated.push_back(layouts[i]);
         rotated.back().rotate = true;
     }
