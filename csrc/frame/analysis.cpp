@@ -41,12 +41,12 @@ static_assert(kResidualRows == kValueCountBytes, "a channel's sampled top bytes 
 //   go, both close to random, and estimate within about 0.002 bit of each other
 //   on real KV, so the sample's noise picked either (MiniLM: the whole file
 //   plain, its first half rotated). MiniLM fp16 dense decompress 1.21-1.32x,
-//   compress 1.14-1.15x, for 0.8443 -> 0.8479; 384 KiB frames of it decode 1.09x
+//   compress 1.13-1.15x, for 0.8443 -> 0.8479; 384 KiB frames of it decode 1.09x
 //   for 0.0003.
 // - float8: rotation permutes the byte's values, so the estimates tie (and ties
-//   went to the plain layout). MiniLM e4m3 decompress 1.32-1.47x for 0.8176 ->
-//   0.8228, e5m2 1.30-1.46x for 0.6938 -> 0.6991; stories260K e4m3 1.15-1.33x
-//   and e5m2 1.19-1.29x, both smaller (0.7304 -> 0.7262, 0.6214 -> 0.6176).
+//   went to the plain layout). MiniLM e4m3 decompress 1.31-1.60x for 0.8176 ->
+//   0.8228, e5m2 1.36-1.63x for 0.6938 -> 0.6991; stories260K e4m3 1.08-1.15x
+//   and e5m2 1.05-1.20x, both smaller (0.7304 -> 0.7262, 0.6214 -> 0.6176).
 // Smaller tensors gained little (fp16 frames of 96-119 KiB: 1.00-1.10x) for up to
 // 0.0036 more (8 KiB stories260K frames, below the split's minimum plane), so
 // they keep the closest estimate.
