@@ -107,7 +107,8 @@ MIN_SAMPLE_ELEMS = 1 << 12
 ROTATED_ALLOWANCE = 1 / 64
 ROTATED_MIN_ELEMS = 65536
 INCOMPRESSIBLE_BITS = 7.9
-DTYPE_CODES = {torch.uint8: 1, torch.float8_e4m3fn: 3, torch.float16: 5, torch.bfloat16: 6, torch.float32: 7}
+DTYPE_CODES = {torch.uint8: 1, torch.float8_e4m3fn: 3, torch.float8_e5m2: 4, torch.float16: 5, torch.bfloat16: 6,
+               torch.float32: 7}
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
@@ -241,7 +242,7 @@ def test_dense_rotates_float8(dtype):
     x = stacked("minilm_l6_kv_bf16.safetensors")[:, :512].to(dtype)
     raw = x.reshape(-1).view(torch.uint8).numpy()
     channels = x.shape[-1] * x.shape[-2]
-    code = {torch.float8_e4m3fn: 3, torch.float8_e5m2: 4}[dtype]
+    code = DTYPE_CODES[dtype]
     by_estimate = kvcore._native.analyze_layout(raw, code, channels, True)
     preferred = kvcore._native.analyze_layout(raw, code, channels, True, rotated_preferred=True)
     assert by_estimate["rotate"] is False and preferred["rotate"] is True
@@ -265,7 +266,7 @@ def test_max_codes_float8_in_both_layouts(name, rotates, dtype):
     x = stacked(name).to(dtype)
     raw = x.reshape(-1).view(torch.uint8).numpy()
     channels = x.shape[-1] * x.shape[-2]
-    code = {torch.float8_e4m3fn: 3, torch.float8_e5m2: 4}[dtype]
+    code = DTYPE_CODES[dtype]
     assert kvcore._native.analyze_layout(raw, code, channels, True, True)["try_rotated"] is True
     assert kvcore._native.analyze_layout(raw, code, channels, True, False, rotated_preferred=True)["try_rotated"] is False
     small = raw[: (ROTATED_MIN_ELEMS - 1) // channels * channels]

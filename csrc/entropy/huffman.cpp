@@ -452,7 +452,7 @@ KV_ALWAYS_INLINE void put4_pairs(BitWriter& w, const uint64_t* code, const uint1
 
 // encode_two over pair indices: a_idx_end / b_idx_end end the indices of the
 // pairs that end each segment; the symbols before them go one by one.
-__attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_windowed(SegmentJob& a, SegmentJob& b, const EncTable& t,
+__attribute__((target("avx2,bmi,bmi2"))) bool encode_pairs_indexed(SegmentJob& a, SegmentJob& b, const EncTable& t,
                                                                   const uint64_t* pair_code, const uint16_t* a_idx_end,
                                                                   const uint16_t* b_idx_end) {
     const uint64_t* code = pair_code;
@@ -822,6 +822,7 @@ __attribute__((target("avx2,bmi,bmi2"))) void decode_streams_bmi2(const uint8_t*
 }
 
 bool use_bmi2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
+bool use_vbmi() { return (cpu::active_isa() & cpu::kIsaAvx512) != 0; }  // the AVX-512 level includes VBMI
 
 // Decodes every stream of a tag 3 (backward) or tag 2 (forward) stream set to
 // its end; false when the code lengths do not form a complete code.
@@ -966,11 +967,11 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     // Symbols that lie in one window of 32 or 64 values (their shared low zero bits shifted out),
     // or number at most 127, are coded two per lookup.
     PairIndex pair_index;
-    choose_pair_index(counts, syms, m, n, bmi2, (cpu::active_isa() & cpu::kIsaAvx512) != 0, &pair_index);
-    const bool windowed = pair_index.stride != 0;
+    choose_pair_index(counts, syms, m, n, bmi2, use_vbmi(), &pair_index);
+    const bool paired = pair_index.stride != 0;
     thread_local std::vector<uint16_t> pair_idx;
     thread_local std::vector<uint64_t> pair_code;
-    if (windowed) {
+    if (paired) {
         if (pair_code.size() < size_t(pair_index.stride) * pair_index.stride)
             pair_code.resize(size_t(pair_index.stride) * pair_index.stride);
         build_pairs(enc, syms, m, pair_index, pair_code.data());
@@ -978,14 +979,14 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     }
     for (unsigned k = 0; k < kStreams; k += 2) {
         bool ok;
-        if (windowed) {
+        if (paired) {
             // Each segment pairs back from its own end, where its coding starts.
             const size_t pairs_a = std::min(jobs[k].len, jobs[k + 1].len) / 2;
             uint16_t* a_idx = pair_idx.data();
             uint16_t* b_idx = a_idx + pairs_a;
             pair_indices(jobs[k].src + jobs[k].len - 2 * pairs_a, pairs_a, pair_index, a_idx);
             pair_indices(jobs[k + 1].src + jobs[k + 1].len - 2 * pairs_a, pairs_a, pair_index, b_idx);
-            ok = encode_pair_windowed(jobs[k], jobs[k + 1], enc, pair_code.data(), a_idx + pairs_a, b_idx + pairs_a);
+            ok = encode_pairs_indexed(jobs[k], jobs[k + 1], enc, pair_code.data(), a_idx + pairs_a, b_idx + pairs_a);
         } else {
             ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
         }
@@ -1014,7 +1015,7 @@ const char* huffman_pairing(const uint32_t* hist, size_t n) {
     const unsigned m = present_symbols(hist, counts, syms);
     if (m < 2) return "single";
     PairIndex p;
-    choose_pair_index(counts, syms, m, n, use_bmi2(), (cpu::active_isa() & cpu::kIsaAvx512) != 0, &p);
+    choose_pair_index(counts, syms, m, n, use_bmi2(), use_vbmi(), &p);
     return p.stride == 0 ? "single" : p.ranked ? "rank" : "window";
 }
 
