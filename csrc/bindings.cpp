@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -342,29 +343,37 @@ py::dict discovery_dict(const kvcore::dsa::Discovery& disc) {
 py::bytes desc_bytes(const void* p, size_t n) { return py::bytes(static_cast<const char*>(p), n); }
 
 // Trims a frame written into a bytes object of capacity `cap` to its size n
-// (consumes the reference). Below 32 MiB (glibc's largest dynamic mmap
-// threshold) the frame is copied into an exact-size object and the full one
-// freed: glibc then raises its threshold to that capacity and serves the next
-// call from its heap, whose pages are already mapped. Shrinking in place would
-// free only the smaller size, so every later full-capacity request would get a
-// fresh mapping and fault the whole frame in again (measured: 3 MiB tensors
-// compressed about 2x slower that way). That reuse is not guaranteed: when the
-// free space at the heap's top passes glibc's trim threshold (twice the mmap
-// threshold once raised) it is returned to the kernel, and the next call
-// faults it in again; per-frame loops over 512 KiB frames ran at half the
-// speed of compress(out=) on the Zen 4 VM for that reason (docs/CHANGES.md). Called
-// with the GIL held; the copy runs without it.
+// (consumes the reference), for glibc's malloc: a capacity at or above its mmap
+// threshold is mapped fresh, and faulted in again, on every call. A frame
+// whose capacity is below 32 MiB (glibc's largest dynamic threshold) and above
+// every earlier one's is copied into an exact-size object and the full one
+// freed: freeing a mapped chunk raises the threshold to its size, so later
+// calls of up to that capacity are served from the heap, whose pages are
+// already mapped. Their frames are shrunk in place, which on the heap costs no
+// copy (the copy took about a tenth of compress's time on 16-19 MB tensors of
+// kvdata). Shrinking the first one in place instead would free only the
+// smaller size and leave the threshold below the capacity. With another
+// allocator, or a threshold fixed by mallopt, shrinking in place is still
+// correct, only not always free of faults. Heap pages are not guaranteed either: when the free space at the
+// heap's top passes glibc's trim threshold (twice the mmap threshold once raised)
+// it is returned to the kernel, and the next call faults it in again; per-frame
+// loops over 512 KiB frames ran at half the speed of compress(out=) on the
+// Zen 4 VM for that reason (docs/CHANGES.md). Called with the GIL held; the copy
+// runs without it.
 constexpr size_t kRecycleBelow = size_t(32) << 20;
+std::atomic<size_t> heap_served_cap{0};  // capacities up to this one come from the heap (once copied)
 
 PyObject* trim_frame(PyObject* obj, size_t n, size_t cap) {
     if (n == size_t(PyBytes_GET_SIZE(obj))) return obj;
-    if (cap < kRecycleBelow) {
+    if (cap < kRecycleBelow && cap > heap_served_cap.load(std::memory_order_relaxed)) {
         PyObject* exact = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
         if (exact != nullptr) {
             py::gil_scoped_release release;
             std::memcpy(PyBytes_AS_STRING(exact), PyBytes_AS_STRING(obj), n);
         }
         Py_DECREF(obj);
+        if (exact != nullptr && heap_served_cap.load(std::memory_order_relaxed) < cap)
+            heap_served_cap.store(cap, std::memory_order_relaxed);  // the GIL orders the writers
         return exact;  // nullptr with the error set when out of memory
     }
     if (_PyBytes_Resize(&obj, static_cast<Py_ssize_t>(n)) != 0) return nullptr;

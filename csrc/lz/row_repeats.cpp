@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/little_endian.h"
@@ -101,6 +102,61 @@ Status bad(const std::string& what) { return corrupt("rows plane: " + what); }
 
 size_t row_table_bound(size_t rows) { return kTableHead + bitmap_bytes(rows) + 4 * rows; }
 
+namespace {
+
+// The distinct rows and copies of split_rows: marks the copies in the bitmap
+// (whole 64-row words, the last one returned unstored), lists the distinct row
+// each copy repeats in index_of_copy, and returns the number of copies. kLen is
+// the row length where it is one of the common short ones (0: row_bytes), so
+// the hash, compare and copy of a row unroll to straight-line code.
+template <size_t kLen>
+size_t find_copies(const uint8_t* plane, size_t rows, size_t row_bytes, uint8_t* distinct, uint64_t* slot,
+                   size_t mask, uint32_t* index_of_copy, uint8_t* bitmap, uint64_t* last_bits, size_t* distinct_rows) {
+    const size_t len = kLen ? kLen : row_bytes;
+    // The table outgrows L1 and its probes are random: each row's hash is computed
+    // kAhead rows early and its slot prefetched, so the probe finds it in cache.
+    constexpr size_t kAhead = 8;
+    uint64_t ahead[kAhead];
+    const auto hash_row = [&](size_t r) {
+        const uint64_t h = row_hash(plane + r * len, len);
+        __builtin_prefetch(slot + (h & mask), 1);
+        ahead[r % kAhead] = h;
+    };
+    for (size_t r = 0; r < rows && r < kAhead; ++r) hash_row(r);
+    size_t n_distinct = 0, copies = 0;
+    uint64_t bits = 0;  // the bitmap's current 64 rows, stored whole (no read-modify-write per row)
+    for (size_t r = 0; r < rows; ++r) {
+        const uint8_t* row = plane + r * len;
+        const uint64_t h = ahead[r % kAhead];
+        if (r + kAhead < rows) hash_row(r + kAhead);
+        const uint64_t tag = h >> 32 << 32;
+        for (size_t s = h & mask;; s = (s + 1) & mask) {
+            const uint64_t e = slot[s];
+            if (e == 0) {
+                slot[s] = tag | (n_distinct + 1);
+                copy_row(distinct + n_distinct * len, row, len);
+                ++n_distinct;
+                break;
+            }
+            const size_t index = uint32_t(e) - 1;
+            if ((e >> 32 << 32) == tag && same_row(distinct + index * len, row, len)) {
+                bits |= uint64_t(1) << (r % 64);
+                index_of_copy[copies++] = static_cast<uint32_t>(index);
+                break;
+            }
+        }
+        if (r % 64 == 63) {
+            put_u64(bitmap + r / 64 * 8, bits);
+            bits = 0;
+        }
+    }
+    *last_bits = bits;
+    *distinct_rows = n_distinct;
+    return copies;
+}
+
+}  // namespace
+
 size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* distinct, uint8_t* table,
                   size_t* table_size) {
     const size_t rows = n / row_bytes;
@@ -115,42 +171,18 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
     uint64_t* slot = slot_buf.data();  // plain pointers: no TLS lookups in the loops
     uint32_t* index_of_copy = index_buf.data();  // the distinct row each copy repeats, in row order
     uint8_t* bitmap = table + kTableHead;
-    // The table outgrows L1 and its probes are random: each row's hash is computed
-    // kAhead rows early and its slot prefetched, so the probe finds it in cache.
-    constexpr size_t kAhead = 8;
-    uint64_t ahead[kAhead];
-    const auto hash_row = [&](size_t r) {
-        const uint64_t h = row_hash(plane + r * row_bytes, row_bytes);
-        __builtin_prefetch(slot + (h & mask), 1);
-        ahead[r % kAhead] = h;
+    uint64_t bits = 0;
+    size_t n_distinct = 0;
+    const auto find = [&](auto len) {
+        return find_copies<decltype(len)::value>(plane, rows, row_bytes, distinct, slot, mask, index_of_copy, bitmap,
+                                                 &bits, &n_distinct);
     };
-    for (size_t r = 0; r < rows && r < kAhead; ++r) hash_row(r);
-    size_t n_distinct = 0, copies = 0;
-    uint64_t bits = 0;  // the bitmap's current 64 rows, stored whole (no read-modify-write per row)
-    for (size_t r = 0; r < rows; ++r) {
-        const uint8_t* row = plane + r * row_bytes;
-        const uint64_t h = ahead[r % kAhead];
-        if (r + kAhead < rows) hash_row(r + kAhead);
-        const uint64_t tag = h >> 32 << 32;
-        for (size_t s = h & mask;; s = (s + 1) & mask) {
-            const uint64_t e = slot[s];
-            if (e == 0) {
-                slot[s] = tag | (n_distinct + 1);
-                copy_row(distinct + n_distinct * row_bytes, row, row_bytes);
-                ++n_distinct;
-                break;
-            }
-            const size_t index = uint32_t(e) - 1;
-            if ((e >> 32 << 32) == tag && same_row(distinct + index * row_bytes, row, row_bytes)) {
-                bits |= uint64_t(1) << (r % 64);
-                index_of_copy[copies++] = static_cast<uint32_t>(index);
-                break;
-            }
-        }
-        if (r % 64 == 63) {
-            put_u64(bitmap + r / 64 * 8, bits);
-            bits = 0;
-        }
+    size_t copies;
+    switch (row_bytes) {
+        case 16: copies = find(std::integral_constant<size_t, 16>()); break;
+        case 32: copies = find(std::integral_constant<size_t, 32>()); break;
+        case 64: copies = find(std::integral_constant<size_t, 64>()); break;
+        default: copies = find(std::integral_constant<size_t, 0>()); break;
     }
     for (size_t b = rows / 64 * 8; b < bitmap_bytes(rows); ++b, bits >>= 8) bitmap[b] = static_cast<uint8_t>(bits);
     const unsigned w = index_width(n_distinct);
