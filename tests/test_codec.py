@@ -707,44 +707,6 @@ def test_compress_into_a_reused_buffer(mode):
         kvcore.compress(kv, out=buf, block_bytes=8)  # options are checked before anything is written
 
 
-NEW_BYTES_SCRIPT = """
-import sys, torch, kvcore
-sys.path.insert(0, sys.argv[1])
-import kvdata
-kv = kvdata.stacked("stories260k_text_kv_fp16.safetensors")
-xs = [kv[i] for i in range(kv.shape[0])] + [kv[0, :1000], kv[1].float()]
-frames = [kvcore.compress(x, mode=mode) for mode in ("dense", "fast") for x in xs]
-frames += kvcore.compress_many(xs[:3])
-frames += [kvcore.compress_async(x).result() for x in xs[:3]]
-buf = bytearray(kvcore.max_frame_size(xs[-1].dtype, tuple(xs[-1].shape)))
-expected = [bytes(kvcore.compress(x, mode=mode, out=buf)) for mode in ("dense", "fast") for x in xs]
-expected += expected[:3] + expected[:3]
-assert [type(f) for f in frames] == [bytes] * len(expected)
-assert frames == expected
-for f, x in zip(frames, (xs + xs + xs[:3] + xs[:3])):
-    assert torch.equal(kvcore.decompress(f).view(torch.uint8), x.contiguous().view(torch.uint8))
-print("ok", len(frames))
-"""
-
-
-def test_new_bytes_frames_of_one_capacity_kept_side_by_side():
-    """A frame into a new bytes object is written into one of its bound's size; a frame whose
-    bound exceeds every earlier one's is then copied into an exact-size object, and the others
-    are shrunk in place (bindings.cpp, trim_frame). In a fresh process, so that both ways run:
-    the ten stories260K tensors (1.5 MiB each), a smaller and a larger one, through compress,
-    compress_many and compress_async, all kept alive, give the frames compress writes into a
-    reused buffer and decode bit-exact."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    tests = str(Path(__file__).parent)
-    done = subprocess.run([sys.executable, "-c", NEW_BYTES_SCRIPT, tests], capture_output=True, text=True,
-                          timeout=300, cwd=tests)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith("ok")
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_compress_many_gives_the_frames_of_compress(mode):
     kv = kvdata.stacked("minilm_l6_kv_bf16.safetensors")
