@@ -354,12 +354,13 @@ py::bytes desc_bytes(const void* p, size_t n) { return py::bytes(static_cast<con
 // kvdata). Shrinking the first one in place instead would free only the
 // smaller size and leave the threshold below the capacity. With another
 // allocator, or a threshold fixed by mallopt, shrinking in place is still
-// correct, only not always free of faults. Heap pages are not guaranteed either: when the free space at the
-// heap's top passes glibc's trim threshold (twice the mmap threshold once raised)
-// it is returned to the kernel, and the next call faults it in again; per-frame
-// loops over 512 KiB frames ran at half the speed of compress(out=) on the
-// Zen 4 VM for that reason (docs/CHANGES.md). Called with the GIL held; the copy
-// runs without it.
+// correct, only not always free of faults. Heap pages are not kept either:
+// when the free space at the heap's top passes glibc's trim threshold (twice
+// the mmap threshold once raised) it is returned to the kernel, and the next
+// call faults it in again; a loop that kept 72 frames of 512 KiB tensors and
+// freed them together ran at about half the speed of compress(out=) on the
+// Zen 4 VM for that reason (docs/CHANGES.md). Called with the GIL held; the
+// copy runs without it.
 constexpr size_t kRecycleBelow = size_t(32) << 20;
 std::atomic<size_t> heap_served_cap{0};  // capacities up to this one come from the heap (once copied)
 
