@@ -65,3 +65,31 @@ def residual(frame: bytes) -> Optional[bytes]:
     at = 24 + 8 * ndim
     period = struct.unpack_from("<I", frame, at)[0]
     return bytes(frame[at + 4:at + 4 + period])
+
+
+def row_table_size(payload: bytes, n: int) -> int:
+    """Bytes of the row table that starts a rows plane's payload, for a plane of n bytes."""
+    row_bytes, copies = struct.unpack_from("<II", payload)
+    rows = n // row_bytes
+    width = max(rows - copies - 1, 0).bit_length()
+    return 8 + (rows + 7) // 8 + (copies * width + 7) // 8
+
+
+def shared_row_blocks(frame: bytes) -> list[int]:
+    """Indices of the blocks whose planes are all rows planes with one row table, at least
+    quarter of its rows repeats (the decoder joins such a block's element rows whole)."""
+    block_elems = struct.unpack_from("<I", frame, 8)[0]
+    n_elems = struct.unpack_from("<Q", frame, 16)[0]
+    by_block: dict[int, list[tuple[int, bytes]]] = {}
+    for b, _at, method, payload in block_planes(frame):
+        by_block.setdefault(b, []).append((method, payload))
+    shared = []
+    for b, block in by_block.items():
+        n = min(block_elems, n_elems - b * block_elems)
+        if len(block) < 2 or any(method != 7 for method, _ in block):
+            continue
+        tables = {payload[:row_table_size(payload, n)] for _, payload in block}
+        row_bytes, copies = struct.unpack_from("<II", block[0][1])
+        if len(tables) == 1 and 4 * copies >= n // row_bytes:
+            shared.append(b)
+    return shared

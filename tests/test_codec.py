@@ -624,6 +624,42 @@ def test_rows_mixing_runs_of_new_rows_and_repeats(channels, mode):
     assert_bit_exact(kvcore.decompress(frame), x)
 
 
+def whole_rows_repeated(dtype: torch.dtype, heads: int, dim: int, spread: int) -> torch.Tensor:
+    """[rows, heads, dim] where one row in 64 is new and the rest repeat earlier ones whole (a
+    token seen before), channel scales spread over 2^-spread..2^spread."""
+    channels = heads * dim
+    rows = max(512, (1 << 19) // channels)
+    g = torch.Generator().manual_seed(channels + spread)
+    scale = 2.0 ** torch.randint(-spread, spread + 1, (channels,), generator=g).float()
+    distinct = (torch.randn(rows // 64, channels, generator=g) * scale).to(dtype)
+    picks = torch.randint(0, rows // 64, (rows,), generator=g)
+    return distinct[picks].reshape(rows, heads, dim).contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+# 32 and 48 channels (element rows of 64 bytes have their own join loop); 1024 channels of
+# widely spread scales, where fast mode keeps a residual.
+@pytest.mark.parametrize("heads, dim, spread", [(4, 8, 0), (3, 16, 0), (8, 128, 20)])
+@pytest.mark.parametrize("mode", MODES)
+def test_blocks_whose_planes_repeat_the_same_rows_join_whole_element_rows(variant, dtype, heads, dim, spread, mode):
+    """When every plane of a block is a rows plane with one row table, the decoder merges the
+    distinct rows of all planes and joins whole element rows into the output; into a token range
+    of a larger tensor (no contiguous run for the block) it joins each plane and merges them.
+    Both must decode bit-exact in every variant, with one thread or two."""
+    x = whole_rows_repeated(dtype, heads, dim, spread)
+    frame = kvcore.compress(x, mode=mode, block_bytes=1 << 19)
+    assert frame_layout.shared_row_blocks(bytes(frame))
+    if mode == "fast" and spread:
+        assert frame_layout.residual(bytes(frame)) is not None
+    rows = x.shape[0]
+    big = torch.zeros(rows, 3 * heads, dim, dtype=dtype)
+    for threads in (1, 2):
+        assert_bit_exact(kvcore.decompress(frame, threads=threads), x)
+        kvcore.decompress(frame, out=big[:, heads:2 * heads], threads=threads)
+        assert_bit_exact(big[:, heads:2 * heads], x)
+        assert not big[:, :heads].any() and not big[:, 2 * heads:].any()
+
+
 def test_one_distinct_row_and_constant_planes():
     row = torch.arange(32, dtype=torch.float32).to(torch.bfloat16)
     x = row.repeat(4096, 1)

@@ -9,6 +9,7 @@ import torch
 
 import kvcore
 
+import frame_layout
 import kvdata
 from frame_layout import header_length, planes, reseal
 
@@ -154,21 +155,34 @@ def test_edited_row_tables_are_detected(field, value):
             kvcore.decompress(bytes(frame))
 
 
-@pytest.mark.parametrize("n_distinct, n_rows", [(5, 4096), (200, 4096), (700, 4096), (3800, 4096)])
-def test_row_indices_past_the_distinct_rows_are_detected(n_distinct, n_rows):
+def rows_planes_to_edit(frame: bytes, edited: str) -> list[int]:
+    """Payload offsets of the first block's rows planes to edit alike: the first one, or all of
+    them (a block whose planes share one row table is joined as whole element rows, and the
+    edit must be caught there too)."""
+    at = [at + 5 for b, at, method, _ in frame_layout.block_planes(frame) if method == ROWS and b == 0]
+    if edited == "every plane":
+        assert 0 in frame_layout.shared_row_blocks(frame)
+        return at
+    return at[:1]
+
+
+# (3800 distinct rows: few repeats, and its high plane is no rows plane.)
+@pytest.mark.parametrize("n_distinct, n_rows, edited", [
+    *[(d, 4096, e) for d in (5, 200, 700) for e in ("one plane", "every plane")], (3800, 4096, "one plane")])
+def test_row_indices_past_the_distinct_rows_are_detected(n_distinct, n_rows, edited):
     # Index widths 3, 8, 10 and 12 bits; the last plane has few repeats, the
     # others many (their rows are joined by different loops).
     g = torch.Generator().manual_seed(n_distinct)
     distinct = (torch.randn(n_distinct, 32, generator=g) * 4).to(torch.bfloat16)
     picks = torch.cat([torch.arange(n_distinct), torch.randint(0, n_distinct, (n_rows - n_distinct,), generator=g)])
     frame = bytearray(kvcore.compress(distinct[picks].contiguous(), mode="fast"))
-    method, at, _ = next(p for p in planes(bytes(frame)) if p[0] == ROWS)
-    _, rows, copies, _ = row_table(bytes(frame), at)
-    assert (rows, rows - copies) == (n_rows, n_distinct)
-    width = (n_distinct - 1).bit_length()
-    first_index = at + 8 + (rows + 7) // 8
-    value = int.from_bytes(frame[first_index : first_index + 2], "little") | ((1 << width) - 1)  # >= n_distinct
-    frame[first_index : first_index + 2] = value.to_bytes(2, "little")
+    for at in rows_planes_to_edit(bytes(frame), edited):
+        _, rows, copies, _ = row_table(bytes(frame), at)
+        assert (rows, rows - copies) == (n_rows, n_distinct)
+        width = (n_distinct - 1).bit_length()
+        first_index = at + 8 + (rows + 7) // 8
+        value = int.from_bytes(frame[first_index : first_index + 2], "little") | ((1 << width) - 1)  # >= n_distinct
+        frame[first_index : first_index + 2] = value.to_bytes(2, "little")
     with pytest.raises(kvcore.CorruptFrameError, match="does not exist"):
         kvcore.decompress(bytes(frame))
 
@@ -194,14 +208,16 @@ def test_a_repeat_of_a_row_still_to_come_is_detected(layout):
         else 2048 + 3 * 64 - 2  # a new row, then its repeat
     for mode in ("dense", "fast"):
         frame = bytearray(kvcore.compress(x, mode=mode, block_bytes=x.numel() * 2))  # one block
-        _, at, _ = next(p for p in planes(bytes(frame)) if p[0] == ROWS)
-        _, rows, copies, _ = row_table(bytes(frame), at)
-        assert (rows, copies) == (4096, sum(repeats))
-        byte, bit = at + 8 + pair // 8, pair % 8
-        assert (frame[byte] >> bit) & 3 == 0b10
-        frame[byte] ^= 0b11 << bit
-        with pytest.raises(kvcore.CorruptFrameError, match="no earlier row"):
-            kvcore.decompress(bytes(frame))
+        for edited in ["one plane"] + (["every plane"] if layout == "every other row" else []):
+            tampered = bytearray(frame)
+            for at in rows_planes_to_edit(bytes(frame), edited):
+                _, rows, copies, _ = row_table(bytes(frame), at)
+                assert (rows, copies) == (4096, sum(repeats))
+                byte, bit = at + 8 + pair // 8, pair % 8
+                assert (tampered[byte] >> bit) & 3 == 0b10
+                tampered[byte] ^= 0b11 << bit
+            with pytest.raises(kvcore.CorruptFrameError, match="no earlier row"):
+                kvcore.decompress(bytes(tampered))
 
 
 def test_swapped_blocks_are_detected():

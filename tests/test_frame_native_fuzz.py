@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import kvcore
+
+import frame_layout
 import kvdata
 from native_build import build_harness, codec_sources
 
@@ -52,6 +54,8 @@ def seed_frames(tmp_path: Path) -> list[str]:
         "fp16-rotated": kvcore.compress(minilm, block_bytes=32768),
     }
     assert all(kvcore.frame_info(frames[k])["layout"]["rotate"] for k in ("fp8-rotated", "fp16-rotated"))
+    # Blocks whose planes share one row table, which decode as whole element rows
+    assert all(frame_layout.shared_row_blocks(bytes(frames[k])) for k in ("rows", "rows-fast", "rows-coded"))
     paths = []
     for name, frame in frames.items():
         path = tmp_path / f"{name}.kvc"

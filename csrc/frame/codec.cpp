@@ -20,6 +20,7 @@
 #include "frame/block_commit.h"
 #include "frame/format.h"
 #include "frame/plane_methods.h"
+#include "lz/row_repeats.h"
 #include "parallel/thread_pool.h"
 #include "shuffle/shuffle.h"
 
@@ -289,6 +290,63 @@ bool decode_fast_pair(const uint8_t* block, size_t size, uint64_t first, size_t 
     return true;
 }
 
+// A block whose planes all repeat the same rows (the rows method with one row
+// table in every plane: whole token rows repeated, as padding or a layer that
+// depends on the token alone gives them), a quarter of its rows or more: the
+// distinct rows of all planes are merged into whole element rows, which are
+// joined into the output and checksummed there. Joining each plane and then
+// merging them all copies every repeat once per plane and merges it again.
+// (bf16 rows of 32 channels, one thread, Zen 4: 1.5x at 90% repeats in dense
+// and fast mode, 1.3x dense at 70%; below a quarter the extra checksum pass
+// over the output costs more than it saves.) False where the block is not such
+// a block (*st untouched); else *st is the block's outcome.
+bool decode_shared_rows(const uint8_t* block, size_t size, uint64_t first, size_t n, const Header& h,
+                        const shuffle::PlaneTransform& t, uint8_t* out, Scratch& scratch, Status* st) {
+    const unsigned esize = dtype_size(h.dtype);
+    if (esize < 2) return false;
+    size_t pos = kBlockPrefixBytes;
+    const uint8_t* payload[4];
+    size_t payload_size[4];
+    lz::RowTable table[4];
+    for (unsigned p = 0; p < esize; ++p) {
+        if (size - pos < kPlanePrefixBytes || block[pos] != static_cast<uint8_t>(Method::kRows)) return false;
+        payload_size[p] = get_u32(block + pos + 1);
+        pos += kPlanePrefixBytes;
+        if (payload_size[p] > size - pos) return false;
+        payload[p] = block + pos;
+        pos += payload_size[p];
+        if (!lz::parse_row_table(payload[p], payload_size[p], n, &table[p]).is_ok() ||
+            table[p].size >= payload_size[p] || table[p].size != table[0].size ||
+            std::memcmp(payload[p], payload[0], table[0].size) != 0)
+            return false;
+    }
+    const lz::RowTable& rows = table[0];
+    // (Residual merges need each distinct row to start at the block's phase.)
+    if (pos != size || rows.copies * 4 < rows.rows || (t.residual != nullptr && rows.row_bytes % t.period != 0))
+        return false;
+    const size_t dn = rows.distinct * rows.row_bytes;
+    const uint8_t* distinct[4];
+    for (unsigned p = 0; p < esize; ++p) {
+        const uint8_t inner = payload[p][rows.size];
+        if (inner == static_cast<uint8_t>(Method::kRows)) {
+            *st = corrupt("rows plane: nested rows method");
+            return true;
+        }
+        *st = decode_plane(inner, payload[p] + rows.size + 1, payload_size[p] - rows.size - 1, dn, h.channels,
+                           scratch.plane(p, n, 0), &distinct[p]);
+        if (!st->is_ok()) return true;
+    }
+    thread_local std::vector<uint8_t> merged;
+    if (merged.size() < dn * esize) merged.resize(dn * esize);
+    shuffle::merge(distinct, dn, esize, t, merged.data());
+    lz::RowTable element_rows = rows;
+    element_rows.row_bytes = rows.row_bytes * esize;
+    *st = lz::join_rows(element_rows, merged.data(), out);
+    if (st->is_ok() && checksum64(out, n * esize, block_seed(h, first / h.block_elems)) != get_u64(block))
+        *st = corrupt("block checksum mismatch");
+    return true;
+}
+
 Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n, const Header& h,
                     const OutputRuns& dst, shuffle::Stores stores, Scratch& scratch) {
     const unsigned esize = dtype_size(h.dtype);
@@ -302,6 +360,8 @@ Status decode_block(const uint8_t* block, size_t size, uint64_t first, size_t n,
     if (Status fused;
         run_left >= n * esize && decode_fast_pair(block, size, first, n, h, t, block_out, stores, scratch, &fused))
         return fused;
+    if (Status joined; run_left >= n * esize && decode_shared_rows(block, size, first, n, h, t, block_out, scratch, &joined))
+        return joined;
     const bool in_place = esize == 1 && !t.rotate && t.residual == nullptr && run_left >= n;
     const uint64_t seed = block_seed(h, first / h.block_elems);
     // A plane decoded in place may be checksummed while it is decoded (decode_plane):

@@ -333,14 +333,13 @@ Status join_few_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out
     return Status::ok();
 }
 
-// Planes where many rows repeat: the indices unpacked first, then per 64 rows
+// Planes where many rows repeat, their indices unpacked to idx: per 64 rows
 // either the runs of new rows (few repeats) or a branch-free copy per row (many:
-// mispredicted run ends would cost more than the rows).
-template <typename T>
-Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
-    thread_local std::vector<T> idx;
-    KVCORE_RETURN_IF_ERROR(unpack_indices(t, idx));
-    const size_t rb = t.row_bytes, bm = bitmap_bytes(t.rows);
+// mispredicted run ends would cost more than the rows). RB: the row length when
+// fixed at compile time (0: t.row_bytes).
+template <size_t RB, typename T>
+Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, uint8_t* out) {
+    const size_t rb = RB ? RB : t.row_bytes, bm = bitmap_bytes(t.rows);
     size_t next = 0, r = 0, k = 0;  // next distinct row; first row not yet written; next index
     for (size_t word = 0; word * 8 < bm; ++word) {
         uint64_t bits = bitmap_word(t, word);
@@ -356,13 +355,23 @@ Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* ou
             continue;
         }
         copy_new_rows(out, distinct, rb, r, next, first);
-        const bool in_order = rb == 32 ? repeat_rows<32>(out + first * rb, distinct, rb, bits, count, idx.data(), k, next)
-                                       : repeat_rows<0>(out + first * rb, distinct, rb, bits, count, idx.data(), k, next);
-        if (!in_order) return repeats_ahead();
+        if (!repeat_rows<RB>(out + first * rb, distinct, rb, bits, count, idx, k, next)) return repeats_ahead();
         r = first + count;
     }
     copy_new_rows(out, distinct, rb, r, next, t.rows);
     return Status::ok();
+}
+
+template <typename T>
+Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
+    thread_local std::vector<T> idx;
+    KVCORE_RETURN_IF_ERROR(unpack_indices(t, idx));
+    // Plane rows of 32 bytes; element rows of 64 where two planes share their rows (frame/codec.cpp).
+    switch (t.row_bytes) {
+        case 32: return join_unpacked<32>(t, idx.data(), distinct, out);
+        case 64: return join_unpacked<64>(t, idx.data(), distinct, out);
+        default: return join_unpacked<0>(t, idx.data(), distinct, out);
+    }
 }
 
 }  // namespace
