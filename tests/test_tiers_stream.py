@@ -20,6 +20,7 @@ from kvcore.tiers.codecs import RawCodec, make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import RemoteConfig, RemoteTier
 from kvcore.tiers.ssd import ScratchPool, SSDTier
+from isa_variants import VARIANTS, use_variant
 from tiers_support import leftover_temporaries, load_kv, redis_server, small_tmpfs  # noqa: F401
 
 CODEC = make_codec("auto")
@@ -242,15 +243,20 @@ def test_resp_window_sizes(redis_server, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- native
-def test_checksum64_pieces():
-    data = os.urandom(3_000_001)
-    c = _native.Checksum64()
-    for a, b in ((0, 1), (1, 4096), (4096, 1_000_000), (1_000_000, len(data))):
-        c.update(memoryview(data)[a:b])
-    assert c.intdigest() == xxhash.xxh3_64_intdigest(data) and c.nbytes == len(data)
-    assert _native.Checksum64(seed=7).intdigest() == xxhash.xxh3_64_intdigest(b"", seed=7)
-    with pytest.raises(InvalidArgumentError):
-        c.update(np.zeros((4, 4), dtype=np.uint8)[:, ::2])  # not contiguous
+@pytest.mark.parametrize("variant", VARIANTS)  # libxxhash (SSE2), or XXH3 built for AVX2 or AVX-512
+def test_checksum64_pieces(variant):
+    use_variant(variant)
+    try:
+        data = os.urandom(3_000_001)
+        c = _native.Checksum64()
+        for a, b in ((0, 1), (1, 4096), (4096, 1_000_000), (1_000_000, len(data))):
+            c.update(memoryview(data)[a:b])
+        assert c.intdigest() == xxhash.xxh3_64_intdigest(data) and c.nbytes == len(data)
+        assert _native.Checksum64(seed=7).intdigest() == xxhash.xxh3_64_intdigest(b"", seed=7)
+        with pytest.raises(InvalidArgumentError):
+            c.update(np.zeros((4, 4), dtype=np.uint8)[:, ::2])  # not contiguous
+    finally:
+        kvcore.set_disabled_isa("")
 
 
 def test_checksum64_fresh_state_ignores_leftover_memory():
