@@ -660,6 +660,41 @@ def test_blocks_whose_planes_repeat_the_same_rows_join_whole_element_rows(varian
         assert not big[:, :heads].any() and not big[:, 2 * heads:].any()
 
 
+def rows_repeated(share: float, whole: bool) -> torch.Tensor:
+    """bf16 [8192, 4, 8] (one fast block per 4096 rows) where `share` of each block's rows repeat
+    an earlier row of the block: whole, or only their exponents (the high plane after the
+    rotation; the sign and mantissa stay the row's own)."""
+    g = torch.Generator().manual_seed(int(share * 100) + whole)
+    x = (torch.randn(8192, 32, generator=g) * 3).to(torch.bfloat16).view(torch.int16)
+    for block in (0, 4096):
+        for r in range(block + 1, block + 4096):
+            if torch.rand(1, generator=g).item() < share:
+                src = block + int(torch.randint(0, r - block, (1,), generator=g))
+                x[r] = x[src] if whole else (x[src] & 0x7F80) | (x[r] & ~0x7F80)
+    return x.view(torch.bfloat16).reshape(8192, 4, 8)
+
+
+@pytest.mark.parametrize("share, whole, fast_high", [
+    (0.1, False, "fastcode"),  # only exponent rows repeat: the high plane coded whole
+    (0.4, False, "rows"),  # a quarter and more repeat
+    (0.1, True, "rows"),  # the low plane is a rows plane: no fused decode either way
+])
+def test_fast_mode_codes_the_high_plane_whole_where_few_rows_repeat(share, whole, fast_high):
+    """Fast mode decodes a bf16 block's high plane fused with its merge where the plane is coded
+    whole and the low plane is raw; as a rows plane it takes three passes. Below a quarter of the
+    rows repeating it keeps the whole plane unless the rows method saves over an eighth. Dense
+    mode keeps the smaller."""
+    x = rows_repeated(share, whole)
+    fast, dense = kvcore.compress(x, mode="fast"), kvcore.compress(x)
+    names = {v: k for k, v in {"raw": 0, "fastcode": 2, "rows": 7}.items()}
+    fast_planes = [(names.get(m, m), b) for b, _at, m, _p in frame_layout.block_planes(bytes(fast))]
+    assert fast_planes == [("rows" if whole else "raw", 0), (fast_high, 0), ("rows" if whole else "raw", 1),
+                           (fast_high, 1)]
+    assert [m for _b, _at, m, _p in frame_layout.block_planes(bytes(dense))][1] == 7  # dense: rows
+    for frame in (fast, dense):
+        assert_bit_exact(kvcore.decompress(frame), x)
+
+
 def test_one_distinct_row_and_constant_planes():
     row = torch.arange(32, dtype=torch.float32).to(torch.bfloat16)
     x = row.repeat(4096, 1)

@@ -217,6 +217,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
 
     put_u64(out, checksum64(src + first * esize, n * esize, block_seed(h, first / h.block_elems)));
     size_t pos = kBlockPrefixBytes;
+    Method low_method = Method::kRaw;  // plane 0's
     for (unsigned p = 0; p < esize; ++p) {
         PlanePolicy policy;
         policy.mode = o.mode;
@@ -231,6 +232,9 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         // Channel context modelling for the exponent-carrying plane.
         policy.channels = p + 1 == esize && o.mode == Mode::kDense ? h.channels : 1;
         policy.sign_channels = p == 0 ? sign_channels : 0;
+        // (decode_fast_pair's blocks: fast mode, 2-byte elements, no residual, a raw low plane)
+        policy.fused_decode =
+            o.mode == Mode::kFast && esize == 2 && p == 1 && t.residual == nullptr && low_method == Method::kRaw;
         policy.max_ratio = o.max_ratio;
         Method method = Method::kRaw;
         size_t written = n;
@@ -238,6 +242,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
             KVCORE_RETURN_IF_ERROR(encode_plane(planes[p], n, policy, out + pos + kPlanePrefixBytes,
                                                 cap - pos - kPlanePrefixBytes, &method, &written));
         }
+        if (p == 0) low_method = method;
         out[pos] = static_cast<uint8_t>(method);
         put_u32(out + pos + 1, static_cast<uint32_t>(written));
         pos += kPlanePrefixBytes + written;

@@ -39,6 +39,12 @@ constexpr double kZstdSampleSlack = 1.15;
 // With at least this share of rows repeating whole, the rows method beats coding
 // the whole plane (its table costs about 1 + log2(distinct) bits per row).
 constexpr float kRowsWin = 1.0f / 16;
+// A plane that fast mode decodes fused with its block's merge when coded whole
+// (PlanePolicy::fused_decode) decodes in three passes as a rows plane (its
+// distinct rows, the join, the merge): below this share of repeated rows the
+// whole plane is coded too, and kept unless over 1/kRowsFusedSlack larger.
+constexpr float kRowsWinFused = 0.25f;
+constexpr size_t kRowsFusedSlack = 8;
 // The low-bit split (method 8) is taken where storing a plane's low k bits raw
 // costs at most kLowBitsCost bit per symbol more than coding whole bytes, by
 // the order-0 estimate: the Huffman coder then decodes symbols of 8 - k bits,
@@ -316,7 +322,11 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     }
     // Coding the whole plane is skipped where enough rows repeat whole that
     // coding only the distinct ones is smaller anyway.
-    if (!constant && policy.try_entropy && n > 1 && best > 1 && whole_rows < kRowsWin) {
+    if (!constant && policy.try_entropy && n > 1 && best > 1 &&
+        whole_rows < (policy.fused_decode ? kRowsWinFused : kRowsWin)) {
+        const size_t limit = policy.fused_decode && best_method == Method::kRows
+                                 ? std::min(n - 1, best + best / kRowsFusedSlack)
+                                 : best - 1;
         // (plane is dst only for planes that skip entropy coding; packing and the split need them apart)
         Method m = Method::kLowBits;  // entropy_encode sets its own method
         size_t size = 0;
@@ -336,8 +346,8 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
             }
         } else if (!constant) {
             const unsigned k = policy.mode == Mode::kDense && plane != dst ? choose_low_bits(plane, n, policy) : 0;
-            st = k ? encode_low_bits(plane, n, k, policy, dst, best - 1, &size)
-                   : entropy_encode(plane, n, policy, dst, best - 1, &m, &size, &constant);
+            st = k ? encode_low_bits(plane, n, k, policy, dst, limit, &size)
+                   : entropy_encode(plane, n, policy, dst, limit, &m, &size, &constant);
         }
         if (st.is_ok() && !constant) {
             best_method = m;

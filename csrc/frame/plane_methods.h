@@ -47,6 +47,8 @@ struct PlanePolicy {
     uint32_t channels = 1;    // > 1: the plane is whole rows of this many channels (context modelling)
     uint32_t sign_channels = 0;  // > 1: bit 0 of each byte is a float's sign, in rows of this many
                                  // channels: also try the signs method (dense mode)
+    bool fused_decode = false;  // fast mode decodes the plane fused with the block's merge when it is
+                                // coded whole (the high plane of 2-byte elements, frame/codec.cpp)
     bool max_ratio = false;   // max mode: keep the smallest coding however slow it decodes (zstd,
                               // as many channel-group tables as make it smallest)
 };
