@@ -121,6 +121,38 @@ def test_split_peels_to_cache_lines_at_every_offset(variant, elem_size):
             for b, at in placed:
                 assert (b[:at] == 0xA5).all() and (b[at + n :] == 0xA5).all()
 
+
+_STREAMED: dict[int, tuple[bytes, bytes, list[bytes]]] = {}
+
+
+def _streamed_input(elem_size: int) -> tuple[bytes, bytes, list[bytes]]:
+    """32 MiB and a few elements (at least kvcore's streaming threshold on any machine), a
+    residual, and the reference planes (rotated, residual from phase 5)."""
+    if elem_size not in _STREAMED:
+        rng = np.random.default_rng(100 + elem_size)
+        n = (32 << 20) // elem_size + 4099
+        data = rng.integers(0, 256, n * elem_size, dtype=np.uint8).tobytes()
+        residual, _ = make_residual(rng, (384, 5))
+        _STREAMED[elem_size] = (data, residual, ref_split(data, elem_size, True, residual, 5))
+    return _STREAMED[elem_size]
+
+
+@pytest.mark.parametrize("elem_size", [1, 2, 4])
+def test_large_splits_stream_whole_lines_at_any_plane_offsets(variant, elem_size):
+    """Outputs of 32 MiB or more (half the last-level cache, where that is less) are split with
+    streaming stores where AVX-512 runs: whole cache lines, a plane that starts inside a line
+    from two vectors. Planes at one offset and at different ones must equal the reference, and
+    nothing outside them may be written."""
+    data, residual, expected = _streamed_input(elem_size)
+    n = len(expected[0])
+    for offsets in ([0] * elem_size, [(23 * p + 5) % 64 for p in range(elem_size)]):
+        placed = [_at_line_offset(n, o) for o in offsets]
+        _native.shuffle_split_into(data, elem_size, True, residual, 5, [b[at : at + n] for b, at in placed])
+        assert [b[at : at + n].tobytes() for b, at in placed] == expected, f"offsets={offsets}"
+        for b, at in placed:
+            assert (b[:at] == 0xA5).all() and (b[at + n :] == 0xA5).all()
+
+
 def test_into_variants_write_only_their_range(variant):
     rng = np.random.default_rng(7)
     data = rng.integers(0, 256, 2 * 1001, dtype=np.uint8).tobytes()

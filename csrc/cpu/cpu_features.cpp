@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cpuid.h>
 #include <cstdlib>
@@ -110,6 +111,11 @@ bool parse_isa_list(const std::string& list, uint32_t* mask) {
 size_t llc_bytes() {
     static const size_t n = read_llc();
     return n;
+}
+
+size_t streaming_store_bytes() {
+    constexpr size_t kMaxBytes = 32u << 20;
+    return std::min(kMaxBytes, llc_bytes() / 2);
 }
 
 }  // namespace kvcore::cpu

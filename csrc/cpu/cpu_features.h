@@ -32,4 +32,10 @@ bool parse_isa_list(const std::string& list, uint32_t* mask);
 // Size of the last-level (data) cache in bytes: sysfs, else sysconf; 8 MiB if unknown.
 size_t llc_bytes();
 
+// Output bytes from which a pass writes with streaming (non-temporal) stores:
+// 32 MiB, or half the last-level cache where that is less. Such an output does
+// not stay cached anyway (measurements: frame/codec.cpp for decode, the
+// shuffle_split_into binding for the standalone split).
+size_t streaming_store_bytes();
+
 }  // namespace kvcore::cpu

@@ -30,22 +30,6 @@ namespace {
 constexpr size_t kMinRowBytes = 16;   // shorter channel rows are grouped
 constexpr size_t kRepeatRows = 8192;  // rows the repeat detector looks at, at most
 constexpr size_t kVerifyPieceBytes = 64u << 10;  // decoded bytes merged and hashed at a time
-// A decode call whose outputs total at least this much (one frame's or a batch's,
-// such as the 72 frames of a KV chunk) writes them with streaming (non-temporal)
-// stores wherever the one-pass merge writes them: they do not stay cached anyway,
-// and cached stores pass them through the L2 that holds the decoder's planes and
-// tables. Measured on dense MiniLM bf16 frames decoded by one thread on a Xeon
-// (2 MiB L2): 1.01x at 9 MiB, 1.04x at 18, 1.10x at 32-36, 1.17x at 72; with the
-// output read right after, 0.96x at 18 MiB, 1.09x at 36. On a Zen 4 (1 MiB L2,
-// 32 MiB L3), one thread: whole frames 1.04-1.09x dense, 1.07-1.37x fast (36-144
-// MiB); batches of 512 KiB frames 1.06-1.10x dense, 1.14-1.21x fast (36 and 144
-// MiB); with the output read right after, 1.01-1.27x and 1.02-1.14x. Half the
-// last-level cache where that is lower: on the Zen 4 VM (32 MiB L3), one thread,
-// outputs of 18 MiB (MiniLM bf16 and fp16, first halves) and 30 MiB (stories260K
-// as fp32) streamed decoded 1.25-1.67x faster in fast mode and 1.12-1.24x in dense
-// mode; with the output read right after, 1.03-1.18x and 0.95-0.98x (2026-12-05).
-constexpr size_t kStreamingOutputBytes = 32u << 20;
-size_t streaming_output_bytes() { return std::min(kStreamingOutputBytes, cpu::llc_bytes() / 2); }
 
 // Scratch planes of a block of `elems` elements sit this far apart: each starts
 // on a cache line, with a line to spare for a plane moved along its line (see
@@ -801,7 +785,21 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
         buffers.add(jobs[i].out, jobs[i].frame, jobs[i].size);
         out_bytes += jobs[i].out.bytes;
     }
-    if (out_bytes >= streaming_output_bytes())
+    // A decode call whose outputs total cpu::streaming_store_bytes() or more (one frame's or a batch's,
+    // such as the 72 frames of a KV chunk) writes them with streaming (non-temporal)
+    // stores wherever the one-pass merge writes them: they do not stay cached anyway,
+    // and cached stores pass them through the L2 that holds the decoder's planes and
+    // tables. Measured on dense MiniLM bf16 frames decoded by one thread on a Xeon
+    // (2 MiB L2): 1.01x at 9 MiB, 1.04x at 18, 1.10x at 32-36, 1.17x at 72; with the
+    // output read right after, 0.96x at 18 MiB, 1.09x at 36. On a Zen 4 (1 MiB L2,
+    // 32 MiB L3), one thread: whole frames 1.04-1.09x dense, 1.07-1.37x fast (36-144
+    // MiB); batches of 512 KiB frames 1.06-1.10x dense, 1.14-1.21x fast (36 and 144
+    // MiB); with the output read right after, 1.01-1.27x and 1.02-1.14x. Half the
+    // last-level cache where that is lower: on the Zen 4 VM (32 MiB L3), one thread,
+    // outputs of 18 MiB (MiniLM bf16 and fp16, first halves) and 30 MiB (stories260K
+    // as fp32) streamed decoded 1.25-1.67x faster in fast mode and 1.12-1.24x in dense
+    // mode; with the output read right after, 1.03-1.18x and 0.95-0.98x (2026-12-05).
+    if (out_bytes >= cpu::streaming_store_bytes())
         for (PreparedFrame& f : frames) f.stores = shuffle::Stores::kStreaming;
     threads = threads_for(threads, out_bytes);
     // Blocks are written concurrently, and a frame must not change while it is read.

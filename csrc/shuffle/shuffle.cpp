@@ -168,11 +168,14 @@ size_t aligning_head(size_t n, unsigned elem_size, uint8_t* const* planes) {
 
 // elem_size outside {1, 2, 4} or a residual with period 0 is a caller error
 // (the bindings reject it); these functions then write nothing.
-void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes) {
+void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes,
+           Stores stores) {
     if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return;
     if (elem_size != 1 && elem_size != 2 && elem_size != 4) return;
     const uint32_t isa = cpu::active_isa();
     if (!(isa & (cpu::kIsaAvx512 | cpu::kIsaAvx2))) return detail::split_scalar(src, n, elem_size, t, planes);
+    if (stores == Stores::kStreaming && (isa & cpu::kIsaAvx512))
+        return detail::split_streamed_avx512(src, n, elem_size, t, planes);
     const size_t head = aligning_head(n, elem_size, planes);
     if (head) detail::split_scalar(src, head, elem_size, t, planes);
     uint8_t* rest[4];

@@ -33,16 +33,19 @@ struct PlaneTransform {
     uint32_t phase = 0;                 // channel of element 0, < period
 };
 
+// How split and merge_hashed write their output: through the caches, or
+// streaming around them (non-temporal stores), for outputs too large to stay
+// cached. Fenced before the call returns. merge_hashed streams where dst is
+// 64-byte aligned; split streams with AVX-512, at any alignment (its planes'
+// lines are written whole, each from two vectors where a plane starts inside one).
+enum class Stores : uint8_t { kCached, kStreaming };
+
 // planes[p] receives n bytes for p in [0, elem_size). src may be unaligned.
-void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes);
+void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes,
+           Stores stores = Stores::kCached);
 
 // Inverse of split: dst receives n * elem_size bytes.
 void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
-
-// How merge_hashed writes its output: through the caches, or streaming around
-// them (non-temporal stores), for outputs too large to stay cached. Streaming
-// takes effect where dst is 64-byte aligned, and is fenced before the call returns.
-enum class Stores : uint8_t { kCached, kStreaming };
 
 // merge that also feeds hash the stripes of its output as it writes them, leaving
 // xxh3_stripes_finish fewer to read back. The output may be one piece of the

@@ -12,6 +12,7 @@
 
 #include "common/avx512_target.h"
 // (after avx512_target.h, which defines KV_AVX512)
+#include "common/aligned_buffer.h"
 #include "checksum/xxh3_stripes_avx512.h"
 #include "shuffle/interleave_avx512.h"
 #include "shuffle/shuffle_internal.h"
@@ -47,13 +48,20 @@ KV_AVX512 inline __m512i rotl16(__m512i x) {
 
 // ---- 1-byte elements ----
 
-template <bool Rot, bool Res>
-KV_AVX512 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+// A split kernel hands each plane's 64-byte vectors, in order, to its output:
+// CachedPlanes stores them in place; StreamedPlanes (below) as whole cache lines
+// around the caches. It returns the elements done; the caller splits the rest.
+struct CachedPlanes {
+    uint8_t* const* planes;
+    KV_AVX512 void put(unsigned p, size_t i, __m512i v) const { st(planes[p] + i, v); }
+};
+
+template <bool Rot, bool Res, typename Out>
+KV_AVX512 size_t split1(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out) {
     constexpr size_t B = 128;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
     size_t pos = 0, i = 0;
-    uint8_t* out = planes[0];
     for (; i + B <= n; i += B) {
         __m512i a = ld(src + i), b = ld(src + i + 64);
         if (Rot) a = rotl8(a), b = rotl8(b);
@@ -63,10 +71,10 @@ KV_AVX512 void split1(const uint8_t* src, size_t n, const PlaneTransform& t, uin
             b = _mm512_sub_epi8(b, ld(r + 64));
             res.advance(pos, step);
         }
-        st(out + i, a);
-        st(out + i + 64, b);
+        out.put(0, i, a);
+        out.put(0, i + 64, b);
     }
-    split_rest(src, n, i, 1, t, planes);
+    return i;
 }
 
 template <bool Rot, bool Res, typename Feed, typename Stores>
@@ -102,8 +110,8 @@ KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransfo
 
 // ---- 2-byte elements ----
 
-template <bool Rot, bool Res>
-KV_AVX512 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+template <bool Rot, bool Res, typename Out>
+KV_AVX512 size_t split2(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out) {
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
@@ -120,10 +128,10 @@ KV_AVX512 void split2(const uint8_t* src, size_t n, const PlaneTransform& t, uin
             hi = _mm512_sub_epi8(hi, ld(res.bytes() + pos));
             res.advance(pos, step);
         }
-        st(planes[0] + i, lo);
-        st(planes[1] + i, hi);
+        out.put(0, i, lo);
+        out.put(1, i, hi);
     }
-    split_rest(src, n, i, 2, t, planes);
+    return i;
 }
 
 template <bool Rot, bool Res, typename Feed, typename Stores>
@@ -159,8 +167,8 @@ KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransfo
 
 // ---- 4-byte elements ----
 
-template <bool Rot, bool Res>
-KV_AVX512 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uint8_t* const* planes) {
+template <bool Rot, bool Res, typename Out>
+KV_AVX512 size_t split4(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out) {
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);
     const size_t step = res.step(B);
@@ -186,12 +194,12 @@ KV_AVX512 void split4(const uint8_t* src, size_t n, const PlaneTransform& t, uin
             q3 = _mm512_sub_epi8(q3, ld(res.bytes() + pos));
             res.advance(pos, step);
         }
-        st(planes[0] + i, q0);
-        st(planes[1] + i, q1);
-        st(planes[2] + i, q2);
-        st(planes[3] + i, q3);
+        out.put(0, i, q0);
+        out.put(1, i, q1);
+        out.put(2, i, q2);
+        out.put(3, i, q3);
     }
-    split_rest(src, n, i, 4, t, planes);
+    return i;
 }
 
 template <bool Rot, bool Res, typename Feed, typename Stores>
@@ -244,22 +252,81 @@ KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransfo
 
 }  // namespace
 
-KV_AVX512 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
-                            uint8_t* const* planes) {
+namespace {
+
+// Writes each plane's vectors as whole, aligned cache lines with streaming
+// stores. A plane `head` bytes before a line boundary (0-63) writes the line
+// that starts there from the last 64 - head bytes of one vector and the first
+// head bytes of the next (one byte permute); its first head bytes, and the bytes
+// after its last whole line, are left to the caller (split_streamed_avx512).
+struct StreamedPlanes {
+    struct Plane {
+        uint8_t* base = nullptr;
+        size_t head = 0;
+        __m512i join{};  // byte j of a line: vector byte head + j, then the next vector's byte j - (64 - head)
+        __m512i prev{};
+    };
+    Plane plane[4];
+
+    KV_AVX512 StreamedPlanes(uint8_t* const* planes, unsigned count) {
+        for (unsigned p = 0; p < count; ++p) {
+            Plane& q = plane[p];
+            q.base = planes[p];
+            q.head = (kCacheLine - reinterpret_cast<uintptr_t>(planes[p]) % kCacheLine) % kCacheLine;
+            const size_t h = q.head;
+            q.join = index_vector([h](int j) { return size_t(j) + h; });  // (>= 64: the next vector)
+        }
+    }
+    // v: bytes [i, i + 64) of plane p, i a multiple of 64, given in order from 0.
+    KV_AVX512 void put(unsigned p, size_t i, __m512i v) {
+        Plane& q = plane[p];
+        if (q.head == 0) {
+            _mm512_stream_si512(reinterpret_cast<__m512i*>(q.base + i), v);
+            return;
+        }
+        if (i > 0)
+            _mm512_stream_si512(reinterpret_cast<__m512i*>(q.base + i - kCacheLine + q.head),
+                                _mm512_permutex2var_epi8(q.prev, q.join, v));
+        q.prev = v;
+    }
+};
+
+template <typename Out>
+KV_AVX512 size_t split_kernel(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, Out& out) {
     const bool rot = t.rotate, res = t.residual != nullptr;
-#define KV_SPLIT(fn)                                                                      \
-    (rot ? (res ? fn<true, true>(src, n, t, planes) : fn<true, false>(src, n, t, planes)) \
-         : (res ? fn<false, true>(src, n, t, planes) : fn<false, false>(src, n, t, planes)))
+#define KV_SPLIT(fn)                                                                                    \
+    (rot ? (res ? fn<true, true>(src, n, t, out) : fn<true, false>(src, n, t, out)) \
+         : (res ? fn<false, true>(src, n, t, out) : fn<false, false>(src, n, t, out)))
     switch (elem_size) {
-        case 1:
-            if (!rot && !res) std::memcpy(planes[0], src, n);
-            else KV_SPLIT(split1);
-            break;
-        case 2: KV_SPLIT(split2); break;
-        case 4: KV_SPLIT(split4); break;
-        default: break;
+        case 1: return KV_SPLIT(split1);
+        case 2: return KV_SPLIT(split2);
+        case 4: return KV_SPLIT(split4);
+        default: return n;
     }
 #undef KV_SPLIT
+}
+
+}  // namespace
+
+KV_AVX512 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
+                            uint8_t* const* planes) {
+    if (elem_size == 1 && !t.rotate && t.residual == nullptr) {
+        std::memcpy(planes[0], src, n);
+        return;
+    }
+    CachedPlanes out{planes};
+    split_rest(src, n, split_kernel(src, n, elem_size, t, out), elem_size, t, planes);
+}
+
+KV_AVX512 void split_streamed_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
+                                     uint8_t* const* planes) {
+    StreamedPlanes out(planes, elem_size);
+    const size_t done = split_kernel(src, n, elem_size, t, out);
+    _mm_sfence();
+    // A plane's byte i belongs to element i: the bytes no whole line took are
+    // among the first 64 elements and those from done - 64 on.
+    split_rest(src, std::min<size_t>(n, kCacheLine), 0, elem_size, t, planes);
+    split_rest(src, n, done >= kCacheLine ? done - kCacheLine : 0, elem_size, t, planes);
 }
 
 namespace {

@@ -74,6 +74,9 @@ void merge_hashed_avx2(const uint8_t* const* planes, size_t n, unsigned elem_siz
                        uint8_t* dst, Xxh3Stripes* hash, bool streaming);
 
 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes);
+// split with streaming stores (shuffle.h: Stores::kStreaming), planes at any alignment.
+void split_streamed_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
+                           uint8_t* const* planes);
 void merge_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
 void merge_hashed_avx512(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t,
                          uint8_t* dst, Xxh3Stripes* hash, bool streaming);

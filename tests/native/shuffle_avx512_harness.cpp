@@ -1,8 +1,10 @@
 // Compares the AVX-512 shuffle variant, compiled against emulated intrinsics
 // (KVCORE_EMULATE_AVX512), with the scalar reference: every element size,
 // rotate on/off, residual periods and phases, sizes around the block edges,
-// unaligned buffers, and merge(split(x)) == x; the hashing merge with cached and
-// with streaming stores. Exit status 0 when all match.
+// unaligned buffers, and merge(split(x)) == x; the split with streaming stores
+// into planes at every offset in a cache line (the emulated streaming store
+// traps on an unaligned address); the hashing merge with cached and with
+// streaming stores. Exit status 0 when all match.
 // Built and run by tests/test_shuffle_avx512_emulated.py.
 #include <cstdio>
 #include <cstring>
@@ -48,10 +50,21 @@ int main() {
                     }
                     detail::split_scalar(src.data() + off, n, es, t, pw);
                     detail::split_avx512(src.data() + off, n, es, t, pg);
+                    // Streamed: each plane at its own offset in a cache line, 0 (aligned) included.
+                    std::vector<std::vector<uint8_t>> streamed(es, std::vector<uint8_t>(n + 128, 0));
+                    uint8_t* ps[4];
+                    for (unsigned p = 0; p < es; ++p) {
+                        uint8_t* base = streamed[p].data();
+                        base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+                        ps[p] = base + (cases * 11 + p * 23) % 64;
+                    }
+                    detail::split_streamed_avx512(src.data() + off, n, es, t, ps);
+                    bool streamed_ok = true;
+                    for (unsigned p = 0; p < es; ++p) streamed_ok &= std::memcmp(ps[p], pw[p], n) == 0;
                     std::vector<uint8_t> back(n * es + off, 0);
                     detail::merge_avx512(pin, n, es, t, back.data() + off);
                     ++cases;
-                    const bool split_ok = want == got;
+                    const bool split_ok = want == got && streamed_ok;
                     const bool merge_ok = std::memcmp(back.data() + off, src.data() + off, n * es) == 0;
                     if ((!split_ok || !merge_ok) && bad++ < 20)
                         std::printf("MISMATCH elem_size=%u n=%zu rotate=%d period=%u phase=%u split=%s merge=%s\n", es,
