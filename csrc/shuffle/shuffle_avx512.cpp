@@ -255,10 +255,10 @@ KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransfo
 namespace {
 
 // Writes each plane's vectors as whole, aligned cache lines with streaming
-// stores. A plane `head` bytes before a line boundary (0-63) writes the line
-// that starts there from the last 64 - head bytes of one vector and the first
-// head bytes of the next (one byte permute); its first head bytes, and the bytes
-// after its last whole line, are left to the caller (split_streamed_avx512).
+// stores. A plane that starts `head` bytes (1-63) before a line boundary writes
+// each line from the last 64 - head bytes of one vector and the first head bytes
+// of the next (one byte permute); its first head bytes, and the bytes after its
+// last whole line, are left to the caller (split_streamed_avx512).
 struct StreamedPlanes {
     struct Plane {
         uint8_t* base = nullptr;
@@ -294,7 +294,7 @@ struct StreamedPlanes {
 template <typename Out>
 KV_AVX512 size_t split_kernel(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, Out& out) {
     const bool rot = t.rotate, res = t.residual != nullptr;
-#define KV_SPLIT(fn)                                                                                    \
+#define KV_SPLIT(fn)                                                                \
     (rot ? (res ? fn<true, true>(src, n, t, out) : fn<true, false>(src, n, t, out)) \
          : (res ? fn<false, true>(src, n, t, out) : fn<false, false>(src, n, t, out)))
     switch (elem_size) {
