@@ -22,7 +22,7 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
-METHODS = {"huffman": 1, "grouped": 6, "lowbits": 8}  # plane methods, docs/FORMAT.md
+METHODS = {"raw": 0, "huffman": 1, "fastcode": 2, "grouped": 6, "rows": 7, "lowbits": 8}  # docs/FORMAT.md
 
 
 def assert_bit_exact(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -632,8 +632,7 @@ def whole_rows_repeated(dtype: torch.dtype, heads: int, dim: int, spread: int) -
     g = torch.Generator().manual_seed(channels + spread)
     scale = 2.0 ** torch.randint(-spread, spread + 1, (channels,), generator=g).float()
     distinct = (torch.randn(rows // 64, channels, generator=g) * scale).to(dtype)
-    picks = torch.randint(0, rows // 64, (rows,), generator=g)
-    return distinct[picks].reshape(rows, heads, dim).contiguous()
+    return rows_from(distinct, torch.randint(0, rows // 64, (rows,), generator=g)).reshape(rows, heads, dim)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -686,11 +685,11 @@ def test_fast_mode_codes_the_high_plane_whole_where_few_rows_repeat(share, whole
     mode keeps the smaller."""
     x = rows_repeated(share, whole)
     fast, dense = kvcore.compress(x, mode="fast"), kvcore.compress(x)
-    names = {v: k for k, v in {"raw": 0, "fastcode": 2, "rows": 7}.items()}
+    names = {code: name for name, code in METHODS.items()}
     fast_planes = [(names.get(m, m), b) for b, _at, m, _p in frame_layout.block_planes(bytes(fast))]
     assert fast_planes == [("rows" if whole else "raw", 0), (fast_high, 0), ("rows" if whole else "raw", 1),
                            (fast_high, 1)]
-    assert [m for _b, _at, m, _p in frame_layout.block_planes(bytes(dense))][1] == 7  # dense: rows
+    assert [m for _b, _at, m, _p in frame_layout.block_planes(bytes(dense))][1] == METHODS["rows"]  # dense: rows
     for frame in (fast, dense):
         assert_bit_exact(kvcore.decompress(frame), x)
 

@@ -105,9 +105,8 @@ ROWS = 7  # the rows plane method (docs/FORMAT.md)
 def row_table(frame: bytes, at: int) -> tuple[int, int, int, int]:
     """(row_bytes, rows, copies, table size) of the rows payload at `at` (a first block's plane)."""
     row_bytes, copies = struct.unpack_from("<II", frame, at)
-    rows = struct.unpack_from("<I", frame, 8)[0] // row_bytes  # block_elems: one plane byte each
-    width = max(rows - copies - 1, 0).bit_length()
-    return row_bytes, rows, copies, 8 + (rows + 7) // 8 + (copies * width + 7) // 8
+    n = struct.unpack_from("<I", frame, 8)[0]  # block_elems: one plane byte each
+    return row_bytes, n // row_bytes, copies, frame_layout.row_table_size(frame[at:at + 8], n)
 
 
 def test_rows_frames_code_their_distinct_rows_both_ways():

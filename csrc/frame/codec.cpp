@@ -293,36 +293,30 @@ bool decode_shared_rows(const uint8_t* block, size_t size, uint64_t first, size_
                         const shuffle::PlaneTransform& t, uint8_t* out, Scratch& scratch, Status* st) {
     const unsigned esize = dtype_size(h.dtype);
     if (esize < 2) return false;
+    // Every plane a valid rows plane, with the first one's table (else the general path decodes,
+    // or reports, the block).
     size_t pos = kBlockPrefixBytes;
-    const uint8_t* payload[4];
-    size_t payload_size[4];
-    lz::RowTable table[4];
+    const uint8_t* table = nullptr;
+    RowsPayload plane[4];
     for (unsigned p = 0; p < esize; ++p) {
         if (size - pos < kPlanePrefixBytes || block[pos] != static_cast<uint8_t>(Method::kRows)) return false;
-        payload_size[p] = get_u32(block + pos + 1);
+        const size_t payload = get_u32(block + pos + 1);
         pos += kPlanePrefixBytes;
-        if (payload_size[p] > size - pos) return false;
-        payload[p] = block + pos;
-        pos += payload_size[p];
-        if (!lz::parse_row_table(payload[p], payload_size[p], n, &table[p]).is_ok() ||
-            table[p].size >= payload_size[p] || table[p].size != table[0].size ||
-            std::memcmp(payload[p], payload[0], table[0].size) != 0)
+        if (payload > size - pos || !parse_rows_payload(block + pos, payload, n, &plane[p]).is_ok()) return false;
+        if (p == 0) table = block + pos;
+        if (plane[p].table.size != plane[0].table.size || std::memcmp(block + pos, table, plane[0].table.size) != 0)
             return false;
+        pos += payload;
     }
-    const lz::RowTable& rows = table[0];
+    const lz::RowTable& rows = plane[0].table;
     // (Residual merges need each distinct row to start at the block's phase.)
     if (pos != size || rows.copies * 4 < rows.rows || (t.residual != nullptr && rows.row_bytes % t.period != 0))
         return false;
     const size_t dn = rows.distinct * rows.row_bytes;
     const uint8_t* distinct[4];
     for (unsigned p = 0; p < esize; ++p) {
-        const uint8_t inner = payload[p][rows.size];
-        if (inner == static_cast<uint8_t>(Method::kRows)) {
-            *st = corrupt("rows plane: nested rows method");
-            return true;
-        }
-        *st = decode_plane(inner, payload[p] + rows.size + 1, payload_size[p] - rows.size - 1, dn, h.channels,
-                           scratch.plane(p, n, 0), &distinct[p]);
+        *st = decode_plane(plane[p].inner, plane[p].data, plane[p].size, dn, h.channels, scratch.plane(p, n, 0),
+                           &distinct[p]);
         if (!st->is_ok()) return true;
     }
     thread_local std::vector<uint8_t> merged;

@@ -405,6 +405,17 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     return Status::ok();
 }
 
+Status parse_rows_payload(const uint8_t* payload, size_t size, size_t n, RowsPayload* r) {
+    KVCORE_RETURN_IF_ERROR(lz::parse_row_table(payload, size, n, &r->table));
+    const size_t t = r->table.size;
+    if (t == size) return corrupt("rows plane: no method for its distinct rows");
+    r->inner = payload[t];
+    if (r->inner == static_cast<uint8_t>(Method::kRows)) return corrupt("rows plane: nested rows method");
+    r->data = payload + t + 1;
+    r->size = size - t - 1;
+    return Status::ok();
+}
+
 Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t n, uint32_t channels,
                     uint8_t* scratch, const uint8_t** out, Xxh3Stripes* hash) {
     *out = scratch;
@@ -425,18 +436,14 @@ Status decode_plane(uint8_t method, const uint8_t* payload, size_t size, size_t 
             return entropy::grouped_decode(payload, size, n / channels, channels, scratch);
         case Method::kDeflate: return deflate::deflate_plane_decode(payload, size, scratch, n, Backend::kSoftware, 1);
         case Method::kRows: {
-            lz::RowTable t;
-            KVCORE_RETURN_IF_ERROR(lz::parse_row_table(payload, size, n, &t));
-            if (t.size == size) return corrupt("rows plane: no method for its distinct rows");
-            const uint8_t inner = payload[t.size];
-            if (inner == static_cast<uint8_t>(Method::kRows)) return corrupt("rows plane: nested rows method");
+            RowsPayload r;
+            KVCORE_RETURN_IF_ERROR(parse_rows_payload(payload, size, n, &r));
             thread_local std::vector<uint8_t> rows_scratch;
-            const size_t dn = t.distinct * t.row_bytes;
+            const size_t dn = r.table.distinct * r.table.row_bytes;
             if (rows_scratch.size() < dn) rows_scratch.resize(dn);
             const uint8_t* distinct = nullptr;
-            KVCORE_RETURN_IF_ERROR(
-                decode_plane(inner, payload + t.size + 1, size - t.size - 1, dn, channels, rows_scratch.data(), &distinct));
-            return lz::join_rows(t, distinct, scratch);
+            KVCORE_RETURN_IF_ERROR(decode_plane(r.inner, r.data, r.size, dn, channels, rows_scratch.data(), &distinct));
+            return lz::join_rows(r.table, distinct, scratch);
         }
         case Method::kLowBits: {
             if (size < 1 || !shuffle::valid_low_bits(payload[0])) return corrupt("low bits plane: bad bit count");

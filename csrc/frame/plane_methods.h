@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "frame/codec.h"
+#include "lz/row_repeats.h"
 
 namespace kvcore {
 struct Xxh3Stripes;
@@ -57,6 +58,18 @@ struct PlanePolicy {
 // policy allows. plane may be dst itself (then a raw result needs no copy).
 Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
                     Method* method, size_t* written);
+
+// The rows method's payload (lz/row_repeats.h) of a plane of n bytes, parsed:
+// its row table, then the method and payload of its distinct rows. Corrupt
+// where the table is, where no method follows it, or where that method is the
+// rows method again.
+struct RowsPayload {
+    lz::RowTable table;
+    uint8_t inner = 0;
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+};
+Status parse_rows_payload(const uint8_t* payload, size_t size, size_t n, RowsPayload* r);
 
 // Decodes a payload of n bytes. For kRaw *out points into the payload itself
 // (no copy); otherwise the plane is decoded into scratch and *out = scratch.

@@ -66,6 +66,19 @@ size_t count_set_bits(const uint8_t* p, size_t bytes) {
     return n + popcount8(w);
 }
 
+// Calls f with the row length as a compile-time constant where it is one of the
+// common short ones (16, 32 or 64 bytes: hashing, comparing and copying a row
+// unroll to straight-line code), else with 0 (the length known at run time).
+template <typename F>
+auto with_row_length(size_t row_bytes, F&& f) {
+    switch (row_bytes) {
+        case 16: return f(std::integral_constant<size_t, 16>());
+        case 32: return f(std::integral_constant<size_t, 32>());
+        case 64: return f(std::integral_constant<size_t, 64>());
+        default: return f(std::integral_constant<size_t, 0>());
+    }
+}
+
 // One row: rows are short (tens of bytes), where a call to memcpy costs more than the copy.
 inline void copy_row(uint8_t* dst, const uint8_t* src, size_t len) {
     if (len % 16 == 0) {
@@ -106,9 +119,8 @@ namespace {
 
 // The distinct rows and copies of split_rows: marks the copies in the bitmap
 // (whole 64-row words, the last one returned unstored), lists the distinct row
-// each copy repeats in index_of_copy, and returns the number of copies. kLen is
-// the row length where it is one of the common short ones (0: row_bytes), so
-// the hash, compare and copy of a row unroll to straight-line code.
+// each copy repeats in index_of_copy, and returns the number of copies. kLen:
+// the row length fixed at compile time (with_row_length; 0: row_bytes).
 template <size_t kLen>
 size_t find_copies(const uint8_t* plane, size_t rows, size_t row_bytes, uint8_t* distinct, uint64_t* slot,
                    size_t mask, uint32_t* index_of_copy, uint8_t* bitmap, uint64_t* last_bits, size_t* distinct_rows) {
@@ -173,17 +185,10 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
     uint8_t* bitmap = table + kTableHead;
     uint64_t bits = 0;
     size_t n_distinct = 0;
-    const auto find = [&](auto len) {
+    const size_t copies = with_row_length(row_bytes, [&](auto len) {
         return find_copies<decltype(len)::value>(plane, rows, row_bytes, distinct, slot, mask, index_of_copy, bitmap,
                                                  &bits, &n_distinct);
-    };
-    size_t copies;
-    switch (row_bytes) {
-        case 16: copies = find(std::integral_constant<size_t, 16>()); break;
-        case 32: copies = find(std::integral_constant<size_t, 32>()); break;
-        case 64: copies = find(std::integral_constant<size_t, 64>()); break;
-        default: copies = find(std::integral_constant<size_t, 0>()); break;
-    }
+    });
     for (size_t b = rows / 64 * 8; b < bitmap_bytes(rows); ++b, bits >>= 8) bitmap[b] = static_cast<uint8_t>(bits);
     const unsigned w = index_width(n_distinct);
     uint8_t* idx = bitmap + bitmap_bytes(rows);
@@ -366,12 +371,10 @@ template <typename T>
 Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
     thread_local std::vector<T> idx;
     KVCORE_RETURN_IF_ERROR(unpack_indices(t, idx));
-    // Plane rows of 32 bytes; element rows of 64 where two planes share their rows (frame/codec.cpp).
-    switch (t.row_bytes) {
-        case 32: return join_unpacked<32>(t, idx.data(), distinct, out);
-        case 64: return join_unpacked<64>(t, idx.data(), distinct, out);
-        default: return join_unpacked<0>(t, idx.data(), distinct, out);
-    }
+    // (Element rows are row_bytes x element size where the planes share their rows, frame/codec.cpp.)
+    return with_row_length(t.row_bytes, [&](auto len) {
+        return join_unpacked<decltype(len)::value>(t, idx.data(), distinct, out);
+    });
 }
 
 }  // namespace
