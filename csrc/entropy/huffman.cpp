@@ -191,10 +191,23 @@ void canonical_order(const uint8_t* lens, const uint8_t* syms, unsigned m, uint8
 
 // ---------------------------------------------------------------- encoder
 
-// Codes for the encoder: code[s] = the code left-aligned in 64 bits, with its
-// length in the low byte (codes have <= 11 bits, so the two never overlap).
+// Codes for the encoder, by symbol or by pair index: code[i] = the code
+// left-aligned in 64 bits with nothing below it, len[i] its length. (An entry
+// that also held its length in its low byte saved a load, but left that byte in
+// the writer's accumulator and the codes in its bit count, to be masked off at
+// every flush: the encode loop is bound by integer operations, and MiniLM's bf16
+// dense compress ran 1.03-1.12x faster without them. A 16-byte entry of both
+// costs two operations a lookup more: x86 addressing scales an index by 8 at
+// most.)
+struct CodeTable {
+    const uint64_t* code;
+    const uint8_t* len;
+};
+
 struct EncTable {
     uint64_t code[256];
+    uint8_t len[256];
+    CodeTable table() const { return {code, len}; }
 };
 
 // One segment's coding job and, once done, its result.
@@ -207,57 +220,51 @@ struct SegmentJob {
     uint64_t nbits = 0;   // coded bits
 };
 
-// MSB-first bit writer with the pending bits left-aligned in acc. OR-ing a table
-// entry also ORs its length byte, shifted right, into acc's low byte: that byte
-// is below any pending bit (<= 51 of them before a flush, so the lowest is bit 13),
-// is masked off before acc shifts up, and the byte of a store it lands in is
-// rewritten by the next store (or never written: the final bytes go one by one).
-//
-// In the fast loop `fb` adds whole entries: its low byte is the pending bit count
-// (<= 7 + 4 * 11 < 64, so no carry leaves it), the codes pile up above and are
-// dropped at each flush. This saves extracting each length.
+// MSB-first bit writer: the pending bits left-aligned in acc, their count in
+// bits (< 64 between flushes).
 struct BitWriter {
     uint8_t* o;
     uint64_t acc = 0;
-    uint64_t fb = 0;
+    uint64_t bits = 0;
 };
 
-KV_ALWAYS_INLINE void put_fast(BitWriter& w, uint64_t e) {
-    w.acc |= e >> (w.fb & 63);
-    w.fb += e;
+KV_ALWAYS_INLINE void put_code(BitWriter& w, const CodeTable& t, size_t i) {
+    w.acc |= t.code[i] >> w.bits;
+    w.bits += t.len[i];
 }
-KV_ALWAYS_INLINE void flush_fast(BitWriter& w) {
+// Stores 8 bytes at o and moves on by the whole bytes pending (the others are
+// stored again by the next flush).
+KV_ALWAYS_INLINE void flush(BitWriter& w) {
     store_be64(w.o, w.acc);
-    w.o += (w.fb & 0xff) >> 3;
-    w.acc = (w.acc & ~uint64_t(0xff)) << (w.fb & 0x38);
-    w.fb &= 7;
+    w.o += w.bits >> 3;
+    w.acc <<= w.bits & 0x38;
+    w.bits &= 7;
 }
 // The eight symbols before p, last first (p[-1] .. p[-8]): stores 8 bytes at o
 // and at o + <= 6, and advances o by <= 12 bytes.
-KV_ALWAYS_INLINE void put8_fast(BitWriter& w, const uint64_t* code, const uint8_t* p) {
-    put_fast(w, code[p[-1]]);
-    put_fast(w, code[p[-2]]);
-    put_fast(w, code[p[-3]]);
-    put_fast(w, code[p[-4]]);
-    flush_fast(w);  // <= 7 + 4 * 11 = 51 pending bits: clear of the length byte
-    put_fast(w, code[p[-5]]);
-    put_fast(w, code[p[-6]]);
-    put_fast(w, code[p[-7]]);
-    put_fast(w, code[p[-8]]);
-    flush_fast(w);
+KV_ALWAYS_INLINE void put8_symbols(BitWriter& w, const CodeTable& t, const uint8_t* p) {
+    put_code(w, t, p[-1]);
+    put_code(w, t, p[-2]);
+    put_code(w, t, p[-3]);
+    put_code(w, t, p[-4]);
+    flush(w);  // <= 7 + 4 * 11 = 51 pending bits
+    put_code(w, t, p[-5]);
+    put_code(w, t, p[-6]);
+    put_code(w, t, p[-7]);
+    put_code(w, t, p[-8]);
+    flush(w);
 }
 
 // Codes the segment's symbols that the fast loop left (the first len - i, last
 // first), byte by byte with bounds checks.
-KV_ALWAYS_INLINE bool finish_segment(SegmentJob& job, size_t i, BitWriter& w, const uint64_t* code) {
-    unsigned bits = unsigned(w.fb);  // <= 7 after a flush
-    uint64_t acc = w.acc & ~uint64_t(0xff);
+KV_ALWAYS_INLINE bool finish_segment(SegmentJob& job, size_t i, BitWriter& w, const CodeTable& t) {
+    unsigned bits = unsigned(w.bits);  // <= 7 after a flush
+    uint64_t acc = w.acc;
     uint8_t* o = w.o;
     for (; i < job.len; ++i) {
-        const uint64_t e = code[job.src[job.len - 1 - i]];
-        acc |= e >> bits;
-        bits += unsigned(e & 0xff);
-        acc &= ~uint64_t(0xff);
+        const uint8_t s = job.src[job.len - 1 - i];
+        acc |= t.code[s] >> bits;
+        bits += t.len[s];
         while (bits >= 8) {
             if (o >= job.out_end) return false;
             *o++ = uint8_t(acc >> 56);
@@ -274,12 +281,12 @@ KV_ALWAYS_INLINE bool finish_segment(SegmentJob& job, size_t i, BitWriter& w, co
     return true;
 }
 
-// Two segments coded in one loop: their dependency chains (acc, fb) interleave,
+// Two segments coded in one loop: their dependency chains (acc, bits) interleave,
 // which roughly doubles the symbols per cycle of one chain alone. put8(w, j, i)
 // codes the eight symbols of segment j (0: a, 1: b) that come i symbols before
-// its end, last first; the rest go one by one.
+// its end, last first; the rest go one by one (t: the symbols' codes).
 template <typename Put8>
-KV_ALWAYS_INLINE bool encode_two(SegmentJob& a, SegmentJob& b, const uint64_t* code, Put8 put8) {
+KV_ALWAYS_INLINE bool encode_two(SegmentJob& a, SegmentJob& b, const CodeTable& t, Put8 put8) {
     BitWriter wa{a.out}, wb{b.out};
     size_t i = 0;
     if (a.out_end - a.out >= 16 && b.out_end - b.out >= 16) {
@@ -295,7 +302,7 @@ KV_ALWAYS_INLINE bool encode_two(SegmentJob& a, SegmentJob& b, const uint64_t* c
         wa = x;
         wb = y;
     }
-    return finish_segment(a, i, wa, code) && finish_segment(b, i, wb, code);
+    return finish_segment(a, i, wa, t) && finish_segment(b, i, wb, t);
 }
 
 template <int kVariant>
@@ -303,8 +310,9 @@ KV_ALWAYS_INLINE bool encode_pair_impl(SegmentJob& a, SegmentJob& b, const EncTa
     // Locals: the byte stores may alias the jobs, which would force reloads.
     const uint8_t* const a_end = a.src + a.len;
     const uint8_t* const b_end = b.src + b.len;
-    const uint64_t* code = t.code;
-    return encode_two(a, b, code, [=](BitWriter& w, int j, size_t i) { put8_fast(w, code, (j ? b_end : a_end) - i); });
+    const CodeTable codes = t.table();
+    return encode_two(a, b, codes,
+                      [=](BitWriter& w, int j, size_t i) { put8_symbols(w, codes, (j ? b_end : a_end) - i); });
 }
 
 bool encode_pair_scalar(SegmentJob& a, SegmentJob& b, const EncTable& t) { return encode_pair_impl<0>(a, b, t); }
@@ -399,19 +407,22 @@ void choose_pair_index(const uint64_t* counts, const uint8_t* syms, unsigned m, 
 }
 
 // code[index_of[a] + index_of[b] * stride] = code b then code a (segments are coded
-// last symbol first), left-aligned, with the summed length (<= 22) in the low byte,
-// for the m present symbols syms; table holds stride * stride entries (a window's
-// indices that no present symbol has are zero).
-void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, const PairIndex& p, uint64_t* table) {
-    if (!p.ranked) std::memset(table, 0, sizeof(uint64_t) * p.stride * p.stride);
+// last symbol first), left-aligned, and len[...] their summed length (<= 22), for
+// the m present symbols syms; code and len hold stride * stride entries (a
+// window's indices that no present symbol has are zero).
+void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, const PairIndex& p, uint64_t* code,
+                 uint8_t* len) {
+    if (!p.ranked) {
+        std::memset(code, 0, sizeof(uint64_t) * p.stride * p.stride);
+        std::memset(len, 0, size_t(p.stride) * p.stride);
+    }
     for (unsigned i = 0; i < m; ++i) {
-        const uint64_t ca = t.code[syms[i]];
-        const unsigned la = unsigned(ca & 0xff);
-        uint64_t* row = table + p.index_of[syms[i]];
+        const uint8_t a = syms[i];
         for (unsigned j = 0; j < m; ++j) {
-            const uint64_t cb = t.code[syms[j]];
-            const unsigned lb = unsigned(cb & 0xff);
-            row[p.index_of[syms[j]] * p.stride] = (cb & ~uint64_t(0xff)) + ((ca & ~uint64_t(0xff)) >> lb) + lb + la;
+            const uint8_t b = syms[j];
+            const size_t at = p.index_of[a] + size_t(p.index_of[b]) * p.stride;
+            code[at] = t.code[b] | t.code[a] >> t.len[b];
+            len[at] = uint8_t(t.len[a] + t.len[b]);
         }
     }
 }
@@ -440,24 +451,24 @@ void pair_indices(const uint8_t* src, size_t pairs, const PairIndex& p, uint16_t
     for (; j < pairs; ++j) idx[j] = uint16_t(p.index_of[src[2 * j]] + p.index_of[src[2 * j + 1]] * p.stride);
 }
 
-// The four pairs (eight symbols) before p, last first; stores like put8_fast.
-KV_ALWAYS_INLINE void put4_pairs(BitWriter& w, const uint64_t* code, const uint16_t* p) {
-    put_fast(w, code[p[-1]]);
-    put_fast(w, code[p[-2]]);
-    flush_fast(w);  // <= 7 + 2 * 22 = 51 pending bits
-    put_fast(w, code[p[-3]]);
-    put_fast(w, code[p[-4]]);
-    flush_fast(w);
+// The four pairs (eight symbols) before p, last first; stores like put8_symbols.
+KV_ALWAYS_INLINE void put4_pairs(BitWriter& w, const CodeTable& pairs, const uint16_t* p) {
+    put_code(w, pairs, p[-1]);
+    put_code(w, pairs, p[-2]);
+    flush(w);  // <= 7 + 2 * 22 = 51 pending bits
+    put_code(w, pairs, p[-3]);
+    put_code(w, pairs, p[-4]);
+    flush(w);
 }
 
 // encode_two over pair indices: a_idx_end / b_idx_end end the indices of the
 // pairs that end each segment; the symbols before them go one by one.
 __attribute__((target("avx2,bmi,bmi2"))) bool encode_pairs_indexed(SegmentJob& a, SegmentJob& b, const EncTable& t,
-                                                                  const uint64_t* pair_code, const uint16_t* a_idx_end,
-                                                                  const uint16_t* b_idx_end) {
-    const uint64_t* code = pair_code;
-    return encode_two(a, b, t.code,
-                      [=](BitWriter& w, int j, size_t i) { put4_pairs(w, code, (j ? b_idx_end : a_idx_end) - i / 2); });
+                                                                  const CodeTable& pair_codes,
+                                                                  const uint16_t* a_idx_end, const uint16_t* b_idx_end) {
+    const CodeTable pairs = pair_codes;  // (a local: the byte stores may alias the caller's)
+    return encode_two(a, b, t.table(),
+                      [=](BitWriter& w, int j, size_t i) { put4_pairs(w, pairs, (j ? b_idx_end : a_idx_end) - i / 2); });
 }
 
 // ---------------------------------------------------------------- decoder
@@ -921,7 +932,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     uint32_t pos = 0;  // in kTableBits space
     for (unsigned i = 0; i < m; ++i) {
         const unsigned s = order[i], len = lens[s];
-        enc.code[s] = uint64_t(pos) << (64 - kTableBits) | len;  // code << (64 - len) | len
+        enc.code[s] = uint64_t(pos) << (64 - kTableBits);  // code << (64 - len)
+        enc.len[s] = uint8_t(len);
         pos += 1u << (kTableBits - len);
     }
     if (pos != kTableSize) return make_status(Code::kBackendError, "huffman: incomplete code");
@@ -971,10 +983,13 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     const bool paired = pair_index.stride != 0;
     thread_local std::vector<uint16_t> pair_idx;
     thread_local std::vector<uint64_t> pair_code;
+    thread_local std::vector<uint8_t> pair_len;
     if (paired) {
-        if (pair_code.size() < size_t(pair_index.stride) * pair_index.stride)
-            pair_code.resize(size_t(pair_index.stride) * pair_index.stride);
-        build_pairs(enc, syms, m, pair_index, pair_code.data());
+        // (Each sized on its own: a resize that throws leaves the other as it was.)
+        const size_t entries = size_t(pair_index.stride) * pair_index.stride;
+        if (pair_code.size() < entries) pair_code.resize(entries);
+        if (pair_len.size() < entries) pair_len.resize(entries);
+        build_pairs(enc, syms, m, pair_index, pair_code.data(), pair_len.data());
         if (pair_idx.size() < n / 2 + kStreams) pair_idx.resize(n / 2 + kStreams);
     }
     for (unsigned k = 0; k < kStreams; k += 2) {
@@ -986,7 +1001,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
             uint16_t* b_idx = a_idx + pairs_a;
             pair_indices(jobs[k].src + jobs[k].len - 2 * pairs_a, pairs_a, pair_index, a_idx);
             pair_indices(jobs[k + 1].src + jobs[k + 1].len - 2 * pairs_a, pairs_a, pair_index, b_idx);
-            ok = encode_pairs_indexed(jobs[k], jobs[k + 1], enc, pair_code.data(), a_idx + pairs_a, b_idx + pairs_a);
+            ok = encode_pairs_indexed(jobs[k], jobs[k + 1], enc, {pair_code.data(), pair_len.data()}, a_idx + pairs_a,
+                                      b_idx + pairs_a);
         } else {
             ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
         }
