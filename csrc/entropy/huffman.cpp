@@ -195,10 +195,9 @@ void canonical_order(const uint8_t* lens, const uint8_t* syms, unsigned m, uint8
 // left-aligned in 64 bits with nothing below it, len[i] its length. (An entry
 // that also held its length in its low byte saved a load, but left that byte in
 // the writer's accumulator and the codes in its bit count, to be masked off at
-// every flush: the encode loop is bound by integer operations, and MiniLM's bf16
-// dense compress ran 1.03-1.12x faster without them. A 16-byte entry of both
-// costs two operations a lookup more: x86 addressing scales an index by 8 at
-// most.)
+// every flush: two operations a flush, without which MiniLM's bf16 dense
+// compress ran 1.03-1.12x faster. A 16-byte entry of both costs two operations
+// a lookup more: x86 addressing scales an index by 8 at most.)
 struct CodeTable {
     const uint64_t* code;
     const uint8_t* len;
