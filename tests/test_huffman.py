@@ -654,6 +654,21 @@ def test_avx512_presence_scan_matches_scalar(tmp_path):
     assert run.stdout.startswith("ok:")
 
 
+def test_avx512_code_chunks_match_the_specification(tmp_path):
+    """The encoder's AVX-512 chunk kernel against its specification under ASan + UBSan
+    (tests/native/code_chunks_check.cpp; machines without AVX-512 run it emulated in
+    test_shuffle_avx512_emulated.py)."""
+    import subprocess
+
+    from native_build import ROOT, build_harness
+
+    sources = [str(ROOT / "csrc" / f) for f in ("entropy/code_chunks_avx512.cpp", "cpu/cpu_features.cpp")]
+    exe = build_harness(tmp_path, "code_chunks_check", sources)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.startswith("ok:")
+
+
 # ---------------------------------------------------------------- stream layout, old and new
 
 

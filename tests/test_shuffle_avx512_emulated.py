@@ -1,5 +1,5 @@
-"""The AVX-512 shuffle, channel-transpose, low-bits, sign-bits, fastcode, presence and value-count
-kernels on machines without AVX-512: compiled against SIMDe's portable intrinsics (apt package
+"""The AVX-512 shuffle, channel-transpose, low-bits, sign-bits, fastcode, Huffman chunk, presence
+and value-count kernels on machines without AVX-512: compiled against SIMDe's portable intrinsics (apt package
 libsimde-dev) and compared with the scalar reference or the format's specification.
 
 On a machine with AVX-512 test_shuffle.py runs the real variant; this test still
@@ -55,6 +55,11 @@ def test_avx512_fastcode_groups_match_the_layout_under_emulation(tmp_path):
 def test_avx512_presence_scan_matches_scalar_under_emulation(tmp_path):
     out = build_and_run(tmp_path, "histogram_avx512_check", [
         "entropy/histogram_avx512.cpp", "entropy/histogram.cpp", "cpu/cpu_features.cpp"])
+    assert out.startswith("ok:") and not out.startswith("ok: 0 ")
+
+
+def test_avx512_code_chunks_match_the_specification_under_emulation(tmp_path):
+    out = build_and_run(tmp_path, "code_chunks_check", ["entropy/code_chunks_avx512.cpp", "cpu/cpu_features.cpp"])
     assert out.startswith("ok:") and not out.startswith("ok: 0 ")
 
 

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "cpu/cpu_features.h"
+#include "entropy/code_chunks.h"
 #include "entropy/histogram.h"
 #include "entropy/pair_index.h"
 
@@ -468,6 +469,74 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_pairs_indexed(SegmentJob& a
     const CodeTable pairs = pair_codes;  // (a local: the byte stores may alias the caller's)
     return encode_two(a, b, t.table(),
                       [=](BitWriter& w, int j, size_t i) { put4_pairs(w, pairs, (j ? b_idx_end : a_idx_end) - i / 2); });
+}
+
+// ---- four or eight symbols per put, at the AVX-512 level
+//
+// code_chunks_avx512 looks up 32 symbols' codes at a time and joins them into
+// chunks of four or eight symbols, so one put and one flush code four or eight
+// symbols (the pair tables above take two puts and a flush for four), and no pair
+// index is built or computed. The bits written are the same.
+
+// Fills t with the codes of the m present symbols syms in the fewest tables under
+// which each keeps an entry of its own; false where two tables do not do.
+bool make_chunk_table(const EncTable& enc, const uint8_t* syms, unsigned m, detail::ChunkTable* t) {
+    const auto fits = [&](unsigned select) {  // select: the bit that picks one of two tables, 0: one table
+        uint64_t taken[2] = {0, 0};
+        for (unsigned i = 0; i < m; ++i) {
+            const unsigned s = syms[i], table = select ? (s >> select) & 1 : 0;
+            const uint64_t bit = uint64_t(1) << (s & 63);
+            if (taken[table] & bit) return false;
+            taken[table] |= bit;
+        }
+        return true;
+    };
+    t->tables = fits(0) ? 1 : 2;
+    t->select = t->tables == 1 ? 0 : fits(7) ? 7 : fits(6) ? 6 : 0;
+    if (t->tables == 2 && t->select == 0) return false;
+    std::memset(t->entry, 0, sizeof(t->entry));
+    for (unsigned i = 0; i < m; ++i) {
+        const unsigned s = syms[i], len = enc.len[s];
+        const unsigned table = t->tables == 2 ? (s >> t->select) & 1 : 0;
+        t->entry[64 * table + (s & 63)] = uint16_t(enc.code[s] >> (64 - len) | len << detail::kChunkLenShift);
+    }
+    return true;
+}
+
+constexpr size_t kChunkBatch = 512;  // symbols of each segment per kernel call
+
+KV_ALWAYS_INLINE void put_chunk(BitWriter& w, uint64_t chunk, unsigned len) {
+    w.acc |= chunk >> w.bits;  // <= 7 + kMaxChunkBits pending bits
+    w.bits += len;
+    flush(w);
+}
+
+__attribute__((target("avx2,bmi,bmi2"))) bool encode_chunked(SegmentJob& a, SegmentJob& b, const EncTable& t,
+                                                            const detail::ChunkTable& chunk_table) {
+    alignas(64) uint64_t chunks_a[kChunkBatch / 4], chunks_b[kChunkBatch / 4];
+    uint8_t lens_a[kChunkBatch / 4], lens_b[kChunkBatch / 4];
+    const uint8_t* const a_end = a.src + a.len;
+    const uint8_t* const b_end = b.src + b.len;
+    const size_t both = std::min(a.len, b.len);
+    BitWriter x{a.out}, y{b.out};
+    size_t i = 0;
+    for (;;) {
+        const size_t groups = std::min(kChunkBatch, both - i) / 32;
+        // Each flush stores 8 bytes at o, and o advances by at most kMaxLen bits a symbol.
+        const size_t room = groups * 32 * kMaxLen / 8 + 16;
+        if (groups == 0 || size_t(a.out_end - x.o) < room || size_t(b.out_end - y.o) < room) break;
+        const size_t na = detail::code_chunks_avx512(a_end - i, groups, chunk_table, chunks_a, lens_a);
+        const size_t nb = detail::code_chunks_avx512(b_end - i, groups, chunk_table, chunks_b, lens_b);
+        const size_t nboth = std::min(na, nb);
+        for (size_t j = 0; j < nboth; ++j) {
+            put_chunk(x, chunks_a[j], lens_a[j]);
+            put_chunk(y, chunks_b[j], lens_b[j]);
+        }
+        for (size_t j = nboth; j < na; ++j) put_chunk(x, chunks_a[j], lens_a[j]);
+        for (size_t j = nboth; j < nb; ++j) put_chunk(y, chunks_b[j], lens_b[j]);
+        i += 32 * groups;
+    }
+    return finish_segment(a, i, x, t.table()) && finish_segment(b, i, y, t.table());
 }
 
 // ---------------------------------------------------------------- decoder
@@ -975,10 +1044,15 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (k) spare += segment_bound(len);
         seg += len;
     }
-    // Symbols that lie in one window of 32 or 64 values (their shared low zero bits shifted out),
-    // or number at most 127, are coded two per lookup.
+    // At the AVX-512 level, symbols that fit one or two 64-entry tables (see ChunkTable)
+    // are coded four or eight per put; else symbols that lie in one window of 32 or 64
+    // values (their shared low zero bits shifted out), or number at most 127, two per
+    // lookup. (Four tables, looked up by four permutes, cost the chunk kernel more than
+    // it saved on the wide alphabet of a float32's second byte.)
+    detail::ChunkTable chunk_table;
+    const bool chunked = use_vbmi() && make_chunk_table(enc, syms, m, &chunk_table);
     PairIndex pair_index;
-    choose_pair_index(counts, syms, m, n, bmi2, use_vbmi(), &pair_index);
+    if (!chunked) choose_pair_index(counts, syms, m, n, bmi2, use_vbmi(), &pair_index);
     const bool paired = pair_index.stride != 0;
     thread_local std::vector<uint16_t> pair_idx;
     thread_local std::vector<uint64_t> pair_code;
@@ -993,7 +1067,9 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     }
     for (unsigned k = 0; k < kStreams; k += 2) {
         bool ok;
-        if (paired) {
+        if (chunked) {
+            ok = encode_chunked(jobs[k], jobs[k + 1], enc, chunk_table);
+        } else if (paired) {
             // Each segment pairs back from its own end, where its coding starts.
             const size_t pairs_a = std::min(jobs[k].len, jobs[k + 1].len) / 2;
             uint16_t* a_idx = pair_idx.data();

@@ -119,3 +119,20 @@ static inline uint64_t _mm512_testn_epi8_mask(__m512i a, __m512i b) {
     return m;
 }
 #endif
+
+#ifndef _mm512_cvtepu8_epi16
+// Older SIMDe lacks it: 32 bytes zero-extended to 16-bit lanes.
+static inline __m512i _mm512_cvtepu8_epi16(__m256i a) {
+    uint8_t x[32];
+    uint16_t r[32];
+    std::memcpy(x, &a, 32);
+    for (int l = 0; l < 32; ++l) r[l] = x[l];
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif
+
+// Older SIMDe aliases it as a macro of four arguments (its masked form's).
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16((a), (b))
