@@ -757,8 +757,9 @@ PYBIND11_MODULE(_native, m) {
             return std::string(kvcore::entropy::huffman_pairing(hist, in.size));
         },
         py::arg("src"),
-        "How huffman_encode(src) codes its symbols on the active ISA: 'single' (one a table lookup), "
-        "'window' or 'rank' (two, indexed by a window of values or by rank); the bytes are the same.");
+        "How huffman_encode(src) codes its symbols on the active ISA: 'chunks' (four or eight a put, joined "
+        "by the AVX-512 kernel), 'single' (one a table lookup), 'window' or 'rank' (two, indexed by a window "
+        "of values or by rank); the bytes are the same.");
     m.def(
         "byte_histogram",
         [](const py::buffer& src) {

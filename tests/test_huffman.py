@@ -130,15 +130,27 @@ def _encode_with(mask: str, raw: bytes) -> bytes:
         kvcore.set_disabled_isa("")
 
 
+def _pairing_with(mask: str, raw: bytes) -> str:
+    kvcore.set_disabled_isa(mask)
+    try:
+        return _native.huffman_pairing(raw)
+    finally:
+        kvcore.set_disabled_isa("")
+
+
+def _has_avx512() -> bool:
+    return "avx512" in kvcore.features()["simd_detected"]
+
+
 @pytest.mark.parametrize("lo", [100, 103, 245])
 @pytest.mark.parametrize("width", [2, 17, 31, 32, 33, 63, 64, 65])
 @pytest.mark.parametrize("n", [256, 257, 1001, 4099, 65536 + 3])
 def test_windowed_pairs_match_the_single_symbol_coder(lo, width, n):
     """Symbols within a window of 32 or 64 values (mod 256) are coded two per lookup (BMI2
-    build); the stream must be the same bytes the one-symbol-at-a-time coder writes, for
-    odd lengths (segments starting at odd offsets), windows at, below and above 32 and 64
-    values, windows not starting at a multiple of 32, and windows that wrap through 0
-    (residual planes)."""
+    build), and in chunks of four or eight at the AVX-512 level; the stream must be the same
+    bytes the one-symbol-at-a-time coder writes, for odd lengths (segments starting at odd
+    offsets), windows at, below and above 32 and 64 values, windows not starting at a
+    multiple of 32, and windows that wrap through 0 (residual planes)."""
     if "avx2" not in kvcore.features()["simd_detected"]:
         pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
     rng = np.random.default_rng(width * 100003 + n + lo)
@@ -147,9 +159,11 @@ def test_windowed_pairs_match_the_single_symbol_coder(lo, width, n):
     sym[:2] = (lo, (lo + width - 1) % 256)  # both ends present: the window is exactly `width`
     raw = sym.tobytes()
     if width <= 64:
-        assert _native.huffman_pairing(raw) == "window"
-    paired, single = _encode_with("", raw), _encode_with("avx2", raw)
+        assert _pairing_with("avx512", raw) == "window"
+        assert _native.huffman_pairing(raw) == ("chunks" if _has_avx512() else "window")
+    paired, single = _encode_with("avx512", raw), _encode_with("avx2", raw)
     assert paired == single
+    assert _encode_with("", raw) == single
     assert _native.huffman_decode(paired, n) == raw
 
 
@@ -172,8 +186,9 @@ def test_windowed_pairs_of_symbols_with_shared_low_zero_bits(shift, width, n):
     sym[:2] = (lo << shift, ((lo + min(width, values) - 1) % values) << shift)
     for plane in (sym, np.concatenate([sym[:-1], np.uint8([1])])):
         raw = plane.tobytes()
-        paired, single = _encode_with("", raw), _encode_with("avx2", raw)
+        paired, single = _encode_with("avx512", raw), _encode_with("avx2", raw)
         assert paired == single
+        assert _encode_with("", raw) == single
         assert _native.huffman_decode(paired, len(raw)) == raw
 
 
@@ -187,26 +202,32 @@ def test_windowed_pairs_on_channel_groups(planes):
         mode = int(np.bincount(plane).argmax())
         group = plane[(plane >= mode - 20) & (plane < mode + 11)][: 1 << 18]
         raw = group.tobytes()
-        assert _encode_with("", raw) == _encode_with("avx2", raw), name
-        assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
+        single = _encode_with("avx2", raw)
+        assert _encode_with("avx512", raw) == single, name
+        assert _encode_with("", raw) == single, name
+        assert _native.huffman_decode(single, len(raw)) == raw, name
 
 
-@pytest.mark.parametrize("split,pairing,isa", [(2, "window", "avx2"), (1, "rank", "avx512")])
-def test_pairs_on_float16_top_bytes(planes, split, pairing, isa):
+@pytest.mark.parametrize("split,below_avx512", [(2, "window"), (1, "single")])
+def test_pairs_on_float16_top_bytes(planes, split, below_avx512):
     """A float16 top byte with its low mantissa bits split off (the dense codec's low-bits
     method). Two bits off: sign and exponent, under 64 values, coded through the 64-value
-    window. One bit off (MiniLM): sign, exponent and a mantissa bit, 60-76 symbols in two
-    windows of about 38 values, one per sign, coded two per lookup by rank. Either way the
-    stream is the bytes the coder writes with the pairing's ISA (isa) masked."""
-    if isa not in kvcore.features()["simd_detected"]:
-        pytest.skip(f"no {isa} on this machine: the {pairing} pairs do not run")
+    window below the AVX-512 level. One bit off (MiniLM): sign, exponent and a mantissa bit,
+    60-76 symbols in two windows of about 38 values, one per sign, one symbol a lookup below
+    the AVX-512 level (the ranked pairs need VBMI). At the AVX-512 level both are coded in
+    chunks (one table; two, picked by the sign). Every way the stream is the same bytes."""
+    if "avx2" not in kvcore.features()["simd_detected"]:
+        pytest.skip("no AVX2/BMI2 on this machine: only one coder to compare")
     for name, plane in planes.items():
         if "fp16" not in name or not name.endswith(":high"):
             continue
         raw = (plane[: 1 << 18] >> split).tobytes()
-        assert _native.huffman_pairing(raw) == pairing, name
-        assert _encode_with("", raw) == _encode_with(isa, raw), name
-        assert _native.huffman_decode(_encode_with("", raw), len(raw)) == raw, name
+        assert _pairing_with("avx512", raw) == below_avx512, name
+        assert _native.huffman_pairing(raw) == ("chunks" if _has_avx512() else below_avx512), name
+        single = _encode_with("avx2", raw)
+        assert _encode_with("avx512", raw) == single, name
+        assert _encode_with("", raw) == single, name
+        assert _native.huffman_decode(single, len(raw)) == raw, name
 
 
 def _ranked_cases():
@@ -227,8 +248,10 @@ def test_ranked_pairs_match_the_single_symbol_coder(m, n):
     if "avx512" not in detected:
         pytest.skip("no AVX-512 on this machine: the ranked pairs do not run")
     rng = np.random.default_rng(m * 1009 + n)
-    spread = np.array([3, 100, 180], dtype=np.uint8)  # gaps under 100 values: no window fits
-    rest = rng.choice(np.setdiff1d(np.arange(256), spread), size=m - 3, replace=False)
+    # Gaps under 100 values: no window fits; 3, 67 and 131 share an entry mod 64 in one table
+    # and in both two-table layouts, so the chunk kernel does not take them either.
+    spread = np.array([3, 67, 131, 180], dtype=np.uint8)
+    rest = rng.choice(np.setdiff1d(np.arange(256), spread), size=m - len(spread), replace=False)
     values = np.concatenate([spread, rest]).astype(np.uint8)
     weights = np.repeat(rng.geometric(0.2, (m + 1) // 2).astype(float), 2)[:m]  # pairs of tied counts
     sym = values[rng.choice(m, size=n, p=weights / weights.sum())]

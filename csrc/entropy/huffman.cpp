@@ -478,9 +478,9 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_pairs_indexed(SegmentJob& a
 // symbols (the pair tables above take two puts and a flush for four), and no pair
 // index is built or computed. The bits written are the same.
 
-// Fills t with the codes of the m present symbols syms in the fewest tables under
-// which each keeps an entry of its own; false where two tables do not do.
-bool make_chunk_table(const EncTable& enc, const uint8_t* syms, unsigned m, detail::ChunkTable* t) {
+// Sets t's layout (tables, select) to the fewest tables under which each of the
+// m present symbols syms keeps an entry of its own; false where two do not do.
+bool chunk_layout(const uint8_t* syms, unsigned m, detail::ChunkTable* t) {
     const auto fits = [&](unsigned select) {  // select: the bit that picks one of two tables, 0: one table
         uint64_t taken[2] = {0, 0};
         for (unsigned i = 0; i < m; ++i) {
@@ -493,14 +493,17 @@ bool make_chunk_table(const EncTable& enc, const uint8_t* syms, unsigned m, deta
     };
     t->tables = fits(0) ? 1 : 2;
     t->select = t->tables == 1 ? 0 : fits(7) ? 7 : fits(6) ? 6 : 0;
-    if (t->tables == 2 && t->select == 0) return false;
+    return t->tables == 1 || t->select != 0;
+}
+
+// Fills the entries of t (its layout set by chunk_layout) with the codes of syms.
+void fill_chunk_table(const EncTable& enc, const uint8_t* syms, unsigned m, detail::ChunkTable* t) {
     std::memset(t->entry, 0, sizeof(t->entry));
     for (unsigned i = 0; i < m; ++i) {
         const unsigned s = syms[i], len = enc.len[s];
         const unsigned table = t->tables == 2 ? (s >> t->select) & 1 : 0;
         t->entry[64 * table + (s & 63)] = uint16_t(enc.code[s] >> (64 - len) | len << detail::kChunkLenShift);
     }
-    return true;
 }
 
 constexpr size_t kChunkBatch = 512;  // symbols of each segment per kernel call
@@ -1050,7 +1053,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     // lookup. (Four tables, looked up by four permutes, cost the chunk kernel more than
     // it saved on the wide alphabet of a float32's second byte.)
     detail::ChunkTable chunk_table;
-    const bool chunked = use_vbmi() && make_chunk_table(enc, syms, m, &chunk_table);
+    const bool chunked = use_vbmi() && chunk_layout(syms, m, &chunk_table);
+    if (chunked) fill_chunk_table(enc, syms, m, &chunk_table);
     PairIndex pair_index;
     if (!chunked) choose_pair_index(counts, syms, m, n, bmi2, use_vbmi(), &pair_index);
     const bool paired = pair_index.stride != 0;
@@ -1105,6 +1109,8 @@ const char* huffman_pairing(const uint32_t* hist, size_t n) {
     uint8_t syms[256];
     const unsigned m = present_symbols(hist, counts, syms);
     if (m < 2) return "single";
+    detail::ChunkTable layout;
+    if (use_vbmi() && chunk_layout(syms, m, &layout)) return "chunks";
     PairIndex p;
     choose_pair_index(counts, syms, m, n, use_bmi2(), use_vbmi(), &p);
     return p.stride == 0 ? "single" : p.ranked ? "rank" : "window";

@@ -35,9 +35,11 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
 size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts = true);
 
 // How huffman_encode codes a plane of n symbols with these 256 counts (present
-// symbols nonzero), on the active ISA: one symbol a table lookup ("single"), or
-// two, indexed through a window of values ("window") or by rank ("rank"). The
-// stream is the same bytes every way; this is for tests and benchmarks.
+// symbols nonzero), on the active ISA: four or eight symbols a put, from chunks
+// of codes joined by the AVX-512 kernel ("chunks"); else one symbol a table
+// lookup ("single"), or two, indexed through a window of values ("window") or by
+// rank ("rank"). The stream is the same bytes every way; this is for tests and
+// benchmarks.
 const char* huffman_pairing(const uint32_t* hist, size_t n);
 
 // Decodes exactly n symbols. kCorruptFrame on any inconsistency.
