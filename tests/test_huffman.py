@@ -122,20 +122,20 @@ def test_real_planes_size_near_entropy(planes):
         assert total <= total_h * 1.025, (name, total / total_h)
 
 
-def _encode_with(mask: str, raw: bytes) -> bytes:
+def _with_isa_masked(mask: str, call, raw: bytes):
     kvcore.set_disabled_isa(mask)
     try:
-        return _native.huffman_encode(raw)
+        return call(raw)
     finally:
         kvcore.set_disabled_isa("")
+
+
+def _encode_with(mask: str, raw: bytes) -> bytes:
+    return _with_isa_masked(mask, _native.huffman_encode, raw)
 
 
 def _pairing_with(mask: str, raw: bytes) -> str:
-    kvcore.set_disabled_isa(mask)
-    try:
-        return _native.huffman_pairing(raw)
-    finally:
-        kvcore.set_disabled_isa("")
+    return _with_isa_masked(mask, _native.huffman_pairing, raw)
 
 
 def _has_avx512() -> bool:
