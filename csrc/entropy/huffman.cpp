@@ -471,6 +471,10 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_pairs_indexed(SegmentJob& a
                       [=](BitWriter& w, int j, size_t i) { put4_pairs(w, pairs, (j ? b_idx_end : a_idx_end) - i / 2); });
 }
 
+// The ISA levels the coder's loops need, as active now (KVCORE_DISABLE_ISA masks them).
+bool use_bmi2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
+bool use_vbmi() { return (cpu::active_isa() & cpu::kIsaAvx512) != 0; }  // the AVX-512 level includes VBMI
+
 // ---- four or eight symbols per put, at the AVX-512 level
 //
 // code_chunks_avx512 looks up 32 symbols' codes at a time and joins them into
@@ -504,6 +508,19 @@ void fill_chunk_table(const EncTable& enc, const uint8_t* syms, unsigned m, deta
         const unsigned table = t->tables == 2 ? (s >> t->select) & 1 : 0;
         t->entry[64 * table + (s & 63)] = uint16_t(enc.code[s] >> (64 - len) | len << detail::kChunkLenShift);
     }
+}
+
+// How huffman_encode codes the m present symbols syms of a plane of n symbols on
+// the active ISA: in chunks (true; *chunks' layout set), or else two per lookup
+// through *pairs (stride 0: one per lookup). At the AVX-512 level, symbols that
+// fit one or two 64-entry tables go in chunks. (Four tables, looked up by four
+// permutes, cost the chunk kernel more than it saved on the wide alphabet of a
+// float32's second byte.)
+bool choose_coding(const uint64_t* counts, const uint8_t* syms, unsigned m, size_t n, detail::ChunkTable* chunks,
+                   PairIndex* pairs) {
+    if (use_vbmi() && chunk_layout(syms, m, chunks)) return true;
+    choose_pair_index(counts, syms, m, n, use_bmi2(), use_vbmi(), pairs);
+    return false;
 }
 
 constexpr size_t kChunkBatch = 512;  // symbols of each segment per kernel call
@@ -903,8 +920,6 @@ __attribute__((target("avx2,bmi,bmi2"))) void decode_streams_bmi2(const uint8_t*
     decode_streams_impl<kBackward ? kStreams : kForwardStreams, kBackward>(src, src_size, t, st);
 }
 
-bool use_bmi2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
-bool use_vbmi() { return (cpu::active_isa() & cpu::kIsaAvx512) != 0; }  // the AVX-512 level includes VBMI
 
 // Decodes every stream of a tag 3 (backward) or tag 2 (forward) stream set to
 // its end; false when the code lengths do not form a complete code.
@@ -1047,16 +1062,13 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (k) spare += segment_bound(len);
         seg += len;
     }
-    // At the AVX-512 level, symbols that fit one or two 64-entry tables (see ChunkTable)
-    // are coded four or eight per put; else symbols that lie in one window of 32 or 64
-    // values (their shared low zero bits shifted out), or number at most 127, two per
-    // lookup. (Four tables, looked up by four permutes, cost the chunk kernel more than
-    // it saved on the wide alphabet of a float32's second byte.)
+    // Symbols in chunks of four or eight per put (AVX-512); else symbols that lie in one
+    // window of 32 or 64 values (their shared low zero bits shifted out), or number at
+    // most 127, two per lookup.
     detail::ChunkTable chunk_table;
-    const bool chunked = use_vbmi() && chunk_layout(syms, m, &chunk_table);
-    if (chunked) fill_chunk_table(enc, syms, m, &chunk_table);
     PairIndex pair_index;
-    if (!chunked) choose_pair_index(counts, syms, m, n, bmi2, use_vbmi(), &pair_index);
+    const bool chunked = choose_coding(counts, syms, m, n, &chunk_table, &pair_index);
+    if (chunked) fill_chunk_table(enc, syms, m, &chunk_table);
     const bool paired = pair_index.stride != 0;
     thread_local std::vector<uint16_t> pair_idx;
     thread_local std::vector<uint64_t> pair_code;
@@ -1110,9 +1122,8 @@ const char* huffman_pairing(const uint32_t* hist, size_t n) {
     const unsigned m = present_symbols(hist, counts, syms);
     if (m < 2) return "single";
     detail::ChunkTable layout;
-    if (use_vbmi() && chunk_layout(syms, m, &layout)) return "chunks";
     PairIndex p;
-    choose_pair_index(counts, syms, m, n, use_bmi2(), use_vbmi(), &p);
+    if (choose_coding(counts, syms, m, n, &layout, &p)) return "chunks";
     return p.stride == 0 ? "single" : p.ranked ? "rank" : "window";
 }
 
