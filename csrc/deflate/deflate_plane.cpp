@@ -65,10 +65,13 @@ bool isal_compress(const uint8_t* src, size_t p, int level, uint8_t* out, size_t
     const int lvl = isal_level(level);
     const uint32_t buf_size = isal_level_buf_size(lvl);
     if (level_buf.size() < buf_size) level_buf.resize(buf_size);
-    isal_zstream s;
+    // Zeroed first: stateless_init does not set every field stateless deflate reads
+    // (hist_bits, which sizes the match window, 0 selecting the full 32 KiB, is one).
+    // Unset fields are the one state that can differ between two identical calls, and
+    // once in the test suite a deflate frame came out 8 bytes longer in one of two
+    // (not reproduced in 300 repeats).
+    isal_zstream s{};
     isal_deflate_stateless_init(&s);
-    // stateless_init leaves hist_bits unset (only isal_deflate_init clears it), and
-    // stateless deflate sizes its match window from it: 0 selects the full 32 KiB.
     s.hist_bits = 0;
     s.next_in = const_cast<uint8_t*>(src);
     s.avail_in = static_cast<uint32_t>(p);

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "common/little_endian.h"
+#include "cpu/cpu_features.h"
+#include "lz/row_search.h"
 
 namespace kvcore::lz {
 namespace {
@@ -115,89 +117,95 @@ Status bad(const std::string& what) { return corrupt("rows plane: " + what); }
 
 size_t row_table_bound(size_t rows) { return kTableHead + bitmap_bytes(rows) + 4 * rows; }
 
+namespace detail {
 namespace {
 
-// The distinct rows and copies of split_rows: marks the copies in the bitmap
-// (whole 64-row words, the last one returned unstored), lists the distinct row
-// each copy repeats in index_of_copy, and returns the number of copies. kLen:
-// the row length fixed at compile time (with_row_length; 0: row_bytes).
+// The portable search (lz/row_search.h): open addressing, slot = (distinct row + 1)
+// | 32 bits of its hash << 32; 0 is empty. kLen: the row length fixed at compile
+// time (with_row_length; 0: row_bytes).
 template <size_t kLen>
-size_t find_copies(const uint8_t* plane, size_t rows, size_t row_bytes, uint8_t* distinct, uint64_t* slot,
-                   size_t mask, uint32_t* index_of_copy, uint8_t* bitmap, uint64_t* last_bits, size_t* distinct_rows) {
-    const size_t len = kLen ? kLen : row_bytes;
+CopySearchResult search(const CopySearch& c, uint64_t* slot, size_t mask) {
+    const size_t len = kLen ? kLen : c.row_bytes;
     // The table outgrows L1 and its probes are random: each row's hash is computed
     // kAhead rows early and its slot prefetched, so the probe finds it in cache.
     constexpr size_t kAhead = 8;
     uint64_t ahead[kAhead];
     const auto hash_row = [&](size_t r) {
-        const uint64_t h = row_hash(plane + r * len, len);
+        const uint64_t h = row_hash(c.plane + r * len, len);
         __builtin_prefetch(slot + (h & mask), 1);
         ahead[r % kAhead] = h;
     };
-    for (size_t r = 0; r < rows && r < kAhead; ++r) hash_row(r);
+    for (size_t r = 0; r < c.rows && r < kAhead; ++r) hash_row(r);
     size_t n_distinct = 0, copies = 0;
     uint64_t bits = 0;  // the bitmap's current 64 rows, stored whole (no read-modify-write per row)
-    for (size_t r = 0; r < rows; ++r) {
-        const uint8_t* row = plane + r * len;
+    for (size_t r = 0; r < c.rows; ++r) {
+        const uint8_t* row = c.plane + r * len;
         const uint64_t h = ahead[r % kAhead];
-        if (r + kAhead < rows) hash_row(r + kAhead);
+        if (r + kAhead < c.rows) hash_row(r + kAhead);
         const uint64_t tag = h >> 32 << 32;
         for (size_t s = h & mask;; s = (s + 1) & mask) {
             const uint64_t e = slot[s];
             if (e == 0) {
                 slot[s] = tag | (n_distinct + 1);
-                copy_row(distinct + n_distinct * len, row, len);
+                copy_row(c.distinct + n_distinct * len, row, len);
                 ++n_distinct;
                 break;
             }
             const size_t index = uint32_t(e) - 1;
-            if ((e >> 32 << 32) == tag && same_row(distinct + index * len, row, len)) {
+            if ((e >> 32 << 32) == tag && same_row(c.distinct + index * len, row, len)) {
                 bits |= uint64_t(1) << (r % 64);
-                index_of_copy[copies++] = static_cast<uint32_t>(index);
+                c.index_of_copy[copies++] = static_cast<uint32_t>(index);
                 break;
             }
         }
         if (r % 64 == 63) {
-            put_u64(bitmap + r / 64 * 8, bits);
+            put_u64(c.bitmap + r / 64 * 8, bits);
             bits = 0;
         }
     }
-    *last_bits = bits;
-    *distinct_rows = n_distinct;
-    return copies;
+    return CopySearchResult{copies, n_distinct, bits};
 }
 
 }  // namespace
 
+CopySearchResult find_copies_scalar(const CopySearch& c) {
+    size_t slots = 16;
+    while (slots < 2 * c.rows) slots *= 2;
+    thread_local std::vector<uint64_t> slot_buf;
+    slot_buf.assign(slots, 0);
+    uint64_t* slot = slot_buf.data();  // a plain pointer: no TLS lookups in the loop
+    return with_row_length(c.row_bytes, [&](auto len) { return search<decltype(len)::value>(c, slot, slots - 1); });
+}
+
+}  // namespace detail
+
 size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* distinct, uint8_t* table,
                   size_t* table_size) {
     const size_t rows = n / row_bytes;
-    size_t slots = 16;
-    while (slots < 2 * rows) slots *= 2;
-    const size_t mask = slots - 1;
-    // Open addressing: slot = (distinct row + 1) | 32 bits of its hash << 32; 0 is empty.
-    thread_local std::vector<uint64_t> slot_buf;
     thread_local std::vector<uint32_t> index_buf;
-    slot_buf.assign(slots, 0);
     if (index_buf.size() < rows) index_buf.resize(rows);
-    uint64_t* slot = slot_buf.data();  // plain pointers: no TLS lookups in the loops
-    uint32_t* index_of_copy = index_buf.data();  // the distinct row each copy repeats, in row order
     uint8_t* bitmap = table + kTableHead;
-    uint64_t bits = 0;
-    size_t n_distinct = 0;
-    const size_t copies = with_row_length(row_bytes, [&](auto len) {
-        return find_copies<decltype(len)::value>(plane, rows, row_bytes, distinct, slot, mask, index_of_copy, bitmap,
-                                                 &bits, &n_distinct);
-    });
+    detail::CopySearch c;
+    c.plane = plane;
+    c.rows = rows;
+    c.row_bytes = row_bytes;
+    c.distinct = distinct;
+    c.index_of_copy = index_buf.data();
+    c.bitmap = bitmap;
+    const detail::CopySearchResult found =
+        row_bytes >= detail::kAvx2SearchMinRow && (cpu::active_isa() & cpu::kIsaAvx2) ? detail::find_copies_avx2(c)
+                                                                                       : detail::find_copies_scalar(c);
+    const size_t copies = found.copies;
+    uint64_t bits = found.last_bits;
     for (size_t b = rows / 64 * 8; b < bitmap_bytes(rows); ++b, bits >>= 8) bitmap[b] = static_cast<uint8_t>(bits);
-    const unsigned w = index_width(n_distinct);
+    const unsigned w = index_width(found.distinct);
     uint8_t* idx = bitmap + bitmap_bytes(rows);
     size_t o = 0;
     if (w != 0) {
         uint64_t acc = 0;
         unsigned pending = 0;
         for (size_t k = 0; k < copies; ++k) {
-            acc |= uint64_t(index_of_copy[k]) << pending;
+            acc |= uint64_t(c.index_of_copy[k]) << pending;
             pending += w;
             for (; pending >= 8; pending -= 8, acc >>= 8) idx[o++] = static_cast<uint8_t>(acc);
         }
