@@ -201,15 +201,24 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
     const unsigned w = index_width(found.distinct);
     uint8_t* idx = bitmap + bitmap_bytes(rows);
     size_t o = 0;
-    if (w != 0) {
+    if (w == 8) {  // (an index a byte: planes with at most 256 distinct rows)
+        for (size_t k = 0; k < copies; ++k) idx[k] = static_cast<uint8_t>(c.index_of_copy[k]);
+        o = copies;
+    } else if (w != 0) {
+        // 32 bits stored at a time (w <= 32 and fewer than 32 bits pending: they fit 64).
         uint64_t acc = 0;
         unsigned pending = 0;
         for (size_t k = 0; k < copies; ++k) {
             acc |= uint64_t(c.index_of_copy[k]) << pending;
             pending += w;
-            for (; pending >= 8; pending -= 8, acc >>= 8) idx[o++] = static_cast<uint8_t>(acc);
+            if (pending >= 32) {
+                put_u32(idx + o, static_cast<uint32_t>(acc));
+                o += 4;
+                acc >>= 32;
+                pending -= 32;
+            }
         }
-        if (pending) idx[o++] = static_cast<uint8_t>(acc);
+        for (; pending > 0; pending -= std::min(pending, 8u), acc >>= 8) idx[o++] = static_cast<uint8_t>(acc);
     }
     put_u32(table, static_cast<uint32_t>(row_bytes));
     put_u32(table + 4, static_cast<uint32_t>(copies));
