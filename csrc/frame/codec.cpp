@@ -76,12 +76,18 @@ struct RowRepeats {
     float share = 0;
 };
 
+size_t repeat_row_bytes(uint32_t channels) {
+    return channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
+}
+
+constexpr size_t kRepeatMinRows = 16;  // fewer rows are not sampled (no repeats)
+
 RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
     RowRepeats out;
-    out.row_bytes = channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
+    out.row_bytes = repeat_row_bytes(channels);
     const size_t row = out.row_bytes;
     const size_t rows = n / row;
-    if (rows < 16) return out;
+    if (rows < kRepeatMinRows) return out;
     const size_t step = (rows + kRepeatRows - 1) / kRepeatRows;  // bounds the work on short rows
     const size_t looked = (rows + step - 1) / step;
     size_t slots = 64;
@@ -209,6 +215,19 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.backend = o.backend;
         policy.try_entropy = layout.plane_entropy[p] < kIncompressibleBits;
         policy.estimated_entropy = static_cast<float>(layout.plane_entropy[p]);
+        // A plane of one byte value, in whole rows and at least kRepeatMinRows of them, is
+        // one row repeated: the sample would send it to the rows method, which would find
+        // it constant. Found by a pass over its bytes instead (float32 cast from bfloat16
+        // has two such planes in four).
+        const size_t row_bytes = repeat_row_bytes(h.channels);
+        if (!o.deflate && n % row_bytes == 0 && n / row_bytes >= kRepeatMinRows && one_value(planes[p], n)) {
+            out[pos] = static_cast<uint8_t>(Method::kConstant);
+            put_u32(out + pos + 1, 1);
+            out[pos + kPlanePrefixBytes] = planes[p][0];
+            pos += kPlanePrefixBytes + 1;
+            if (p == 0) low_method = Method::kConstant;
+            continue;
+        }
         const RowRepeats repeats = repeated_rows(planes[p], n, h.channels);
         policy.try_lz = repeats.share * 16 >= 1;
         policy.row_bytes = static_cast<uint32_t>(repeats.row_bytes);

@@ -227,23 +227,6 @@ bool zstd_may_win(const uint8_t* plane, size_t n, size_t limit, uint8_t* out) {
     return lz::zstd_plane_encode(plane, m, kZstdLevel, out, sample_limit, &size).is_ok();
 }
 
-// Whether every byte of plane[0, n) equals the first (n >= 1): 64 bytes a step,
-// leaving at the first that differs.
-bool one_value(const uint8_t* plane, size_t n) {
-    const uint64_t v = 0x0101010101010101ull * plane[0];
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        uint64_t differ = 0;
-        for (size_t k = 0; k < 64; k += 8) {
-            uint64_t w;
-            std::memcpy(&w, plane + i + k, 8);
-            differ |= w ^ v;
-        }
-        if (differ) return false;
-    }
-    return std::all_of(plane + i, plane + n, [&](uint8_t b) { return b == plane[0]; });
-}
-
 // The rows method: the row table, then the distinct rows coded by the best
 // method the policy allows (rows and zstd excluded), in scratch (*result);
 // kBufferTooSmall when not smaller than limit or no row repeats. *share = the
@@ -288,6 +271,21 @@ Status encode_rows(const uint8_t* plane, size_t n, const PlanePolicy& policy, si
 }
 
 }  // namespace
+
+bool one_value(const uint8_t* plane, size_t n) {
+    const uint64_t v = 0x0101010101010101ull * plane[0];
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint64_t differ = 0;
+        for (size_t k = 0; k < 64; k += 8) {
+            uint64_t w;
+            std::memcpy(&w, plane + i + k, 8);
+            differ |= w ^ v;
+        }
+        if (differ) return false;
+    }
+    return std::all_of(plane + i, plane + n, [&](uint8_t b) { return b == plane[0]; });
+}
 
 const char* method_name(uint8_t method) {
     switch (static_cast<Method>(method)) {

@@ -54,6 +54,10 @@ struct PlanePolicy {
                               // as many channel-group tables as make it smallest)
 };
 
+// Whether every byte of plane[0, n) equals the first (n >= 1): 64 bytes a step,
+// leaving at the first that differs.
+bool one_value(const uint8_t* plane, size_t n);
+
 // Encodes plane[0, n) into dst (capacity >= n), picking the smallest method the
 // policy allows. plane may be dst itself (then a raw result needs no copy).
 Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,

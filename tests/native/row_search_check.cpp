@@ -6,7 +6,9 @@
 // the AVX2 hash sends to one bucket, so that buckets overflow into the next
 // and repeats are found by the slow path. Prints "ok: N planes". Exits 0
 // without checking where the CPU has no AVX2 (prints "skip").
+// Usage: row_search_check [seed]
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -100,12 +102,12 @@ std::vector<uint8_t> one_bucket_plane(std::mt19937_64& rng, size_t rows, size_t 
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
     if (!(cpu::detected_isa() & cpu::kIsaAvx2)) {
         std::puts("skip: no AVX2");
         return 0;
     }
-    std::mt19937_64 rng(20261206);
+    std::mt19937_64 rng(argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 20261206);
     size_t planes = 0;
     const double shares[] = {0.0, 0.05, 0.3, 0.5, 0.9, 1.0};
     for (int it = 0; it < 600; ++it) {
