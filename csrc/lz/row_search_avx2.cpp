@@ -149,8 +149,8 @@ struct Table {
 // Returns the distinct row it repeats, or inserts it as distinct row `next`
 // and returns next.
 template <size_t kLen>
-KV_AVX2 size_t probe(const Table& t, const Rows<kLen>& rows, const uint8_t* distinct, const uint8_t* row,
-                     uint64_t h, size_t next) {
+KV_AVX2 size_t probe(Table t, Rows<kLen> rows, const uint8_t* distinct, const uint8_t* row, uint64_t h,
+                     size_t next) {
     const uint32_t tag = t.tag_of(h);
     const size_t mask = (t.bucket_mask + 1) * kBucket - 1;
     for (size_t s = t.bucket_of(h);; s = (s + 1) & mask) {
@@ -164,40 +164,52 @@ KV_AVX2 size_t probe(const Table& t, const Rows<kLen>& rows, const uint8_t* dist
     }
 }
 
+// (Everything the loop reads is copied to locals first: the row copies and slot
+// stores go through byte and word pointers, which could alias c's or t's fields
+// and made the compiler reload them every row.)
 template <size_t kLen>
-KV_AVX2 CopySearchResult search(const CopySearch& c, const Table& t) {
+KV_AVX2 CopySearchResult search(const CopySearch& c, const Table& table) {
+    const Table t = table;
     const Rows<kLen> rows{c.plane, c.row_bytes};
-    const size_t len = rows.len();
+    const size_t len = rows.len(), n_rows = c.rows;
+    uint8_t* const distinct = c.distinct;
+    uint8_t* const bitmap = c.bitmap;
+    uint32_t* const index_of_copy = c.index_of_copy;
+    uint32_t* const slot = t.slot;
+    uint32_t* const sink = t.sink;
+    const uint32_t index_mask = t.index_mask;
+    const __m256i tag_bits = _mm256_set1_epi32(int(~index_mask));
     alignas(32) uint64_t hash[kBatch + kAhead];
     size_t next = 0, copies = 0;  // next: distinct rows so far
     uint64_t bits = 0;            // the bitmap's current 64 rows, stored whole
-    rows.hash(0, std::min(c.rows, kBatch + kAhead), hash);
-    for (size_t begin = 0; begin < c.rows; begin += kBatch) {
-        const size_t end = std::min(c.rows, begin + kBatch);
+    rows.hash(0, std::min(n_rows, kBatch + kAhead), hash);
+    for (size_t begin = 0; begin < n_rows; begin += kBatch) {
+        const size_t end = std::min(n_rows, begin + kBatch);
         if (begin != 0) {  // the last batch's look-ahead rows, then this batch's others
             std::memcpy(hash, hash + kBatch, kAhead * sizeof(uint64_t));
-            if (begin + kAhead < c.rows) rows.hash(begin + kAhead, std::min(c.rows, end + kAhead) - begin - kAhead, hash + kAhead);
+            if (begin + kAhead < n_rows)
+                rows.hash(begin + kAhead, std::min(n_rows, end + kAhead) - begin - kAhead, hash + kAhead);
         }
         for (size_t r = begin; r < end; ++r) {
-            if (r + kAhead < c.rows) __builtin_prefetch(t.slot + t.bucket_of(hash[r + kAhead - begin]), 1);
+            if (r + kAhead < n_rows) __builtin_prefetch(slot + t.bucket_of(hash[r + kAhead - begin]), 1);
             const uint8_t* row = rows.row(r);
             const uint64_t h = hash[r - begin];
-            uint32_t* bucket = t.slot + t.bucket_of(h);
+            uint32_t* bucket = slot + t.bucket_of(h);
             const uint32_t tag = t.tag_of(h);
             const __m256i e = _mm256_load_si256(reinterpret_cast<const __m256i*>(bucket));
-            const __m256i tags = _mm256_andnot_si256(_mm256_set1_epi32(int(t.index_mask)), e);
+            const __m256i tags = _mm256_and_si256(tag_bits, e);
             const unsigned match = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(tags, _mm256_set1_epi32(int(tag))))));
             const unsigned empty = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()))));
             // The candidate: the first slot whose tag matches, else the row itself.
             const unsigned first = unsigned(__builtin_ctz(match | 0x100));
-            const size_t index = (bucket[first & 7] & t.index_mask) - 1;
-            const uint8_t* candidate = match ? c.distinct + index * len : row;
+            const size_t index = (bucket[first & 7] & index_mask) - 1;
+            const uint8_t* candidate = match ? distinct + index * len : row;
             const bool same = rows.same(candidate, row);
-            rows.copy(c.distinct + next * len, row);  // kept only where the row is new
+            rows.copy(distinct + next * len, row);  // kept only where the row is new
             size_t found;
             bool repeat;
             if ((match && !same) || (!match && !empty)) [[unlikely]] {
-                found = probe(t, rows, c.distinct, row, h, next);
+                found = probe(t, rows, distinct, row, h, next);
                 repeat = found != next;
             } else {
                 repeat = match != 0;
@@ -205,15 +217,15 @@ KV_AVX2 CopySearchResult search(const CopySearch& c, const Table& t) {
                 // A new row takes the bucket's first empty slot; a repeat writes the sink
                 // (a store into the bucket would hold up the next load of it, a whole
                 // vector that the store can not forward to, in a run of repeats).
-                uint32_t* to = repeat ? t.sink : bucket + (unsigned(__builtin_ctz(empty | 0x100)) & 7);
+                uint32_t* to = repeat ? sink : bucket + (unsigned(__builtin_ctz(empty | 0x100)) & 7);
                 *to = tag | uint32_t(next + 1);
             }
             bits |= uint64_t(repeat) << (r % 64);
-            c.index_of_copy[copies] = static_cast<uint32_t>(found);
+            index_of_copy[copies] = static_cast<uint32_t>(found);
             copies += repeat;
             next += !repeat;
             if (r % 64 == 63) {
-                put_u64(c.bitmap + r / 64 * 8, bits);
+                put_u64(bitmap + r / 64 * 8, bits);
                 bits = 0;
             }
         }
