@@ -125,41 +125,46 @@ namespace {
 // time (with_row_length; 0: row_bytes).
 template <size_t kLen>
 CopySearchResult search(const CopySearch& c, uint64_t* slot, size_t mask) {
-    const size_t len = kLen ? kLen : c.row_bytes;
+    const size_t len = kLen ? kLen : c.row_bytes, rows = c.rows;
+    // (Locals: the row copies go through byte pointers, which could alias c's fields.)
+    const uint8_t* const plane = c.plane;
+    uint8_t* const distinct = c.distinct;
+    uint8_t* const bitmap = c.bitmap;
+    uint32_t* const index_of_copy = c.index_of_copy;
     // The table outgrows L1 and its probes are random: each row's hash is computed
     // kAhead rows early and its slot prefetched, so the probe finds it in cache.
     constexpr size_t kAhead = 8;
     uint64_t ahead[kAhead];
     const auto hash_row = [&](size_t r) {
-        const uint64_t h = row_hash(c.plane + r * len, len);
+        const uint64_t h = row_hash(plane + r * len, len);
         __builtin_prefetch(slot + (h & mask), 1);
         ahead[r % kAhead] = h;
     };
-    for (size_t r = 0; r < c.rows && r < kAhead; ++r) hash_row(r);
+    for (size_t r = 0; r < rows && r < kAhead; ++r) hash_row(r);
     size_t n_distinct = 0, copies = 0;
     uint64_t bits = 0;  // the bitmap's current 64 rows, stored whole (no read-modify-write per row)
-    for (size_t r = 0; r < c.rows; ++r) {
-        const uint8_t* row = c.plane + r * len;
+    for (size_t r = 0; r < rows; ++r) {
+        const uint8_t* row = plane + r * len;
         const uint64_t h = ahead[r % kAhead];
-        if (r + kAhead < c.rows) hash_row(r + kAhead);
+        if (r + kAhead < rows) hash_row(r + kAhead);
         const uint64_t tag = h >> 32 << 32;
         for (size_t s = h & mask;; s = (s + 1) & mask) {
             const uint64_t e = slot[s];
             if (e == 0) {
                 slot[s] = tag | (n_distinct + 1);
-                copy_row(c.distinct + n_distinct * len, row, len);
+                copy_row(distinct + n_distinct * len, row, len);
                 ++n_distinct;
                 break;
             }
             const size_t index = uint32_t(e) - 1;
-            if ((e >> 32 << 32) == tag && same_row(c.distinct + index * len, row, len)) {
+            if ((e >> 32 << 32) == tag && same_row(distinct + index * len, row, len)) {
                 bits |= uint64_t(1) << (r % 64);
-                c.index_of_copy[copies++] = static_cast<uint32_t>(index);
+                index_of_copy[copies++] = static_cast<uint32_t>(index);
                 break;
             }
         }
         if (r % 64 == 63) {
-            put_u64(c.bitmap + r / 64 * 8, bits);
+            put_u64(bitmap + r / 64 * 8, bits);
             bits = 0;
         }
     }
