@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "common/aligned_buffer.h"
 #include "common/little_endian.h"
