@@ -237,14 +237,6 @@ Status encode_rows(const uint8_t* plane, size_t n, const PlanePolicy& policy, si
     const size_t rb = policy.row_bytes;
     if (rb == 0 || n % rb) return make_status(Code::kBufferTooSmall, "rows: not whole rows");
     const size_t rows = n / rb;
-    // A plane of one byte value is one distinct row repeated; a pass that compares
-    // its bytes finds that for a fraction of the search's cost (float32 cast from
-    // bfloat16 has two such planes in four).
-    if (rows >= 2 && one_value(plane, n)) {
-        *share = float(rows - 1) / float(rows);
-        *constant = true;
-        return make_status(Code::kBufferTooSmall, "rows: the plane is constant");
-    }
     // The largest row table, the method byte, the distinct rows.
     uint8_t* out = thread_candidate_scratch(lz::row_table_bound(rows) + 1 + n, 0);
     uint8_t* distinct = thread_candidate_scratch(n, 2);

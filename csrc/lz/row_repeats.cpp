@@ -43,10 +43,7 @@ uint64_t row_hash(const uint8_t* p, size_t len) {
         std::memcpy(&w, p + i, len - i);
         h += (w ^ kKey) * m;
     }
-    // The sum's low bits depend only on the words' low bits: mix the high ones down.
-    h ^= h >> 32;
-    h *= 0x94D049BB133111EBull;
-    return h ^ (h >> 29);
+    return detail::mix_row_hash(h);
 }
 
 unsigned popcount8(uint64_t x) {  // SWAR: no popcnt instruction in the baseline ISA

@@ -29,6 +29,14 @@ struct CopySearchResult {
 // The smallest row the AVX2 search takes (its loads and copies are 16 bytes or wider).
 constexpr size_t kAvx2SearchMinRow = 16;
 
+// The last step of both searches' row hashes: a sum of products, whose low bits
+// depend only on the low bits of its terms, mixed so that every bit depends on all.
+inline uint64_t mix_row_hash(uint64_t h) {
+    h ^= h >> 32;
+    h *= 0x94D049BB133111EBull;
+    return h ^ (h >> 29);
+}
+
 CopySearchResult find_copies_scalar(const CopySearch& c);
 CopySearchResult find_copies_avx2(const CopySearch& c);  // row_bytes >= kAvx2SearchMinRow
 

@@ -37,12 +37,6 @@ constexpr size_t kBatch = 256, kAhead = 8;
 KV_AVX2 inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 KV_AVX2 inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
-uint64_t finish_hash(uint64_t h) {
-    h ^= h >> 32;
-    h *= 0x94D049BB133111EBull;
-    return h ^ (h >> 29);
-}
-
 // Rows of a length fixed at compile time (kLen; 0: the run-time one), so that
 // the common short ones unroll.
 template <size_t kLen>
@@ -81,7 +75,7 @@ struct Rows {
             std::memcpy(&w, p + i, std::min<size_t>(8, len() - i));
             h += (w ^ kKey) * (0xBF58476D1CE4E5B9ull + i / 8 * kStep);
         }
-        return finish_hash(h);
+        return mix_row_hash(h);
     }
 
     // Hashes of rows [first, first + count).
