@@ -69,6 +69,20 @@ def test_skewed_fields_stay_huffman_coded():
         assert torch.equal(kvcore.decompress(frame), torch.from_numpy(plane))
 
 
+@pytest.mark.parametrize("mode", ["dense", "fast"])
+def test_a_near_uniform_full_field_is_packed(mode):
+    """A 7-bit field estimated a little under 7 bits (6.97 here; float32's top mantissa byte
+    cast from bfloat16 is such a plane) is packed: no Huffman code of it can be shorter by
+    more than that, and packing decodes at memory speed."""
+    rng = np.random.default_rng(12)
+    weights = np.ones(128)
+    weights[:32] = 1.6  # 6.966 bits of entropy
+    plane = (rng.choice(128, size=200000, p=weights / weights.sum()) << 1).astype(np.uint8)
+    frame = kvcore.compress(torch.from_numpy(plane), mode=mode)
+    assert packed_heads(frame) == {(1, 7, 0)}
+    assert torch.equal(kvcore.decompress(frame), torch.from_numpy(plane))
+
+
 @pytest.mark.parametrize("where", [0, 12345, 69999])
 def test_a_value_the_sample_missed_is_kept(where):
     """The estimate comes from a sample; one byte outside the sampled field makes the block
@@ -117,6 +131,8 @@ def test_real_kv_upcast_to_float32_packs_its_sign_plane(source):
         assert (0, 1, 0) in heads, mode  # the rotated sign, alone in plane 0
         if source == "fp16":
             assert (6, 2, 0) in heads, mode  # the float16 mantissa's two lowest bits
+        else:
+            assert (1, 7, 0) in heads, mode  # the bfloat16 mantissa's 7 bits, near-uniform
         assert kvcore.frame_info(frame)["methods"]["packed"]["planes"] >= 1
         assert torch.equal(kvcore.decompress(frame).view(torch.int32), x.view(torch.int32))
 

@@ -55,6 +55,9 @@ constexpr double kLowBitsCost = 1.0 / 32;
 // symbols each (bfloat16 exponents): the split would cost size for little speed.
 constexpr double kLowBitsMinEntropy = 4.0;
 constexpr size_t kLowBitsMinPlane = 4096;
+// How far under a field's width (bits a byte) a plane's estimate may be for the
+// packed method to take the whole field (packable_width).
+constexpr double kNearFullField = 1.0 / 8;
 // Dense mode charges each channel group's Huffman table this many bits on top of
 // its estimated size when it picks how many groups to code: a table costs its
 // build and its streams' setup at decode, about 3 us, the time of some 20 KB of
@@ -124,16 +127,24 @@ unsigned choose_low_bits(const uint8_t* plane, size_t n, const PlanePolicy& poli
 }
 
 // The widest field the packed method takes on a plane whose order-0 entropy the
-// frame estimates at h bits a byte, or 0. Huffman spends at least max(1, h) bits
-// a byte, so a field of w bits costs at most kLowBitsCost bit more where
-// w <= max(1, h) + kLowBitsCost. A field of w bits holds at most w bits of
-// entropy, so a plane estimated above w cannot be one, unless by a few rare
-// values (then the blocks without them still can): w >= h - kLowBitsCost. Other
-// planes, exponents among them, skip the check. (h = 0: a constant plane.)
+// frame estimates at h bits a byte, or 0 (h = 0: a constant plane). Two widths qualify:
+//  * w <= max(1, h) + kLowBitsCost: Huffman spends at least max(1, h) bits a byte,
+//    so the field costs at most kLowBitsCost bit more;
+//  * the narrowest field that holds h bits, ceil(h - kLowBitsCost) (the slack: the
+//    estimate's sample), where h is within kNearFullField of it. A Huffman code is
+//    never longer than the field, so it saves at most that much there, at a tenth
+//    of packing's speed (float32's top mantissa byte, cast from bfloat16: 7 bits
+//    estimated at 6.95, Huffman-coded in 7.005). Dense mode tries the entropy coder
+//    first within the packed size (encode_plane), so no plane gets larger.
+// A plane estimated above both cannot be one, unless by a few rare values (then
+// the blocks without them still can): other planes, exponents among them, skip
+// the check.
 unsigned packable_width(float h) {
     if (!(h > 0) || h > 7) return 0;
-    const double w = std::floor(std::max(1.0, double(h)) + kLowBitsCost);
-    return w >= h - kLowBitsCost ? unsigned(w) : 0;
+    const double covered = std::floor(std::max(1.0, double(h)) + kLowBitsCost);
+    const double narrowest = std::ceil(double(h) - kLowBitsCost);
+    if (narrowest - h <= kNearFullField) return unsigned(std::max(covered, narrowest));
+    return covered >= h - kLowBitsCost ? unsigned(covered) : 0;
 }
 
 // The field the packed method would store plane[0, n) as, where the frame's estimate
