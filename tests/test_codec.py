@@ -563,6 +563,22 @@ def test_rows_repeated_in_part_use_zstd_in_max_mode():
     assert_bit_exact(kvcore.decompress(dense), v)
 
 
+def test_a_sparse_plane_repeated_in_part_keeps_zstd():
+    # Under 2 bits a byte a row's first 16 bytes repeat by chance and zstd is not tried
+    # (a float32's sign plane), but below half a bit zstd's long runs beat the order-0
+    # codes' floor of one bit a byte: there it is tried, and max mode keeps it.
+    rng = np.random.default_rng(5)
+    x = np.zeros((16384, 32), np.uint8)
+    x[np.arange(16384), rng.integers(0, 32, 16384)] = rng.integers(1, 256, 16384)
+    for r in range(64, 16384):
+        x[r, :16] = x[rng.integers(0, r), :16]
+    t = torch.from_numpy(x)
+    best = kvcore.compress(t, mode="max")
+    assert set(kvcore.frame_info(best)["methods"]) == {"zstd"}
+    assert len(best) < 0.9 * len(kvcore.compress(t))
+    assert torch.equal(kvcore.decompress(best), t)
+
+
 @pytest.mark.parametrize("repeated", [16, 24])
 def test_dense_mode_keeps_zstd_where_it_saves_a_quarter(repeated):
     # Every row's first `repeated` channels repeat a random earlier row's, the rest

@@ -28,6 +28,16 @@ constexpr int kDeflateLevel = 1;  // QATzip's default level; ISA-L level 1
 // rows method, at several times the cost (on stories260K it pays at 15% of
 // rows, not at 6%).
 constexpr float kPartialRepeats = 0.1f;
+// The sample counts a row as repeated in part where its first 16 bytes repeat. In a
+// plane estimated under kZstdMinEntropy bits a byte those bytes hold under 32 bits,
+// and repeat by chance (a float32's rotated sign plane, 1 bit a byte: the signs of a
+// few channels), and a match that short costs zstd about what it saves. On the 96
+// kvdata frames its sample ran on 592 such planes (36 ms, one thread; 63 us for a
+// 256 KiB block of stories260K) and lost on every one. Below kZstdSparseEntropy it
+// is tried again: there zstd's long runs beat the order-0 codes' floor of one bit a
+// byte (a plane of mostly one value).
+constexpr float kZstdMinEntropy = 2.0f;
+constexpr float kZstdSparseEntropy = 0.5f;
 // Before coding a whole plane with zstd, its first 1/kZstdSample is coded, and the
 // whole only where that sample comes within kZstdSampleSlack of the size to beat.
 // On the stories260K and MiniLM planes where zstd is tried, the samples of the
@@ -409,7 +419,8 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     // repeat in part), dense mode where it saves a quarter, max mode wherever it is smaller.
     const bool fast = policy.mode == Mode::kFast;
     const float partial = policy.prefix_repeats - whole_rows;
-    if (policy.try_lz && n > 1 && best > 1 && partial >= (fast ? 0.5f : kPartialRepeats)) {
+    if (policy.try_lz && n > 1 && best > 1 && partial >= (fast ? 0.5f : kPartialRepeats) &&
+        (policy.estimated_entropy >= kZstdMinEntropy || policy.estimated_entropy < kZstdSparseEntropy)) {
         const size_t limit = fast ? best / 2 : best - (policy.max_ratio ? 1 : std::max<size_t>(1, best / 4));
         uint8_t* out = thread_candidate_scratch(limit, 1);
         size_t size = 0;
