@@ -240,6 +240,24 @@ Status encode_signs(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
 
 // Whether zstd may code plane[0, n) in fewer than limit bytes, judged from its first
 // 1/kZstdSample (always true for small planes). out: scratch of >= limit bytes.
+// Whether the repeat sample leaves zstd a chance on a plane: enough of the rows
+// that the rows method left (1 - whole_rows of them) repeat in part. Outside sparse
+// planes, zstd's literals are coded order-0, no better than the plane's own coders,
+// so it gains only on matched bytes, and a row repeated in part is matched in part:
+// to save the quarter dense mode asks of it, at least a quarter of those rows must
+// repeat in part (fast mode asks for half and more). On the 96 kvdata frames every
+// dense trial below that bound lost (partial shares 0.10-0.17: samples of 100-250 us
+// on 512 KiB planes).
+bool zstd_may_pay(const PlanePolicy& policy, float whole_rows) {
+    const float h = policy.estimated_entropy;
+    const bool sparse = h < kZstdSparseEntropy;
+    if (!sparse && h < kZstdMinEntropy) return false;
+    const float partial = policy.prefix_repeats - whole_rows;
+    if (policy.mode == Mode::kFast) return partial >= 0.5f;
+    if (policy.max_ratio || sparse) return partial >= kPartialRepeats;
+    return partial >= std::max(kPartialRepeats, (1 - whole_rows) / 4);
+}
+
 bool zstd_may_win(const uint8_t* plane, size_t n, size_t limit, uint8_t* out) {
     if (n < kZstdSampleMinPlane) return true;
     const size_t m = n / kZstdSample;
@@ -418,9 +436,7 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     // plane (long matches, which also decode fast; it cannot unless at least half the rows
     // repeat in part), dense mode where it saves a quarter, max mode wherever it is smaller.
     const bool fast = policy.mode == Mode::kFast;
-    const float partial = policy.prefix_repeats - whole_rows;
-    if (policy.try_lz && n > 1 && best > 1 && partial >= (fast ? 0.5f : kPartialRepeats) &&
-        (policy.estimated_entropy >= kZstdMinEntropy || policy.estimated_entropy < kZstdSparseEntropy)) {
+    if (policy.try_lz && n > 1 && best > 1 && zstd_may_pay(policy, whole_rows)) {
         const size_t limit = fast ? best / 2 : best - (policy.max_ratio ? 1 : std::max<size_t>(1, best / 4));
         uint8_t* out = thread_candidate_scratch(limit, 1);
         size_t size = 0;
