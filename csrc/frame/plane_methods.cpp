@@ -49,6 +49,14 @@ constexpr double kZstdSampleSlack = 1.15;
 // With at least this share of rows repeating whole, the rows method beats coding
 // the whole plane (its table costs about 1 + log2(distinct) bits per row).
 constexpr float kRowsWin = 1.0f / 16;
+// Below that share the whole plane is coded too, unless the rows method comes in
+// this much under its estimate of the whole (encode_rows: the distinct rows'
+// coded size scaled to every row). Repeated rows can be cheaper than the rest
+// (padding), which the estimate misses: on the 96 kvdata frames no plane where
+// coding the whole won was skipped, and stories260K bf16's 512 KiB exponent
+// planes with 3-4% of rows repeated (rows 1.3-2.6% under the estimate) skip a
+// trial of 80-130 us each.
+constexpr double kRowsEstimateMargin = 0.01;
 // A plane that fast mode decodes fused with its block's merge when coded whole
 // (PlanePolicy::fused_decode) decodes in three passes as a rows plane (its
 // distinct rows, the join, the merge): below this share of repeated rows the
@@ -269,10 +277,13 @@ bool zstd_may_win(const uint8_t* plane, size_t n, size_t limit, uint8_t* out) {
 // The rows method: the row table, then the distinct rows coded by the best
 // method the policy allows (rows and zstd excluded), in scratch (*result);
 // kBufferTooSmall when not smaller than limit or no row repeats. *share = the
-// share of rows that repeat whole; *constant: every byte of the plane is one value.
+// share of rows that repeat whole; *whole_estimate = the distinct rows' coded
+// size scaled to every row (what coding the whole plane would take, were the
+// repeated rows like the others); *constant: every byte of the plane is one value.
 Status encode_rows(const uint8_t* plane, size_t n, const PlanePolicy& policy, size_t limit, const uint8_t** result,
-                   size_t* written, float* share, bool* constant) {
+                   size_t* written, float* share, double* whole_estimate, bool* constant) {
     *share = 0;
+    *whole_estimate = 0;
     const size_t rb = policy.row_bytes;
     if (rb == 0 || n % rb) return make_status(Code::kBufferTooSmall, "rows: not whole rows");
     const size_t rows = n / rb;
@@ -298,6 +309,7 @@ Status encode_rows(const uint8_t* plane, size_t n, const PlanePolicy& policy, si
     out[table] = static_cast<uint8_t>(m);
     if (table + 1 + size >= limit) return make_status(Code::kBufferTooSmall, "rows: not smaller");
     *written = table + 1 + size;
+    *whole_estimate = double(size) * double(n) / double(dn);
     return Status::ok();
 }
 
@@ -361,11 +373,12 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     size_t best = n;
     const uint8_t* best_data = dst;  // candidates in scratch are copied at the end: plane may be dst
     float whole_rows = 0;
+    double whole_estimate = 0;
     bool constant = false;
     if (policy.try_lz && n > 1) {
         const uint8_t* out = nullptr;
         size_t size = 0;
-        const Status st = encode_rows(plane, n, policy, n, &out, &size, &whole_rows, &constant);
+        const Status st = encode_rows(plane, n, policy, n, &out, &size, &whole_rows, &whole_estimate, &constant);
         if (st.is_ok()) {
             best_method = Method::kRows;
             best = size;
@@ -375,8 +388,11 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
         }
     }
     // Coding the whole plane is skipped where enough rows repeat whole that
-    // coding only the distinct ones is smaller anyway.
-    if (!constant && policy.try_entropy && n > 1 && best > 1 &&
+    // coding only the distinct ones is smaller anyway, or where the rows method
+    // came in clearly under its estimate of the whole plane.
+    const bool rows_beat_estimate = best_method == Method::kRows && !policy.fused_decode &&
+                                    double(best) <= whole_estimate * (1 - kRowsEstimateMargin);
+    if (!constant && policy.try_entropy && n > 1 && best > 1 && !rows_beat_estimate &&
         whole_rows < (policy.fused_decode ? kRowsWinFused : kRowsWin)) {
         const size_t limit = policy.fused_decode && best_method == Method::kRows
                                  ? std::min(n - 1, best + best / kRowsFusedSlack)
