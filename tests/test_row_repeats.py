@@ -1,7 +1,8 @@
-"""The rows method's repeat search (lz/row_repeats.cpp, lz/row_search_avx2.cpp): the AVX2
-search finds the same copies as the portable one, byte for byte, under ASan + UBSan
-(tests/native/row_search_check.cpp), and frames with rows planes are identical in every
-variant."""
+"""The rows method's repeat search and join (lz/row_repeats.cpp, lz/row_search_avx2.cpp,
+lz/row_join_avx512.cpp): the AVX2 search finds the same copies as the portable one, byte
+for byte, and the AVX-512 join rebuilds the planes and refuses edited tables as the portable
+one does, under ASan + UBSan (tests/native/row_search_check.cpp); frames with rows planes are
+identical in every variant."""
 
 import subprocess
 
@@ -15,11 +16,22 @@ from native_build import ROOT, build_harness
 
 def test_avx2_search_matches_the_portable_one(tmp_path):
     sources = [str(ROOT / "csrc" / f) for f in ("lz/row_repeats.cpp", "lz/row_search_avx2.cpp",
-                                                 "cpu/cpu_features.cpp")]
+                                                 "lz/row_join_avx512.cpp", "cpu/cpu_features.cpp")]
     exe = build_harness(tmp_path, "row_search_check", sources)
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert run.stdout.startswith(("ok:", "skip:")) and not run.stdout.startswith("ok: 0 ")
+
+
+def test_avx512_join_kernels_match_their_specification(tmp_path):
+    """Index unpacking and a word's row sources (tests/native/row_join_check.cpp), under ASan +
+    UBSan, with fields that end at an inaccessible page; machines without AVX-512 run it
+    emulated (test_shuffle_avx512_emulated.py)."""
+    sources = [str(ROOT / "csrc" / f) for f in ("lz/row_join_avx512.cpp", "cpu/cpu_features.cpp")]
+    exe = build_harness(tmp_path, "row_join_check", sources)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.startswith("ok:")
 
 
 @pytest.mark.parametrize("channels", [16, 24, 32, 64, 100, 384])

@@ -1,5 +1,5 @@
-"""The AVX-512 shuffle, channel-transpose, low-bits, sign-bits, fastcode, Huffman chunk, presence
-and value-count kernels on machines without AVX-512: compiled against SIMDe's portable intrinsics (apt package
+"""The AVX-512 shuffle, channel-transpose, low-bits, sign-bits, fastcode, Huffman chunk, presence,
+value-count and row-join kernels on machines without AVX-512: compiled against SIMDe's portable intrinsics (apt package
 libsimde-dev) and compared with the scalar reference or the format's specification.
 
 On a machine with AVX-512 test_shuffle.py runs the real variant; this test still
@@ -80,6 +80,11 @@ def test_avx512_sign_bits_packing_matches_the_specification_under_emulation(tmp_
     out = build_and_run(tmp_path, "sign_bits_check", [
         "shuffle/sign_bits_avx512.cpp", "shuffle/sign_bits.cpp", "cpu/cpu_features.cpp"])
     assert out.startswith("ok:")
+
+
+def test_avx512_row_join_kernels_match_the_specification_under_emulation(tmp_path):
+    out = build_and_run(tmp_path, "row_join_check", ["lz/row_join_avx512.cpp", "cpu/cpu_features.cpp"])
+    assert out.startswith("ok:") and not out.startswith("ok: 0 ")
 
 
 def test_xxh3_stripe_feed_matches_the_library_under_emulation(tmp_path):

@@ -8,6 +8,7 @@
 
 #include "common/little_endian.h"
 #include "cpu/cpu_features.h"
+#include "lz/row_join.h"
 #include "lz/row_search.h"
 
 namespace kvcore::lz {
@@ -253,19 +254,21 @@ Status parse_row_table(const uint8_t* payload, size_t size, size_t n, RowTable* 
 namespace {
 
 // The copies' indices unpacked to one entry each (T: uint8_t when they are at
-// most 8 bits wide), plus one spare entry so that a branch-free loop may read the
-// next index before knowing whether the row needs it. Corrupt when an index does
+// most 8 bits wide), plus kIndexPad zeros so that a branch-free loop may read the
+// next index before knowing whether the row needs it, and a vector a word's worth. Corrupt when an index does
 // not name a distinct row.
 template <typename T>
 Status unpack_indices(const RowTable& t, std::vector<T>& idx) {
-    idx.resize(t.copies + 1);
-    idx[t.copies] = 0;
+    idx.resize(t.copies + detail::kIndexPad);
+    std::fill(idx.begin() + t.copies, idx.end(), T(0));
     if (t.width == 0) {  // one distinct row
         std::fill(idx.begin(), idx.end(), T(0));
         return Status::ok();
     }
     size_t top = 0;
-    if (t.width == 8) {
+    if (t.width != 8 && (cpu::active_isa() & cpu::kIsaAvx512)) {
+        top = detail::unpack_indices_avx512(t.indices, index_bytes(t.copies, t.width), t.copies, t.width, idx.data());
+    } else if (t.width == 8) {
         std::memcpy(idx.data(), t.indices, t.copies);
         if (t.copies != 0) top = *std::max_element(idx.begin(), idx.begin() + t.copies);
     } else {
@@ -364,11 +367,12 @@ Status join_few_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out
 template <size_t RB, typename T>
 Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, uint8_t* out) {
     const size_t rb = RB ? RB : t.row_bytes, bm = bitmap_bytes(t.rows);
+    const bool avx512 = (cpu::active_isa() & cpu::kIsaAvx512) != 0;
     size_t next = 0, r = 0, k = 0;  // next distinct row; first row not yet written; next index
     for (size_t word = 0; word * 8 < bm; ++word) {
         uint64_t bits = bitmap_word(t, word);
         const size_t first = word * 64, count = std::min<size_t>(64, t.rows - first);
-        if (popcount8(bits) * 2 < count) {
+        if (popcount8(bits) * 8 < count) {
             for (; bits; bits &= bits - 1) {
                 const size_t rep = first + size_t(__builtin_ctzll(bits));
                 copy_new_rows(out, distinct, rb, r, next, rep);
@@ -379,7 +383,16 @@ Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, u
             continue;
         }
         copy_new_rows(out, distinct, rb, r, next, first);
-        if (!repeat_rows<RB>(out + first * rb, distinct, rb, bits, count, idx, k, next)) return repeats_ahead();
+        if (avx512) {
+            uint32_t src[64];
+            if (!detail::word_sources_avx512(bits, count, idx + k, next, src)) return repeats_ahead();
+            for (size_t j = 0; j < count; ++j) copy_row(out + (first + j) * rb, distinct + size_t(src[j]) * rb, rb);
+            const size_t repeats = popcount8(bits);
+            k += repeats;
+            next += count - repeats;
+        } else if (!repeat_rows<RB>(out + first * rb, distinct, rb, bits, count, idx, k, next)) {
+            return repeats_ahead();
+        }
         r = first + count;
     }
     copy_new_rows(out, distinct, rb, r, next, t.rows);
@@ -403,7 +416,7 @@ Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* ou
 // row (bits of a new row and its repeat swapped) would decode an edited frame to
 // the same bytes without an error.
 Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
-    if (t.copies * 4 < t.rows) return join_few_repeats(t, distinct, out);
+    if (t.copies * 8 < t.rows) return join_few_repeats(t, distinct, out);
     return t.width <= 8 ? join_many_repeats<uint8_t>(t, distinct, out) : join_many_repeats<uint32_t>(t, distinct, out);
 }
 

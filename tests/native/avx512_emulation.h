@@ -136,3 +136,69 @@ static inline __m512i _mm512_cvtepu8_epi16(__m256i a) {
 // Older SIMDe aliases it as a macro of four arguments (its masked form's).
 #undef _mm512_madd_epi16
 #define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16((a), (b))
+
+// Older SIMDe aliases these as macros of four arguments; the kernels use the unmasked form.
+#undef _mm512_cmpge_epu32_mask
+#define _mm512_cmpge_epu32_mask(a, b) simde_mm512_cmpge_epu32_mask((a), (b))
+
+#ifndef _mm512_cvtepu8_epi32
+// Older SIMDe lacks it: 16 bytes zero-extended to 32-bit lanes.
+static inline __m512i _mm512_cvtepu8_epi32(__m128i a) {
+    uint8_t x[16];
+    uint32_t r[16];
+    std::memcpy(x, &a, 16);
+    for (int l = 0; l < 16; ++l) r[l] = x[l];
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif
+
+#ifndef _mm512_maskz_expand_epi32
+// Older SIMDe lacks it: consecutive 32-bit lanes of a, in order, to the lanes whose mask bit is set; 0 elsewhere.
+static inline __m512i _mm512_maskz_expand_epi32(uint16_t mask, __m512i a) {
+    uint32_t x[16], r[16] = {};
+    std::memcpy(x, &a, 64);
+    int n = 0;
+    for (int l = 0; l < 16; ++l)
+        if ((mask >> l) & 1) r[l] = x[n++];
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif
+
+#ifndef _mm512_maskz_loadu_epi8
+// Older SIMDe lacks it: reads only the bytes whose mask bit is set (the others may lie past a buffer).
+static inline __m512i _mm512_maskz_loadu_epi8(uint64_t mask, const void* p) {
+    uint8_t r[64] = {};
+    for (int j = 0; j < 64; ++j)
+        if ((mask >> j) & 1) r[j] = static_cast<const uint8_t*>(p)[j];
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif
+
+#ifndef _mm512_mask_cvtepi64_storeu_epi8
+// Older SIMDe lacks it: the low byte of each 64-bit lane whose mask bit is set, to p + lane.
+static inline void _mm512_mask_cvtepi64_storeu_epi8(void* p, uint8_t mask, __m512i a) {
+    uint64_t x[8];
+    std::memcpy(x, &a, 64);
+    for (int l = 0; l < 8; ++l)
+        if ((mask >> l) & 1) static_cast<uint8_t*>(p)[l] = static_cast<uint8_t>(x[l]);
+}
+#endif
+
+#ifndef _mm512_mask_cvtepi64_storeu_epi32
+// Older SIMDe lacks it: the low 32 bits of each 64-bit lane whose mask bit is set, to p + 4 lane.
+static inline void _mm512_mask_cvtepi64_storeu_epi32(void* p, uint8_t mask, __m512i a) {
+    uint64_t x[8];
+    std::memcpy(x, &a, 64);
+    for (int l = 0; l < 8; ++l)
+        if ((mask >> l) & 1) {
+            const uint32_t v = static_cast<uint32_t>(x[l]);
+            std::memcpy(static_cast<uint8_t*>(p) + 4 * l, &v, 4);
+        }
+}
+#endif

@@ -1,6 +1,7 @@
 // Checks the AVX2 search of split_rows (lz/row_search_avx2.cpp) against the
 // portable one: the same copies, row table and distinct rows, and join_rows
-// rebuilding the plane from them. Planes: row lengths 16 to 200 (the unrolled
+// rebuilding the plane from them, portable and with AVX-512 (lz/row_join_avx512.cpp);
+// tables with a bit flipped are refused by both joins alike, or joined alike. Planes: row lengths 16 to 200 (the unrolled
 // 16, 32 and 64 among them), 0 to 3000 rows, repeat shares from none to all,
 // near-copies that differ from a row in one byte, and planes built from rows
 // the AVX2 hash sends to one bucket, so that buckets overflow into the next
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu/cpu_features.h"
@@ -38,6 +40,16 @@ Split split(const std::vector<uint8_t>& plane, size_t row_bytes, uint32_t disabl
     return s;
 }
 
+// The joins compared: portable, then with AVX2 only, then every ISA level the CPU has (AVX-512).
+constexpr uint32_t kJoins[] = {cpu::kIsaAvx2 | cpu::kIsaAvx512, cpu::kIsaAvx512, 0};
+
+bool joins_back(const lz::RowTable& t, const std::vector<uint8_t>& distinct, const std::vector<uint8_t>& plane,
+                uint32_t disabled) {
+    cpu::set_disabled_isa(disabled);
+    std::vector<uint8_t> back(plane.size());
+    return lz::join_rows(t, distinct.data(), back.data()).is_ok() && back == plane;
+}
+
 bool check(const std::vector<uint8_t>& plane, size_t row_bytes, const char* what) {
     const Split portable = split(plane, row_bytes, cpu::kIsaAvx2 | cpu::kIsaAvx512);
     const Split avx2 = split(plane, row_bytes, 0);
@@ -47,11 +59,39 @@ bool check(const std::vector<uint8_t>& plane, size_t row_bytes, const char* what
         return false;
     }
     lz::RowTable t;
-    std::vector<uint8_t> back(plane.size());
-    if (!lz::parse_row_table(avx2.table.data(), avx2.table.size(), plane.size(), &t).is_ok() ||
-        !lz::join_rows(t, avx2.distinct.data(), back.data()).is_ok() || back != plane) {
-        std::printf("FAIL %s: rows %zu x %zu do not join back\n", what, plane.size() / row_bytes, row_bytes);
+    if (!lz::parse_row_table(avx2.table.data(), avx2.table.size(), plane.size(), &t).is_ok()) {
+        std::printf("FAIL %s: rows %zu x %zu: table does not parse\n", what, plane.size() / row_bytes, row_bytes);
         return false;
+    }
+    for (const uint32_t disabled : kJoins) {
+        if (!joins_back(t, avx2.distinct, plane, disabled)) {
+            std::printf("FAIL %s: rows %zu x %zu do not join back (disabled ISA %u)\n", what, plane.size() / row_bytes,
+                        row_bytes, disabled);
+            return false;
+        }
+    }
+    return true;
+}
+
+// An edited table: every join either refuses it (with the same message) or gives the same bytes.
+bool joins_agree(std::vector<uint8_t> table, const std::vector<uint8_t>& distinct, size_t n, std::mt19937_64& rng) {
+    table[8 + rng() % (table.size() - 8)] ^= uint8_t(1u << (rng() % 8));
+    lz::RowTable t;
+    if (!lz::parse_row_table(table.data(), table.size(), n, &t).is_ok()) return true;
+    std::vector<uint8_t> first(n), out(n);
+    std::string first_error;
+    for (const uint32_t disabled : kJoins) {
+        cpu::set_disabled_isa(disabled);
+        const Status st = lz::join_rows(t, distinct.data(), out.data());
+        const std::string error = st.is_ok() ? "" : st.message;
+        if (disabled == kJoins[0]) {
+            first_error = error;
+            first = out;
+        } else if (error != first_error || (error.empty() && out != first)) {
+            std::printf("FAIL edited table: the join with disabled ISA %u says \"%s\", the portable one \"%s\"\n",
+                        disabled, error.c_str(), first_error.c_str());
+            return false;
+        }
     }
     return true;
 }
@@ -108,7 +148,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     std::mt19937_64 rng(argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 20261206);
-    size_t planes = 0;
+    size_t planes = 0, edited = 0;
     const double shares[] = {0.0, 0.05, 0.3, 0.5, 0.9, 1.0};
     for (int it = 0; it < 600; ++it) {
         const size_t fixed[] = {16, 32, 64};
@@ -117,6 +157,12 @@ int main(int argc, char** argv) {
         const std::vector<uint8_t> plane = random_plane(rng, rows, rb, shares[rng() % 6], rng() % 4 == 0);
         if (!check(plane, rb, "random")) return 1;
         ++planes;
+        const Split s = split(plane, rb, 0);
+        if (s.copies > 0) {
+            for (int e = 0; e < 8; ++e)
+                if (!joins_agree(s.table, s.distinct, plane.size(), rng)) return 1;
+            edited += 8;
+        }
     }
     for (const size_t rb : {16, 24, 32, 48, 64, 100}) {
         for (const size_t rows : {12, 40, 64, 300}) {
@@ -127,6 +173,6 @@ int main(int argc, char** argv) {
             }
         }
     }
-    std::printf("ok: %zu planes\n", planes);
+    std::printf("ok: %zu planes, %zu edited tables\n", planes, edited);
     return 0;
 }
