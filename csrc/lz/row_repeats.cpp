@@ -362,8 +362,9 @@ Status join_few_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out
 
 // Planes where many rows repeat, their indices unpacked to idx: per 64 rows
 // either the runs of new rows (few repeats) or a branch-free copy per row (many:
-// mispredicted run ends would cost more than the rows). RB: the row length when
-// fixed at compile time (0: t.row_bytes).
+// mispredicted run ends would cost more than the rows), each row's source picked
+// 16 rows at a time under AVX-512 (lz/row_join.h). RB: the row length when fixed
+// at compile time (0: t.row_bytes).
 template <size_t RB, typename T>
 Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, uint8_t* out) {
     const size_t rb = RB ? RB : t.row_bytes, bm = bitmap_bytes(t.rows);
@@ -372,7 +373,7 @@ Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, u
     for (size_t word = 0; word * 8 < bm; ++word) {
         uint64_t bits = bitmap_word(t, word);
         const size_t first = word * 64, count = std::min<size_t>(64, t.rows - first);
-        if (popcount8(bits) * 8 < count) {
+        if (popcount8(bits) * (avx512 ? 8 : 2) < count) {
             for (; bits; bits &= bits - 1) {
                 const size_t rep = first + size_t(__builtin_ctzll(bits));
                 copy_new_rows(out, distinct, rb, r, next, rep);
@@ -416,7 +417,10 @@ Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* ou
 // row (bits of a new row and its repeat swapped) would decode an edited frame to
 // the same bytes without an error.
 Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
-    if (t.copies * 8 < t.rows) return join_few_repeats(t, distinct, out);
+    // The AVX-512 join costs about the same per row at any share of repeats: it takes
+    // planes from an eighth of them (the portable one from a quarter, and words from half).
+    const size_t few = (cpu::active_isa() & cpu::kIsaAvx512) ? 8 : 4;
+    if (t.copies * few < t.rows) return join_few_repeats(t, distinct, out);
     return t.width <= 8 ? join_many_repeats<uint8_t>(t, distinct, out) : join_many_repeats<uint32_t>(t, distinct, out);
 }
 
