@@ -47,32 +47,48 @@ static inline __m512i _mm512_mask_expandloadu_epi8(__m512i src, uint64_t mask, c
 }
 #endif
 
-#ifndef _mm512_maskz_compress_epi8
-// Older SIMDe lacks VBMI2's compress: the bytes of a where mask bit j is set, in
-// order, at the start of the result; zeros after them.
-static inline __m512i _mm512_maskz_compress_epi8(uint64_t mask, __m512i a) {
-    uint8_t in[64], r[64] = {};
+// Compress (Expand false): the lanes of a whose mask bit is set, in order, at the
+// start of the result. Expand: consecutive lanes of a, in order, to the lanes whose
+// mask bit is set. Zeros elsewhere.
+template <typename Lane, bool Expand>
+static inline __m512i moved_by_mask(uint64_t mask, __m512i a) {
+    constexpr int n = 64 / sizeof(Lane);
+    Lane in[n], r[n] = {};
     std::memcpy(in, &a, 64);
-    int n = 0;
-    for (int j = 0; j < 64; ++j)
-        if ((mask >> j) & 1) r[n++] = in[j];
+    int k = 0;
+    for (int j = 0; j < n; ++j)
+        if ((mask >> j) & 1) {
+            if (Expand) r[j] = in[k++];
+            else r[k++] = in[j];
+        }
     __m512i out;
     std::memcpy(&out, r, 64);
     return out;
+}
+
+#ifndef _mm512_maskz_compress_epi8
+// Older SIMDe lacks VBMI2's compress.
+static inline __m512i _mm512_maskz_compress_epi8(uint64_t mask, __m512i a) {
+    return moved_by_mask<uint8_t, false>(mask, a);
 }
 #endif
 
-#ifndef _mm512_maskz_loadu_epi64
-// Older SIMDe lacks the masked load: qword j read from p where mask bit j is set
-// (and only those read), zero elsewhere.
-static inline __m512i _mm512_maskz_loadu_epi64(uint8_t mask, const void* p) {
-    uint64_t r[8] = {};
-    for (int j = 0; j < 8; ++j)
-        if ((mask >> j) & 1) std::memcpy(&r[j], static_cast<const uint8_t*>(p) + 8 * j, 8);
+// A masked load: lane j (of type Lane) read from p where mask bit j is set, and
+// only those read (the others may lie past a buffer); zero elsewhere.
+template <typename Lane>
+static inline __m512i masked_load(uint64_t mask, const void* p) {
+    constexpr int n = 64 / sizeof(Lane);
+    Lane r[n] = {};
+    for (int j = 0; j < n; ++j)
+        if ((mask >> j) & 1) std::memcpy(&r[j], static_cast<const uint8_t*>(p) + sizeof(Lane) * j, sizeof(Lane));
     __m512i out;
     std::memcpy(&out, r, 64);
     return out;
 }
+
+#ifndef _mm512_maskz_loadu_epi64
+// Older SIMDe lacks the masked loads.
+static inline __m512i _mm512_maskz_loadu_epi64(uint8_t mask, const void* p) { return masked_load<uint64_t>(mask, p); }
 #endif
 
 #ifndef _mm512_shuffle_epi32
@@ -120,85 +136,69 @@ static inline uint64_t _mm512_testn_epi8_mask(__m512i a, __m512i b) {
 }
 #endif
 
-#ifndef _mm512_cvtepu8_epi16
-// Older SIMDe lacks it: 32 bytes zero-extended to 16-bit lanes.
-static inline __m512i _mm512_cvtepu8_epi16(__m256i a) {
-    uint8_t x[32];
-    uint16_t r[32];
-    std::memcpy(x, &a, 32);
-    for (int l = 0; l < 32; ++l) r[l] = x[l];
+// The bytes of a zero-extended to lanes of type Lane, as many as fill 64 bytes.
+template <typename Lane, typename In>
+static inline __m512i zero_extended(In a) {
+    constexpr int n = 64 / sizeof(Lane);
+    static_assert(sizeof(In) == n, "one byte a lane");
+    uint8_t x[n];
+    Lane r[n];
+    std::memcpy(x, &a, n);
+    for (int l = 0; l < n; ++l) r[l] = x[l];
     __m512i out;
     std::memcpy(&out, r, 64);
     return out;
 }
+
+#ifndef _mm512_cvtepu8_epi16
+// Older SIMDe lacks it: 32 bytes zero-extended to 16-bit lanes.
+static inline __m512i _mm512_cvtepu8_epi16(__m256i a) { return zero_extended<uint16_t>(a); }
 #endif
 
 // Older SIMDe aliases it as a macro of four arguments (its masked form's).
 #undef _mm512_madd_epi16
 #define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16((a), (b))
 
-// Older SIMDe aliases these as macros of four arguments; the kernels use the unmasked form.
+// The same for the unsigned 32-bit compare.
 #undef _mm512_cmpge_epu32_mask
 #define _mm512_cmpge_epu32_mask(a, b) simde_mm512_cmpge_epu32_mask((a), (b))
 
 #ifndef _mm512_cvtepu8_epi32
 // Older SIMDe lacks it: 16 bytes zero-extended to 32-bit lanes.
-static inline __m512i _mm512_cvtepu8_epi32(__m128i a) {
-    uint8_t x[16];
-    uint32_t r[16];
-    std::memcpy(x, &a, 16);
-    for (int l = 0; l < 16; ++l) r[l] = x[l];
-    __m512i out;
-    std::memcpy(&out, r, 64);
-    return out;
-}
+static inline __m512i _mm512_cvtepu8_epi32(__m128i a) { return zero_extended<uint32_t>(a); }
 #endif
 
 #ifndef _mm512_maskz_expand_epi32
-// Older SIMDe lacks it: consecutive 32-bit lanes of a, in order, to the lanes whose mask bit is set; 0 elsewhere.
-static inline __m512i _mm512_maskz_expand_epi32(uint16_t mask, __m512i a) {
-    uint32_t x[16], r[16] = {};
-    std::memcpy(x, &a, 64);
-    int n = 0;
-    for (int l = 0; l < 16; ++l)
-        if ((mask >> l) & 1) r[l] = x[n++];
-    __m512i out;
-    std::memcpy(&out, r, 64);
-    return out;
-}
+// Older SIMDe lacks it.
+static inline __m512i _mm512_maskz_expand_epi32(uint16_t mask, __m512i a) { return moved_by_mask<uint32_t, true>(mask, a); }
 #endif
 
 #ifndef _mm512_maskz_loadu_epi8
-// Older SIMDe lacks it: reads only the bytes whose mask bit is set (the others may lie past a buffer).
-static inline __m512i _mm512_maskz_loadu_epi8(uint64_t mask, const void* p) {
-    uint8_t r[64] = {};
-    for (int j = 0; j < 64; ++j)
-        if ((mask >> j) & 1) r[j] = static_cast<const uint8_t*>(p)[j];
-    __m512i out;
-    std::memcpy(&out, r, 64);
-    return out;
-}
+static inline __m512i _mm512_maskz_loadu_epi8(uint64_t mask, const void* p) { return masked_load<uint8_t>(mask, p); }
 #endif
 
-#ifndef _mm512_mask_cvtepi64_storeu_epi8
-// Older SIMDe lacks it: the low byte of each 64-bit lane whose mask bit is set, to p + lane.
-static inline void _mm512_mask_cvtepi64_storeu_epi8(void* p, uint8_t mask, __m512i a) {
-    uint64_t x[8];
-    std::memcpy(x, &a, 64);
-    for (int l = 0; l < 8; ++l)
-        if ((mask >> l) & 1) static_cast<uint8_t*>(p)[l] = static_cast<uint8_t>(x[l]);
-}
-#endif
-
-#ifndef _mm512_mask_cvtepi64_storeu_epi32
-// Older SIMDe lacks it: the low 32 bits of each 64-bit lane whose mask bit is set, to p + 4 lane.
-static inline void _mm512_mask_cvtepi64_storeu_epi32(void* p, uint8_t mask, __m512i a) {
+// A narrowing masked store: the low sizeof(Lane) bytes of each 64-bit lane of a
+// whose mask bit is set, to p + sizeof(Lane) * lane.
+template <typename Lane>
+static inline void narrowed_store(void* p, uint8_t mask, __m512i a) {
     uint64_t x[8];
     std::memcpy(x, &a, 64);
     for (int l = 0; l < 8; ++l)
         if ((mask >> l) & 1) {
-            const uint32_t v = static_cast<uint32_t>(x[l]);
-            std::memcpy(static_cast<uint8_t*>(p) + 4 * l, &v, 4);
+            const Lane v = static_cast<Lane>(x[l]);
+            std::memcpy(static_cast<uint8_t*>(p) + sizeof(Lane) * l, &v, sizeof(Lane));
         }
+}
+
+#ifndef _mm512_mask_cvtepi64_storeu_epi8
+// Older SIMDe lacks the narrowing masked stores.
+static inline void _mm512_mask_cvtepi64_storeu_epi8(void* p, uint8_t mask, __m512i a) {
+    narrowed_store<uint8_t>(p, mask, a);
+}
+#endif
+
+#ifndef _mm512_mask_cvtepi64_storeu_epi32
+static inline void _mm512_mask_cvtepi64_storeu_epi32(void* p, uint8_t mask, __m512i a) {
+    narrowed_store<uint32_t>(p, mask, a);
 }
 #endif
