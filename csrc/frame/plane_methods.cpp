@@ -38,6 +38,12 @@ constexpr float kPartialRepeats = 0.1f;
 // byte (a plane of mostly one value).
 constexpr float kZstdMinEntropy = 2.0f;
 constexpr float kZstdSparseEntropy = 0.5f;
+// zstd codes such planes at 0.3-0.6 GB/s and decodes them at about 1 GB/s, several
+// times slower than the entropy coders: fast mode keeps it only where it saves
+// 1/kZstdFastSaving of the plane (long matches, which also decode fast), dense mode
+// 1/kZstdDenseSaving, max mode wherever it is smaller.
+constexpr size_t kZstdFastSaving = 2;
+constexpr size_t kZstdDenseSaving = 4;
 // Before coding a whole plane with zstd, its first 1/kZstdSample is coded, and the
 // whole only where that sample comes within kZstdSampleSlack of the size to beat.
 // On the stories260K and MiniLM planes where zstd is tried, the samples of the
@@ -246,14 +252,12 @@ Status encode_signs(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
     return Status::ok();
 }
 
-// Whether zstd may code plane[0, n) in fewer than limit bytes, judged from its first
-// 1/kZstdSample (always true for small planes). out: scratch of >= limit bytes.
 // Whether the repeat sample leaves zstd a chance on a plane: enough of the rows
 // that the rows method left (1 - whole_rows of them) repeat in part. Outside sparse
 // planes, zstd's literals are coded order-0, no better than the plane's own coders,
 // so it gains only on matched bytes, and a row repeated in part is matched in part:
-// to save the quarter dense mode asks of it, at least a quarter of those rows must
-// repeat in part (fast mode asks for half and more). On the 96 kvdata frames every
+// to save the share of the plane a mode asks of it, at least that share of those
+// rows must repeat in part (fast mode asks for half of all rows). On the 96 kvdata frames every
 // dense trial below that bound lost (partial shares 0.10-0.17: samples of 100-250 us
 // on 512 KiB planes).
 bool zstd_may_pay(const PlanePolicy& policy, float whole_rows) {
@@ -261,11 +265,13 @@ bool zstd_may_pay(const PlanePolicy& policy, float whole_rows) {
     const bool sparse = h < kZstdSparseEntropy;
     if (!sparse && h < kZstdMinEntropy) return false;
     const float partial = policy.prefix_repeats - whole_rows;
-    if (policy.mode == Mode::kFast) return partial >= 0.5f;
+    if (policy.mode == Mode::kFast) return partial >= 1.0f / kZstdFastSaving;
     if (policy.max_ratio || sparse) return partial >= kPartialRepeats;
-    return partial >= std::max(kPartialRepeats, (1 - whole_rows) / 4);
+    return partial >= std::max(kPartialRepeats, (1 - whole_rows) / kZstdDenseSaving);
 }
 
+// Whether zstd may code plane[0, n) in fewer than limit bytes, judged from its first
+// 1/kZstdSample (always true for small planes). out: scratch of >= limit bytes.
 bool zstd_may_win(const uint8_t* plane, size_t n, size_t limit, uint8_t* out) {
     if (n < kZstdSampleMinPlane) return true;
     const size_t m = n / kZstdSample;
@@ -447,13 +453,11 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
             return st;
         }
     }
-    // zstd codes such planes at 0.3-0.6 GB/s and decodes them at about 1 GB/s, several
-    // times slower than the entropy coders. Fast mode keeps it only where it halves the
-    // plane (long matches, which also decode fast; it cannot unless at least half the rows
-    // repeat in part), dense mode where it saves a quarter, max mode wherever it is smaller.
+    // zstd, where it may pay (zstd_may_pay), kept where it saves what the mode asks.
     const bool fast = policy.mode == Mode::kFast;
     if (policy.try_lz && n > 1 && best > 1 && zstd_may_pay(policy, whole_rows)) {
-        const size_t limit = fast ? best / 2 : best - (policy.max_ratio ? 1 : std::max<size_t>(1, best / 4));
+        const size_t limit = fast ? best / kZstdFastSaving
+                                  : best - (policy.max_ratio ? 1 : std::max<size_t>(1, best / kZstdDenseSaving));
         uint8_t* out = thread_candidate_scratch(limit, 1);
         size_t size = 0;
         const Status st = zstd_may_win(plane, n, limit, out)

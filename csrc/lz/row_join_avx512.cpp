@@ -74,7 +74,8 @@ KV_AVX512 uint32_t unpack(const uint8_t* indices, size_t bytes, size_t copies, u
         const __m512i offset = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(bit & 7)), step);
         const __m512i start = _mm512_permutexvar_epi8(spread, _mm512_srli_epi64(offset, 3));
         const __m512i gathered = _mm512_permutexvar_epi8(_mm512_add_epi8(start, within), window);
-        const __m512i v = _mm512_and_si512(_mm512_srlv_epi64(gathered, _mm512_and_si512(offset, _mm512_set1_epi64(7))), mask);
+        const __m512i shift = _mm512_and_si512(offset, _mm512_set1_epi64(7));
+        const __m512i v = _mm512_and_si512(_mm512_srlv_epi64(gathered, shift), mask);
         const uint8_t valid = copies - k >= 8 ? uint8_t(0xFF) : static_cast<uint8_t>((1u << (copies - k)) - 1);
         top = _mm512_mask_max_epu64(top, valid, top, v);
         store_lanes(out + k, valid, v);

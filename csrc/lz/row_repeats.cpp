@@ -255,10 +255,10 @@ namespace {
 
 // The copies' indices unpacked to one entry each (T: uint8_t when they are at
 // most 8 bits wide), plus kIndexPad zeros so that a branch-free loop may read the
-// next index before knowing whether the row needs it, and a vector a word's worth. Corrupt when an index does
-// not name a distinct row.
+// next index before knowing whether the row needs it, and a vector a word's worth
+// (eight at a time with AVX-512). Corrupt when an index does not name a distinct row.
 template <typename T>
-Status unpack_indices(const RowTable& t, std::vector<T>& idx) {
+Status unpack_indices(const RowTable& t, std::vector<T>& idx, bool avx512) {
     idx.resize(t.copies + detail::kIndexPad);
     std::fill(idx.begin() + t.copies, idx.end(), T(0));
     if (t.width == 0) {  // one distinct row
@@ -266,7 +266,7 @@ Status unpack_indices(const RowTable& t, std::vector<T>& idx) {
         return Status::ok();
     }
     size_t top = 0;
-    if (t.width != 8 && (cpu::active_isa() & cpu::kIsaAvx512)) {
+    if (t.width != 8 && avx512) {
         top = detail::unpack_indices_avx512(t.indices, index_bytes(t.copies, t.width), t.copies, t.width, idx.data());
     } else if (t.width == 8) {
         std::memcpy(idx.data(), t.indices, t.copies);
@@ -366,9 +366,8 @@ Status join_few_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out
 // 16 rows at a time under AVX-512 (lz/row_join.h). RB: the row length when fixed
 // at compile time (0: t.row_bytes).
 template <size_t RB, typename T>
-Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, uint8_t* out) {
+Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, uint8_t* out, bool avx512) {
     const size_t rb = RB ? RB : t.row_bytes, bm = bitmap_bytes(t.rows);
-    const bool avx512 = (cpu::active_isa() & cpu::kIsaAvx512) != 0;
     size_t next = 0, r = 0, k = 0;  // next distinct row; first row not yet written; next index
     for (size_t word = 0; word * 8 < bm; ++word) {
         uint64_t bits = bitmap_word(t, word);
@@ -401,12 +400,12 @@ Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, u
 }
 
 template <typename T>
-Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
+Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* out, bool avx512) {
     thread_local std::vector<T> idx;
-    KVCORE_RETURN_IF_ERROR(unpack_indices(t, idx));
+    KVCORE_RETURN_IF_ERROR(unpack_indices(t, idx, avx512));
     // (Element rows are row_bytes x element size where the planes share their rows, frame/codec.cpp.)
     return with_row_length(t.row_bytes, [&](auto len) {
-        return join_unpacked<decltype(len)::value>(t, idx.data(), distinct, out);
+        return join_unpacked<decltype(len)::value>(t, idx.data(), distinct, out, avx512);
     });
 }
 
@@ -419,9 +418,10 @@ Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* ou
 Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
     // The AVX-512 join costs about the same per row at any share of repeats: it takes
     // planes from an eighth of them (the portable one from a quarter, and words from half).
-    const size_t few = (cpu::active_isa() & cpu::kIsaAvx512) ? 8 : 4;
-    if (t.copies * few < t.rows) return join_few_repeats(t, distinct, out);
-    return t.width <= 8 ? join_many_repeats<uint8_t>(t, distinct, out) : join_many_repeats<uint32_t>(t, distinct, out);
+    const bool avx512 = (cpu::active_isa() & cpu::kIsaAvx512) != 0;
+    if (t.copies * (avx512 ? 8 : 4) < t.rows) return join_few_repeats(t, distinct, out);
+    return t.width <= 8 ? join_many_repeats<uint8_t>(t, distinct, out, avx512)
+                        : join_many_repeats<uint32_t>(t, distinct, out, avx512);
 }
 
 }  // namespace kvcore::lz

@@ -170,7 +170,9 @@ static inline __m512i _mm512_cvtepu8_epi32(__m128i a) { return zero_extended<uin
 
 #ifndef _mm512_maskz_expand_epi32
 // Older SIMDe lacks it.
-static inline __m512i _mm512_maskz_expand_epi32(uint16_t mask, __m512i a) { return moved_by_mask<uint32_t, true>(mask, a); }
+static inline __m512i _mm512_maskz_expand_epi32(uint16_t mask, __m512i a) {
+    return moved_by_mask<uint32_t, true>(mask, a);
+}
 #endif
 
 #ifndef _mm512_maskz_loadu_epi8
