@@ -1,6 +1,8 @@
 """Round trips of kvcore.compress / kvcore.decompress: bit-exact on real KV data in every dtype,
 mode and SIMD variant, on edge-case shapes and memory layouts."""
 
+import struct
+
 import numpy as np
 import pytest
 import torch
@@ -673,6 +675,60 @@ def test_blocks_whose_planes_repeat_the_same_rows_join_whole_element_rows(varian
         kvcore.decompress(frame, out=big[:, heads:2 * heads], threads=threads)
         assert_bit_exact(big[:, heads:2 * heads], x)
         assert not big[:, :heads].any() and not big[:, 2 * heads:].any()
+
+
+def rows_tables(frame: bytes) -> list[tuple[int, int, bytes]]:
+    """(block, copies, the table's bytes after its row length) of each rows plane."""
+    block_elems = struct.unpack_from("<I", frame, 8)[0]
+    n_elems = struct.unpack_from("<Q", frame, 16)[0]
+    tables = []
+    for b, _at, method, payload in frame_layout.block_planes(frame):
+        if method == METHODS["rows"]:
+            n = min(block_elems, n_elems - b * block_elems)
+            size = frame_layout.row_table_size(payload, n)
+            tables.append((b, struct.unpack_from("<I", payload, 4)[0], payload[4:size]))
+    return tables
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, "float32 from bfloat16"])
+@pytest.mark.parametrize("mode", MODES)
+def test_planes_that_repeat_whole_element_rows_share_one_search(variant, dtype, mode):
+    """Where every plane that is not constant repeats rows about equally often, the block's
+    element rows are searched once and each plane gets their table (frame/codec.cpp): one
+    table, the same copies, in every plane of every block. Float32 cast from bfloat16 has a
+    constant plane (its low mantissa bytes; the other holds the rotated sign) and shares the
+    table among the other three."""
+    x = whole_rows_repeated(torch.bfloat16 if dtype == "float32 from bfloat16" else dtype, 4, 8, 0)
+    if dtype == "float32 from bfloat16":
+        x = x.to(torch.float32)
+    frame = bytes(kvcore.compress(x, mode=mode, block_bytes=1 << 18))
+    tables = rows_tables(frame)
+    n_blocks = kvcore.frame_info(frame)["n_blocks"]
+    planes = 3 if dtype == "float32 from bfloat16" else x.element_size()
+    assert len(tables) == planes * n_blocks
+    for b in range(n_blocks):
+        assert len({(copies, table) for blk, copies, table in tables if blk == b}) == 1
+    assert_bit_exact(kvcore.decompress(frame), x)
+
+
+def test_a_plane_that_repeats_more_rows_than_its_elements_searches_its_own():
+    """A fifth of the rows repeat whole and as many again repeat only their exponents: the
+    high plane's sampled share is about twice the low plane's, so each plane is searched on its
+    own, and the high plane's table lists about twice the copies (the element rows' table would
+    list only the whole repeats)."""
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(16384, 32, generator=g) * 3).to(torch.bfloat16).view(torch.int16)
+    for r in range(1, len(x)):
+        u = torch.rand(1, generator=g).item()
+        if u < 0.4:
+            src = int(torch.randint(0, r, (1,), generator=g))
+            x[r] = x[src] if u < 0.2 else (x[src] & 0x7F80) | (x[r] & ~0x7F80)
+    x = x.view(torch.bfloat16)
+    frame = bytes(kvcore.compress(x))
+    (_, low, _), (_, high, _) = rows_tables(frame)
+    assert 0.17 * len(x) < low < 0.23 * len(x)
+    assert high > 1.6 * low
+    assert_bit_exact(kvcore.decompress(frame), x)
 
 
 def rows_repeated(share: float, whole: bool) -> torch.Tensor:

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/little_endian.h"
 #include "deflate/deflate_plane.h"
 #include "entropy/channel_groups.h"
 #include "entropy/fastcode.h"
@@ -295,10 +296,21 @@ Status encode_rows(const uint8_t* plane, size_t n, const PlanePolicy& policy, si
     const size_t rows = n / rb;
     // The largest row table, the method byte, the distinct rows.
     uint8_t* out = thread_candidate_scratch(lz::row_table_bound(rows) + 1 + n, 0);
-    uint8_t* distinct = thread_candidate_scratch(n, 2);
     *result = out;
-    size_t table = 0;
-    const size_t copies = lz::split_rows(plane, n, rb, distinct, out, &table);
+    size_t table = 0, copies = 0;
+    const uint8_t* distinct = nullptr;
+    if (const SharedRows& shared = policy.shared_rows; shared.table != nullptr) {
+        // The element rows' table differs from this plane's only in its row length.
+        std::memcpy(out, shared.table, shared.table_size);
+        put_u32(out, static_cast<uint32_t>(rb));
+        table = shared.table_size;
+        copies = shared.copies;
+        distinct = shared.distinct;
+    } else {
+        uint8_t* own = thread_candidate_scratch(n, 2);
+        copies = lz::split_rows(plane, n, rb, own, out, &table);
+        distinct = own;
+    }
     if (copies == 0) return make_status(Code::kBufferTooSmall, "rows: no row repeats");
     *share = float(copies) / float(rows);
     const size_t dn = n - copies * rb;
@@ -309,6 +321,7 @@ Status encode_rows(const uint8_t* plane, size_t n, const PlanePolicy& policy, si
     if (table + 1 + (dn ? 1 : 0) >= limit) return make_status(Code::kBufferTooSmall, "rows: not smaller");
     PlanePolicy inner = policy;
     inner.try_lz = false;
+    inner.shared_rows = SharedRows{};
     Method m = Method::kRaw;
     size_t size = 0;
     KVCORE_RETURN_IF_ERROR(encode_plane(distinct, dn, inner, out + table + 1, dn, &m, &size));

@@ -36,6 +36,16 @@ const char* method_name(uint8_t method);
 constexpr size_t kSignsMinRows = 64;
 
 // How the encoder chooses a plane's method.
+// Rows that repeat whole in a block's elements repeat in each of its planes, so
+// one row table, searched over the element rows, serves every plane
+// (frame/codec.cpp: where its planes repeat rows about equally often).
+struct SharedRows {
+    const uint8_t* table = nullptr;  // nullptr: none; the rows method searches the plane
+    size_t table_size = 0;           // a row table (lz/row_repeats.h) of the element rows
+    size_t copies = 0;
+    const uint8_t* distinct = nullptr;  // this plane's bytes of the distinct element rows, in order
+};
+
 struct PlanePolicy {
     Mode mode = Mode::kDense;
     bool try_entropy = true;  // false: the plane looks incompressible (mantissa bytes)
@@ -52,6 +62,7 @@ struct PlanePolicy {
                                 // coded whole (the high plane of 2-byte elements, frame/codec.cpp)
     bool max_ratio = false;   // max mode: keep the smallest coding however slow it decodes (zstd,
                               // as many channel-group tables as make it smallest)
+    SharedRows shared_rows;   // the block's row table, for the rows method (rows of row_bytes)
 };
 
 // Whether every byte of plane[0, n) equals the first (n >= 1): 64 bytes a step,
