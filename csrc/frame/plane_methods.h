@@ -35,7 +35,6 @@ const char* method_name(uint8_t method);
 // to pay (a byte of signs covers 8 rows); a block with fewer does not try it.
 constexpr size_t kSignsMinRows = 64;
 
-// How the encoder chooses a plane's method.
 // Rows that repeat whole in a block's elements repeat in each of its planes, so
 // one row table, searched over the element rows, serves every plane
 // (frame/codec.cpp: where its planes repeat rows about equally often).
@@ -46,6 +45,7 @@ struct SharedRows {
     const uint8_t* distinct = nullptr;  // this plane's bytes of the distinct element rows, in order
 };
 
+// How the encoder chooses a plane's method.
 struct PlanePolicy {
     Mode mode = Mode::kDense;
     bool try_entropy = true;  // false: the plane looks incompressible (mantissa bytes)
