@@ -75,17 +75,32 @@ def row_table_size(payload: bytes, n: int) -> int:
     return 8 + (rows + 7) // 8 + (copies * width + 7) // 8
 
 
+def block_elems(frame: bytes, b: int) -> int:
+    """Elements in block b (one byte each in every plane)."""
+    per_block = struct.unpack_from("<I", frame, 8)[0]
+    n_elems = struct.unpack_from("<Q", frame, 16)[0]
+    return min(per_block, n_elems - b * per_block)
+
+
+def row_tables(frame: bytes) -> list[tuple[int, int, bytes]]:
+    """(block, copies, the table's bytes after its row length) of each rows plane."""
+    tables = []
+    for b, _at, method, payload in block_planes(frame):
+        if method == 7:
+            size = row_table_size(payload, block_elems(frame, b))
+            tables.append((b, struct.unpack_from("<I", payload, 4)[0], payload[4:size]))
+    return tables
+
+
 def shared_row_blocks(frame: bytes) -> list[int]:
     """Indices of the blocks whose planes are all rows planes with one row table, at least
     quarter of its rows repeats (the decoder joins such a block's element rows whole)."""
-    block_elems = struct.unpack_from("<I", frame, 8)[0]
-    n_elems = struct.unpack_from("<Q", frame, 16)[0]
     by_block: dict[int, list[tuple[int, bytes]]] = {}
     for b, _at, method, payload in block_planes(frame):
         by_block.setdefault(b, []).append((method, payload))
     shared = []
     for b, block in by_block.items():
-        n = min(block_elems, n_elems - b * block_elems)
+        n = block_elems(frame, b)
         if len(block) < 2 or any(method != 7 for method, _ in block):
             continue
         tables = {payload[:row_table_size(payload, n)] for _, payload in block}

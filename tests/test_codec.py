@@ -1,8 +1,6 @@
 """Round trips of kvcore.compress / kvcore.decompress: bit-exact on real KV data in every dtype,
 mode and SIMD variant, on edge-case shapes and memory layouts."""
 
-import struct
-
 import numpy as np
 import pytest
 import torch
@@ -677,19 +675,6 @@ def test_blocks_whose_planes_repeat_the_same_rows_join_whole_element_rows(varian
         assert not big[:, :heads].any() and not big[:, 2 * heads:].any()
 
 
-def rows_tables(frame: bytes) -> list[tuple[int, int, bytes]]:
-    """(block, copies, the table's bytes after its row length) of each rows plane."""
-    block_elems = struct.unpack_from("<I", frame, 8)[0]
-    n_elems = struct.unpack_from("<Q", frame, 16)[0]
-    tables = []
-    for b, _at, method, payload in frame_layout.block_planes(frame):
-        if method == METHODS["rows"]:
-            n = min(block_elems, n_elems - b * block_elems)
-            size = frame_layout.row_table_size(payload, n)
-            tables.append((b, struct.unpack_from("<I", payload, 4)[0], payload[4:size]))
-    return tables
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, "float32 from bfloat16"])
 @pytest.mark.parametrize("mode", MODES)
 def test_planes_that_repeat_whole_element_rows_share_one_search(variant, dtype, mode):
@@ -702,7 +687,7 @@ def test_planes_that_repeat_whole_element_rows_share_one_search(variant, dtype, 
     if dtype == "float32 from bfloat16":
         x = x.to(torch.float32)
     frame = bytes(kvcore.compress(x, mode=mode, block_bytes=1 << 18))
-    tables = rows_tables(frame)
+    tables = frame_layout.row_tables(frame)
     n_blocks = kvcore.frame_info(frame)["n_blocks"]
     planes = 3 if dtype == "float32 from bfloat16" else x.element_size()
     assert len(tables) == planes * n_blocks
@@ -725,7 +710,7 @@ def test_a_plane_that_repeats_more_rows_than_its_elements_searches_its_own():
             x[r] = x[src] if u < 0.2 else (x[src] & 0x7F80) | (x[r] & ~0x7F80)
     x = x.view(torch.bfloat16)
     frame = bytes(kvcore.compress(x))
-    (_, low, _), (_, high, _) = rows_tables(frame)
+    (_, low, _), (_, high, _) = frame_layout.row_tables(frame)
     assert 0.17 * len(x) < low < 0.23 * len(x)
     assert high > 1.6 * low
     assert_bit_exact(kvcore.decompress(frame), x)

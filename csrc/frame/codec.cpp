@@ -171,7 +171,7 @@ std::array<SharedRows, 4> shared_rows(const uint8_t* block, size_t n, unsigned e
     uint8_t* split_to[4];
     for (unsigned p = 0; p < esize; ++p) split_to[p] = s.distinct_planes.data() + p * plane_stride(n);
     shuffle::split(s.distinct_elems.data(), (rows - copies) * row, esize, t, split_to);
-    for (unsigned p = 0; p < esize; ++p) shared[p] = SharedRows{s.row_table.data(), table_size, copies, split_to[p]};
+    for (unsigned p = 0; p < esize; ++p) shared[p] = SharedRows{s.row_table.data(), table_size, split_to[p]};
     return shared;
 }
 

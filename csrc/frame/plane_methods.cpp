@@ -304,7 +304,7 @@ Status encode_rows(const uint8_t* plane, size_t n, const PlanePolicy& policy, si
         std::memcpy(out, shared.table, shared.table_size);
         put_u32(out, static_cast<uint32_t>(rb));
         table = shared.table_size;
-        copies = shared.copies;
+        copies = get_u32(out + 4);
         distinct = shared.distinct;
     } else {
         uint8_t* own = thread_candidate_scratch(n, 2);

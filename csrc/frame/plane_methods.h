@@ -41,7 +41,6 @@ constexpr size_t kSignsMinRows = 64;
 struct SharedRows {
     const uint8_t* table = nullptr;  // nullptr: none; the rows method searches the plane
     size_t table_size = 0;           // a row table (lz/row_repeats.h) of the element rows
-    size_t copies = 0;
     const uint8_t* distinct = nullptr;  // this plane's bytes of the distinct element rows, in order
 };
 
