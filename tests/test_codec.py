@@ -392,6 +392,29 @@ def test_channel_grouped_planes_on_every_tile_edge(rows, channels):
             kvcore.set_disabled_isa("")
 
 
+@pytest.mark.parametrize("channels", [17, 32, 33, 100, 384])
+@pytest.mark.parametrize("rows", [2048, 4096])
+def test_channel_grouped_planes_whose_streams_would_alias(rows, channels):
+    """Blocks of a multiple of 2048 rows are transposed into channel streams a cache line
+    further apart than their length, then closed up (channel_groups.cpp, transpose_stride):
+    the frame must be the one every variant writes, the streams in place (bit-exact decode)."""
+    src = kvdata.stacked("minilm_l6_kv_bf16.safetensors").reshape(-1, 384)
+    t = src[:rows, :channels].contiguous().reshape(rows, 1, channels)
+    block_bytes = rows * channels * 2  # one block of exactly these rows
+    frames = set()
+    for v in VARIANTS:
+        use_variant(v)
+        try:
+            frames.add(kvcore.compress(t, mode="max", threads=1, block_bytes=block_bytes))
+        finally:
+            kvcore.set_disabled_isa("")
+    assert len(frames) == 1
+    (frame,) = frames
+    info = kvcore.frame_info(frame)
+    assert info["n_blocks"] == 1 and "grouped" in info["methods"]
+    assert_bit_exact(kvcore.decompress(frame), t)
+
+
 def _top_plane_tables(frame: bytes, n: int) -> tuple[int, int]:
     """(Huffman tables, payload bytes) of a one-block frame's top plane of n symbols: channel
     groups, one Huffman table, or either under the low-bits method (docs/FORMAT.md)."""
