@@ -739,6 +739,42 @@ def test_a_plane_that_repeats_more_rows_than_its_elements_searches_its_own():
     assert_bit_exact(kvcore.decompress(frame), x)
 
 
+def exponent_prefixes_repeated(whole: float, prefix_only: float) -> torch.Tensor:
+    """bf16 [16384, 32] (one dense block) where `whole` of the rows repeat an earlier row and
+    `prefix_only` more repeat only the exponents of their first 16 channels. Each repeat's
+    source row has the row's parity, so that the repeat sample (every other row here) sees it."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(16384, 32, generator=g) * 3).to(torch.bfloat16).view(torch.int16)
+    for r in range(2, len(x)):
+        u = torch.rand(1, generator=g).item()
+        if u < whole + prefix_only:
+            src = r % 2 + 2 * int(torch.randint(0, r // 2, (1,), generator=g))
+            if u < whole:
+                x[r] = x[src]
+            else:
+                x[r, :16] = (x[src, :16] & 0x7F80) | (x[r, :16] & ~0x7F80)
+    return x.view(torch.bfloat16)
+
+
+@pytest.mark.parametrize("whole, prefix_only, dense_high", [
+    (0.04, 0.05, METHODS["huffman"]),  # 9% of prefixes, 4% of rows: dense mode does not search
+    (0.08, 0.02, METHODS["rows"]),  # 10% of prefixes, 8% of rows: searched
+])
+def test_dense_mode_searches_rows_where_they_repeat_whole(whole, prefix_only, dense_high):
+    """A plane whose sampled rows repeat their first 16 bytes less than an eighth of the time is
+    sampled again with keys of whole rows, and dense mode searches its rows (60-70 us per 512 KiB
+    plane) only where a sixteenth repeat whole. Max mode searches wherever a sixteenth of the
+    prefixes repeat, and keeps the rows method where it is smaller."""
+    x = exponent_prefixes_repeated(whole, prefix_only)
+    dense, best = bytes(kvcore.compress(x)), bytes(kvcore.compress(x, mode="max"))
+    high = lambda frame: frame_layout.block_planes(frame)[-1][2]  # noqa: E731
+    assert high(dense) == dense_high
+    assert high(best) == METHODS["rows"]
+    assert len(best) <= len(dense)
+    for frame in (dense, best):
+        assert_bit_exact(kvcore.decompress(frame), x)
+
+
 def rows_repeated(share: float, whole: bool) -> torch.Tensor:
     """bf16 [8192, 4, 8] (one fast block per 4096 rows) where `share` of each block's rows repeat
     an earlier row of the block: whole, or only their exponents (the high plane after the

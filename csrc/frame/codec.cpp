@@ -78,6 +78,7 @@ inline __attribute__((always_inline)) uint64_t row_key(const uint8_t* p) {
 struct RowRepeats {
     size_t row_bytes = 0;  // the row length compared: channels, or a multiple of at least kMinRowBytes
     float share = 0;
+    bool search = false;   // the plane's rows are searched (worth_searching)
 };
 
 size_t repeat_row_bytes(uint32_t channels) {
@@ -87,12 +88,15 @@ size_t repeat_row_bytes(uint32_t channels) {
 constexpr size_t kRepeatMinRows = 16;  // fewer rows are not sampled (no repeats)
 
 // Rows 0, step, 2 step, ... below rows whose key is already in the table t (slots, a
-// power of two), each key stored over its slot.
+// power of two), each key stored over its slot. The key is of a row's first 16
+// bytes, or with kEnds of its first and last 16 (the whole row, up to 32 bytes).
+template <bool kEnds>
 inline __attribute__((always_inline)) size_t count_repeats_impl(const uint8_t* plane, size_t rows, size_t row,
                                                                 size_t step, uint32_t* t, size_t slots) {
     size_t repeats = 0;
     for (size_t r = 0; r < rows; r += step) {
-        const uint64_t key = row_key(plane + r * row);
+        const uint8_t* p = plane + r * row;
+        const uint64_t key = kEnds ? row_key(p) ^ (row_key(p + row - 16) * 0xBF58476D1CE4E5B9ull) : row_key(p);
         uint32_t& slot = t[(key >> 7) & (slots - 1)];
         const uint32_t stored = static_cast<uint32_t>(key >> 32) | 1;  // 0 marks an empty slot
         repeats += slot == stored;
@@ -100,18 +104,22 @@ inline __attribute__((always_inline)) size_t count_repeats_impl(const uint8_t* p
     }
     return repeats;
 }
-size_t count_repeats(const uint8_t* plane, size_t rows, size_t row, size_t step, uint32_t* t, size_t slots) {
-    return count_repeats_impl(plane, rows, row, step, t, slots);
+size_t count_repeats(const uint8_t* plane, size_t rows, size_t row, size_t step, uint32_t* t, size_t slots,
+                     bool ends) {
+    return ends ? count_repeats_impl<true>(plane, rows, row, step, t, slots)
+                : count_repeats_impl<false>(plane, rows, row, step, t, slots);
 }
 // With BMI2's mulx the key's 128-bit product need not go through rax and rdx:
 // without it GCC reloads a constant and spills the product to the stack every row
 // (stories260K bf16/2 dense compress 1.00-1.03x with mulx, ad hoc A/B).
 __attribute__((target("bmi2"))) size_t count_repeats_bmi2(const uint8_t* plane, size_t rows, size_t row,
-                                                          size_t step, uint32_t* t, size_t slots) {
-    return count_repeats_impl(plane, rows, row, step, t, slots);
+                                                          size_t step, uint32_t* t, size_t slots, bool ends) {
+    return ends ? count_repeats_impl<true>(plane, rows, row, step, t, slots)
+                : count_repeats_impl<false>(plane, rows, row, step, t, slots);
 }
 
-RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
+// ends: rows keyed by their first and last 16 bytes (count_repeats_impl).
+RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels, bool ends = false) {
     RowRepeats out;
     out.row_bytes = repeat_row_bytes(channels);
     const size_t row = out.row_bytes;
@@ -127,10 +135,26 @@ RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels) {
     if (table.size() < slots) table.resize(slots);
     uint32_t* t = table.data();
     std::memset(t, 0, slots * sizeof(uint32_t));
-    const size_t repeats = (cpu::active_isa() & cpu::kIsaAvx2) ? count_repeats_bmi2(plane, rows, row, step, t, slots)
-                                                                 : count_repeats(plane, rows, row, step, t, slots);
+    const size_t repeats = (cpu::active_isa() & cpu::kIsaAvx2)
+                               ? count_repeats_bmi2(plane, rows, row, step, t, slots, ends)
+                               : count_repeats(plane, rows, row, step, t, slots, ends);
     out.share = float(repeats) / float(looked);
     return out;
+}
+
+// Whether a plane whose sampled rows repeat their first 16 bytes this often (share)
+// has its rows searched: the rows method, and zstd where they repeat in part. A
+// search costs 60-70 us on a 512 KiB plane of 32-byte rows and pays for rows that
+// repeat whole. Dense mode samples again with keys of whole rows (their first and
+// last 16 bytes) where under an eighth repeat a prefix, and searches only where a
+// sixteenth repeat whole (kRowsWin in plane_methods.cpp). stories260K bf16 has an
+// exponent plane with 8% of its sampled prefixes and 4% of its rows repeated: its
+// search took 62 us, and the rows method came 2.6% under its estimate of the whole
+// plane (dense compress of stories260K bf16/2 1.04-1.05x, 0.15% larger).
+bool worth_searching(const uint8_t* plane, size_t n, uint32_t channels, float share, const EncodeOptions& o) {
+    if (share * 16 < 1) return false;
+    if (o.max_ratio || o.deflate || o.mode != Mode::kDense || share * 8 >= 1) return true;  // (DEFLATE matches prefixes)
+    return repeated_rows(plane, n, channels, true).share * 16 >= 1;
 }
 
 // Planes whose sampled shares of repeated rows are within this of each other
@@ -152,13 +176,15 @@ std::array<SharedRows, 4> shared_rows(const uint8_t* block, size_t n, unsigned e
     std::array<SharedRows, 4> shared{};
     unsigned planes = 0;
     float lo = 1, hi = 0;
+    bool all_search = true;
     for (unsigned p = 0; p < esize; ++p) {
         if (constant[p]) continue;
         ++planes;
         lo = std::min(lo, repeats[p].share);
         hi = std::max(hi, repeats[p].share);
+        all_search &= repeats[p].search;
     }
-    if (planes < 2 || lo * 16 < 1 || hi - lo > kSharedRowsSpread || n % row) return shared;
+    if (planes < 2 || !all_search || hi - lo > kSharedRowsSpread || n % row) return shared;
     const size_t rows = n / row;
     s.row_table.ensure(lz::row_table_bound(rows));
     s.distinct_elems.ensure(n * esize);
@@ -282,7 +308,9 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
     RowRepeats repeats[4];
     for (unsigned p = 0; p < esize; ++p) {
         constant[p] = !o.deflate && n % row_bytes == 0 && n / row_bytes >= kRepeatMinRows && one_value(planes[p], n);
-        if (!constant[p]) repeats[p] = repeated_rows(planes[p], n, h.channels);
+        if (constant[p]) continue;
+        repeats[p] = repeated_rows(planes[p], n, h.channels);
+        repeats[p].search = worth_searching(planes[p], n, h.channels, repeats[p].share, o);
     }
     const std::array<SharedRows, 4> shared =
         o.deflate ? std::array<SharedRows, 4>{}
@@ -304,7 +332,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
             if (p == 0) low_method = Method::kConstant;
             continue;
         }
-        policy.try_lz = repeats[p].share * 16 >= 1;
+        policy.try_lz = repeats[p].search;
         policy.row_bytes = static_cast<uint32_t>(repeats[p].row_bytes);
         policy.prefix_repeats = repeats[p].share;
         policy.shared_rows = shared[p];
