@@ -1,7 +1,9 @@
 // Dense-mode round trips of tensors built to take the plane methods that nest:
 // random low bits under skewed high bits (lowbits, its high bits grouped or
 // Huffman coded), and repeated rows (rows, with lowbits inside). Every dtype,
-// row widths 1-200 (misaligned planes), random block sizes and thread counts.
+// row widths 1-200 (misaligned planes), random block sizes and thread counts;
+// a quarter of the frames are one block of a multiple of 2048 rows, which the
+// grouped coder transposes into spaced channel streams and closes up.
 // Run under ASan + UBSan by tests/test_low_bits.py (it found a misaligned
 // 8-byte store in the grouped decoder's transpose).
 // Usage: dense_round_trip <seed> <frames>
@@ -24,7 +26,9 @@ int main(int argc, char** argv) {
     for (int it = 0; it < frames; ++it) {
         const fr::DType dtype = fr::DType(1 + rng() % 7);
         const size_t esize = fr::dtype_size(dtype);
-        const uint64_t cols = 1 + rng() % 200, rows = (4096 + rng() % 60000) / cols + 1;
+        uint64_t cols = 1 + rng() % 200, rows = (4096 + rng() % 60000) / cols + 1;
+        const bool spaced = rng() % 4 == 0;
+        if (spaced) cols = 16u << (rng() % 3), rows = 2048 * (1 + rng() % 3);
         const fr::TensorDesc desc{dtype, {rows, cols}};
         const size_t n = rows * cols;
         std::vector<uint8_t> src(n * esize);
@@ -38,7 +42,7 @@ int main(int argc, char** argv) {
                 if (rng() % 2) std::memcpy(&src[r * cols * esize], &src[(rng() % r) * cols * esize], cols * esize);
         fr::EncodeOptions o;
         o.mode = fr::Mode::kDense;
-        o.block_bytes = rng() % 2 ? 0 : uint32_t(4096 * esize + rng() % 200000);
+        o.block_bytes = spaced ? uint32_t(n * esize) : rng() % 2 ? 0 : uint32_t(4096 * esize + rng() % 200000);
         o.threads = 1 + rng() % 3;
         std::vector<uint8_t> frame(fr::max_frame_size(desc, o.block_bytes));
         size_t written = 0;
