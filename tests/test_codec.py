@@ -775,6 +775,26 @@ def test_dense_mode_searches_rows_where_they_repeat_whole(whole, prefix_only, de
         assert_bit_exact(kvcore.decompress(frame), x)
 
 
+def test_a_near_random_plane_is_searched_with_its_top_plane():
+    """A bf16 block where 40% of the rows repeat an earlier row's sign and mantissa bits under
+    exponents of their own: the low plane (near-random bytes) repeats rows its high plane does
+    not. Dense mode samples such a plane only where the high plane's rows are searched, so it
+    stays raw; max mode samples every plane and codes the low one by rows."""
+    g = torch.Generator().manual_seed(9)
+    x = (torch.randn(16384, 32, generator=g) * 3).to(torch.bfloat16).view(torch.int16)
+    for r in range(1, len(x)):
+        if torch.rand(1, generator=g).item() < 0.4:
+            src = int(torch.randint(0, r, (1,), generator=g))
+            x[r] = (x[src] & ~0x7F80) | (x[r] & 0x7F80)
+    x = x.view(torch.bfloat16)
+    dense, best = bytes(kvcore.compress(x)), bytes(kvcore.compress(x, mode="max"))
+    low = lambda frame: frame_layout.block_planes(frame)[0][2]  # noqa: E731
+    assert low(dense) == METHODS["raw"]
+    assert low(best) == METHODS["rows"]
+    for frame in (dense, best):
+        assert_bit_exact(kvcore.decompress(frame), x)
+
+
 def rows_repeated(share: float, whole: bool) -> torch.Tensor:
     """bf16 [8192, 4, 8] (one fast block per 4096 rows) where `share` of each block's rows repeat
     an earlier row of the block: whole, or only their exponents (the high plane after the

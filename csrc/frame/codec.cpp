@@ -303,12 +303,25 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
     // one row repeated: the sample would send it to the rows method, which would find
     // it constant. Found by a pass over its bytes instead (float32 cast from bfloat16
     // has two such planes in four).
+    //
+    // A plane of near-random bytes (a float's low mantissa bits) repeats a row by
+    // chance practically never, only where whole values repeat, and then the top
+    // plane repeats too: outside max mode and DEFLATE frames it is sampled only where
+    // the top plane's rows are searched (a sample takes about 9 us a 512 KiB plane;
+    // stories260K dense compress 1.02-1.10x, identical kvdata frames).
     const size_t row_bytes = repeat_row_bytes(h.channels);
     bool constant[4] = {};
     RowRepeats repeats[4];
-    for (unsigned p = 0; p < esize; ++p) {
+    const unsigned top = esize - 1;
+    for (unsigned q = 0; q < esize; ++q) {
+        const unsigned p = top - q;
         constant[p] = !o.deflate && n % row_bytes == 0 && n / row_bytes >= kRepeatMinRows && one_value(planes[p], n);
         if (constant[p]) continue;
+        if (p != top && !o.max_ratio && !o.deflate && !constant[top] && !repeats[top].search &&
+            layout.plane_entropy[p] >= kIncompressibleBits) {
+            repeats[p].row_bytes = repeat_row_bytes(h.channels);
+            continue;
+        }
         repeats[p] = repeated_rows(planes[p], n, h.channels);
         repeats[p].search = worth_searching(planes[p], n, h.channels, repeats[p].share, o);
     }
