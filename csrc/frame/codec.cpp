@@ -76,11 +76,11 @@ inline __attribute__((always_inline)) uint64_t row_key(const uint8_t* p) {
 // of repeated rows means the rows method or an LZ stage may pay (the encoder
 // then measures them).
 struct RowRepeats {
-    size_t row_bytes = 0;  // the row length compared: channels, or a multiple of at least kMinRowBytes
     float share = 0;
-    bool search = false;   // the plane's rows are searched (worth_searching)
+    bool search = false;  // the plane's rows are searched (worth_searching)
 };
 
+// The row length compared: channels, or a multiple of them of at least kMinRowBytes.
 size_t repeat_row_bytes(uint32_t channels) {
     return channels >= kMinRowBytes ? channels : channels * ((kMinRowBytes + channels - 1) / channels);
 }
@@ -121,8 +121,7 @@ __attribute__((target("bmi2"))) size_t count_repeats_bmi2(const uint8_t* plane, 
 // ends: rows keyed by their first and last 16 bytes (count_repeats_impl).
 RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels, bool ends = false) {
     RowRepeats out;
-    out.row_bytes = repeat_row_bytes(channels);
-    const size_t row = out.row_bytes;
+    const size_t row = repeat_row_bytes(channels);
     const size_t rows = n / row;
     if (rows < kRepeatMinRows) return out;
     const size_t step = (rows + kRepeatRows - 1) / kRepeatRows;  // bounds the work on short rows
@@ -150,7 +149,7 @@ RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels, bool
 // sixteenth repeat whole (kRowsWin in plane_methods.cpp). stories260K bf16 has an
 // exponent plane with 8% of its sampled prefixes and 4% of its rows repeated: its
 // search took 62 us, and the rows method came 2.6% under its estimate of the whole
-// plane (dense compress of stories260K bf16/2 1.04-1.05x, 0.15% larger).
+// plane (dense compress of stories260K bf16/2 1.03-1.06x, 0.15% larger).
 bool worth_searching(const uint8_t* plane, size_t n, uint32_t channels, float share, const EncodeOptions& o) {
     if (share * 16 < 1) return false;
     if (o.max_ratio || o.deflate || o.mode != Mode::kDense || share * 8 >= 1) return true;  // (DEFLATE matches prefixes)
@@ -320,10 +319,8 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         constant[p] = !o.deflate && n % row_bytes == 0 && n / row_bytes >= kRepeatMinRows && one_value(planes[p], n);
         if (constant[p]) continue;
         if (p != top && !o.max_ratio && !o.deflate && !constant[top] && repeats[top].share * 32 < 1 &&
-            layout.plane_entropy[p] >= kIncompressibleBits) {
-            repeats[p].row_bytes = repeat_row_bytes(h.channels);
+            layout.plane_entropy[p] >= kIncompressibleBits)
             continue;
-        }
         repeats[p] = repeated_rows(planes[p], n, h.channels);
         repeats[p].search = worth_searching(planes[p], n, h.channels, repeats[p].share, o);
     }
@@ -348,7 +345,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
             continue;
         }
         policy.try_lz = repeats[p].search;
-        policy.row_bytes = static_cast<uint32_t>(repeats[p].row_bytes);
+        policy.row_bytes = static_cast<uint32_t>(row_bytes);
         policy.prefix_repeats = repeats[p].share;
         policy.shared_rows = shared[p];
         // Channel context modelling for the exponent-carrying plane.
