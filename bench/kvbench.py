@@ -123,7 +123,7 @@ class Paired:
 
     data: str
     dtype: str
-    codec: str  # "kvcore-dense" / "kvcore-fast"
+    codec: str  # "kvcore-dense" / "kvcore-fast" / "kvcore-dense-avx512" / a peer
     reference: str  # "zipnn" / "memcpy"
     direction: str
     goal: Optional[float]  # None: a reference line for reading the targets, with no target of its own
@@ -211,14 +211,17 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
     wt = wd + 10
     for (data, dtype), codecs in by.items():
         tag = f"{data} {dtype}"
-        dense = next(iter(codecs.get("kvcore-dense", {}).values()), None)
         zipnn = next(iter(codecs.get("zipnn", {}).values()), None)
         if dtype in NATIVE:
-            ok = None if dense is None or zipnn is None else dense.ratio < zipnn.ratio
-            lines.append(
-                f"  {tag:<{wt}} dense ratio < zipnn: {_fmt(dense and dense.ratio, '.4f')} vs "
-                f"{_fmt(zipnn and zipnn.ratio, '.4f')} -> {'n/a (not measured)' if ok is None else ('met' if ok else 'NOT met')}"
-            )
+            for label, codec in (("dense", "kvcore-dense"), ("dense-avx512", "kvcore-dense-avx512")):
+                mine = next(iter(codecs.get(codec, {}).values()), None)
+                if mine is None and codec != "kvcore-dense":
+                    continue
+                ok = None if mine is None or zipnn is None else mine.ratio < zipnn.ratio
+                lines.append(
+                    f"  {tag:<{wt}} {label} ratio < zipnn: {_fmt(mine and mine.ratio, '.4f')} vs "
+                    f"{_fmt(zipnn and zipnn.ratio, '.4f')} -> {'n/a (not measured)' if ok is None else ('met' if ok else 'NOT met')}"
+                )
         if zipnn is not None or dtype in NATIVE:
             for direction in ("compress", "decompress"):
                 a, b = row(codecs, "kvcore-dense", direction), row(codecs, "zipnn", direction)

@@ -21,7 +21,8 @@ from kvbench import (CHUNK_FRAMES_DATA, QWEN_CHUNK_SHAPE, THREADS_DATA, KVInput,
 from kvcore.bench.codecs import MODES, KvcoreCodec, frame_summary, kvcore_codec_available
 from kvcore.bench.peers import PEER_NAMES, Bound, Codec, missing_peers, peer_codecs
 
-CODECS = [f"kvcore-{m}" for m in MODES] + PEER_NAMES
+# kvcore-dense-avx512: dense frames for AVX-512 VBMI2 readers (compress(decoder="avx512")).
+CODECS = [f"kvcore-{m}" for m in MODES] + ["kvcore-dense-avx512"] + PEER_NAMES
 INPUTS = kv_inputs()
 TARGET_S = 0.6  # timed seconds per benchmark, roughly
 MAX_ROUNDS = 25  # fast codecs get enough rounds that one disturbed round does not set the mean
@@ -38,8 +39,8 @@ def get_codec(name: str) -> Codec:
             why = kvcore_codec_available()
             if why:
                 pytest.skip(why)
-            mode = name.removeprefix("kvcore-").removesuffix("+out")
-            _codecs[name] = KvcoreCodec(mode, threads=1, reuse_output=name.endswith("+out"))
+            mode, _, decoder = name.removeprefix("kvcore-").removesuffix("+out").partition("-")
+            _codecs[name] = KvcoreCodec(mode, threads=1, reuse_output=name.endswith("+out"), decoder=decoder or "any")
         else:
             missing = missing_peers([name])
             if missing:
@@ -195,6 +196,7 @@ def test_chunk_frames(benchmark: Any, kv_results: list, chunk_frames: tuple[str,
 # The speed targets: (kvcore codec, reference, direction, how many times the reference's
 # speed kvcore must reach).
 TARGETS = [("kvcore-dense", "zipnn", "compress", 3.0), ("kvcore-dense", "zipnn", "decompress", 3.0),
+           ("kvcore-dense-avx512", "zipnn", "compress", 3.0), ("kvcore-dense-avx512", "zipnn", "decompress", 3.0),
            ("kvcore-fast", "memcpy", "decompress", 0.5)]
 PAIRED_MIN_ROUNDS = 9
 

@@ -160,13 +160,14 @@ kvcore::frame::EncodeOptions mode_options(uint8_t mode) {
     return options;
 }
 
-kvcore::frame::EncodeOptions encode_options(uint8_t mode, uint8_t backend, bool deflate, uint32_t block_bytes,
-                                            const py::object& threads) {
+kvcore::frame::EncodeOptions encode_options(uint8_t mode, uint8_t backend, bool deflate, bool lanes,
+                                            uint32_t block_bytes, const py::object& threads) {
     namespace fr = kvcore::frame;
     if (backend > 2) throw NativeError{Code::kInvalidArgument, "unknown backend"};
     fr::EncodeOptions options = mode_options(mode);
     options.backend = static_cast<fr::Backend>(backend);
     options.deflate = deflate;
+    options.lanes = lanes;
     options.block_bytes = block_bytes;
     options.threads = thread_count(threads);
     check(fr::check_options(options));  // before any output is sized from them
@@ -672,9 +673,10 @@ PYBIND11_MODULE(_native, m) {
           "Largest stream huffman_encode produces for n symbols.");
     m.def(
         "huffman_encode",
-        [](const py::buffer& src) {
+        [](const py::buffer& src, std::optional<double> lanes) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
+            if (lanes && !(*lanes >= 0)) throw NativeError{Code::kInvalidArgument, "lanes must be >= 0"};
             // Encode straight into a bytes object of the bound size, then shrink it in place.
             const size_t cap = kvcore::entropy::huffman_bound(in.size);
             PyObject* raw = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(cap));
@@ -684,7 +686,8 @@ PYBIND11_MODULE(_native, m) {
             Status st;
             {
                 py::gil_scoped_release release;
-                st = kvcore::entropy::huffman_encode(in.data, in.size, nullptr, dst, cap, &written);
+                st = kvcore::entropy::huffman_encode(in.data, in.size, nullptr, dst, cap, &written, true,
+                                                     lanes.value_or(-1.0));
             }
             if (!st.is_ok()) {
                 Py_DECREF(raw);
@@ -693,7 +696,9 @@ PYBIND11_MODULE(_native, m) {
             if (_PyBytes_Resize(&raw, Py_ssize_t(written)) != 0) throw py::error_already_set();
             return py::reinterpret_steal<py::bytes>(raw);
         },
-        py::arg("src"), "Huffman-codes a byte buffer (order-0, canonical, 6 streams); returns the stream.");
+        py::arg("src"), py::arg("lanes") = py::none(),
+        "Huffman-codes a byte buffer (order-0, canonical, 6 streams); returns the stream. lanes=x: the "
+        "lane-interleaved stream instead where it is at most x (a share) larger.");
     m.def(
         "huffman_decode",
         [](const py::buffer& stream, long long n) {
@@ -730,9 +735,10 @@ PYBIND11_MODULE(_native, m) {
         py::arg("stream"), py::arg("out"), "Decodes len(out) symbols into a writable buffer.");
     m.def(
         "huffman_estimate",
-        [](const py::buffer& src, bool sampled) {
+        [](const py::buffer& src, bool sampled, std::optional<double> lanes) {
             py::buffer_info keep;
             const ByteView in = read_view(src, keep);
+            if (lanes && !(*lanes >= 0)) throw NativeError{Code::kInvalidArgument, "lanes must be >= 0"};
             if (in.size > UINT32_MAX) throw NativeError{Code::kInvalidArgument, "buffer larger than 2^32-1 bytes"};
             size_t size = 0;
             {
@@ -740,12 +746,13 @@ PYBIND11_MODULE(_native, m) {
                 uint32_t hist[256];
                 const bool exact = sampled ? kvcore::entropy::histogram_estimate(in.data, in.size, hist)
                                            : (kvcore::entropy::histogram(in.data, in.size, hist), true);
-                size = kvcore::entropy::huffman_estimate(hist, in.size, exact);
+                size = kvcore::entropy::huffman_estimate(hist, in.size, exact, lanes.value_or(-1.0));
             }
             return size;
         },
-        py::arg("src"), py::arg("sampled") = false,
-        "Upper bound (exact + <= 5 bytes) of len(huffman_encode(src)), without coding; sampled=True: "
+        py::arg("src"), py::arg("sampled") = false, py::arg("lanes") = py::none(),
+        "Upper bound (exact + <= 5 bytes; a lane stream: <= 260) of len(huffman_encode(src, lanes=lanes)), "
+        "without coding; sampled=True: "
         "the estimate from sampled weights that the frame encoder uses to skip planes that would not shrink.");
     m.def(
         "huffman_pairing",
@@ -882,14 +889,14 @@ PYBIND11_MODULE(_native, m) {
     m.def(
         "compress_batch",
         [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs, uint8_t mode,
-           uint8_t backend, bool deflate, uint32_t block_bytes, const py::object& threads) {
+           uint8_t backend, bool deflate, bool lanes, uint32_t block_bytes, const py::object& threads) {
             std::vector<fr::CompressJob> jobs;
             for (const auto& [addr, nbytes, dtype, shape] : srcs)
                 jobs.push_back(compress_job(addr, nbytes, dtype, shape, block_bytes));
-            return compress_to_bytes(jobs, encode_options(mode, backend, deflate, block_bytes, threads));
+            return compress_to_bytes(jobs, encode_options(mode, backend, deflate, lanes, block_bytes, threads));
         },
         py::arg("srcs"), py::arg("mode") = 0, py::arg("backend") = 0, py::arg("deflate") = false,
-        py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
+        py::arg("lanes") = false, py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
         "Compresses every srcs[i] = (address, bytes, dtype code, shape) in one call, the blocks of all of them\n"
         "spread over the threads; returns the frames.");
     m.def(
@@ -1529,8 +1536,8 @@ PYBIND11_MODULE(_native, m) {
         m.def(
             "compress_batch_into",
             [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs,
-               const std::vector<py::buffer>& outs, uint8_t mode, uint8_t backend, bool deflate, uint32_t block_bytes,
-               const py::object& threads) {
+               const std::vector<py::buffer>& outs, uint8_t mode, uint8_t backend, bool deflate, bool lanes,
+               uint32_t block_bytes, const py::object& threads) {
                 if (srcs.size() != outs.size()) throw NativeError{Code::kInvalidArgument, "srcs and outs differ in length"};
                 std::vector<py::buffer_info> keep(outs.size());
                 std::vector<fr::CompressJob> jobs;
@@ -1541,7 +1548,7 @@ PYBIND11_MODULE(_native, m) {
                     jobs.back().dst = dst.data;
                     jobs.back().cap = dst.size;
                 }
-                const fr::EncodeOptions options = encode_options(mode, backend, deflate, block_bytes, threads);
+                const fr::EncodeOptions options = encode_options(mode, backend, deflate, lanes, block_bytes, threads);
                 Status st;
                 {
                     py::gil_scoped_release release;
@@ -1555,7 +1562,7 @@ PYBIND11_MODULE(_native, m) {
                 return written;
             },
             py::arg("srcs"), py::arg("outs"), py::arg("mode") = 0, py::arg("backend") = 0, py::arg("deflate") = false,
-            py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
+            py::arg("lanes") = false, py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
             "Compresses every srcs[i] = (address, bytes, dtype code, shape) into the start of outs[i] (at least\n"
             "max_frame_size bytes), the blocks of all of them spread over the threads; returns the frames' sizes.");
     }

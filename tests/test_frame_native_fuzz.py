@@ -28,6 +28,7 @@ def seed_frames(tmp_path: Path) -> list[str]:
     repeated = tensors["layer2.k"][:400][picks].contiguous()
     wide = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[2:4, :1024].float()  # 65536 elements
     minilm = kvdata.stacked("minilm_l6_kv_fp16.safetensors")[2:3, :256].contiguous()  # plain by the estimate
+    lanes = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[:, :256].contiguous()
     frames = {
         "dense": kvcore.compress(t, block_bytes=4096),  # grouped Huffman planes
         "max": kvcore.compress(t, mode="max", block_bytes=4096),  # signs planes
@@ -48,12 +49,14 @@ def seed_frames(tmp_path: Path) -> list[str]:
         "rows-coded": kvcore.compress(repeated, block_bytes=32768),
         "zstd": kvcore.compress(v1, mode="max", block_bytes=8192),  # (dense keeps zstd only where it saves a quarter)
         "deflate": kvcore.compress(t, backend="software", block_bytes=8192),
+        "lanes": kvcore.compress(lanes, block_bytes=65536, decoder="avx512"),  # lane-interleaved Huffman streams
         # Rotated layouts, which dense mode takes from 65536 elements: fp8 (the sign in the low
         # bits the low-bits split packs) and fp16 (the sign in the low plane)
         "fp8-rotated": kvcore.compress(wide.to(torch.float8_e4m3fn), block_bytes=16384),
         "fp16-rotated": kvcore.compress(minilm, block_bytes=32768),
     }
     assert all(kvcore.frame_info(frames[k])["layout"]["rotate"] for k in ("fp8-rotated", "fp16-rotated"))
+    assert frames["lanes"] != kvcore.compress(lanes, block_bytes=65536)
     # Blocks whose planes share one row table, which decode as whole element rows
     assert all(frame_layout.shared_row_blocks(bytes(frames[k])) for k in ("rows", "rows-fast", "rows-coded"))
     paths = []

@@ -111,12 +111,12 @@ constexpr double kSizeCheckShare = 0.97;
 
 // Bytes of the grouped stream with k merged groups, from each group's code.
 size_t sized_streams(const uint32_t* fine, unsigned groups, unsigned k, const uint32_t* count, size_t rows,
-                     uint32_t channels, bool exact) {
+                     uint32_t channels, bool exact, double lanes_allowance) {
     size_t total = head_bytes(channels, k);
     for (unsigned j = 0; j < k; ++j) {
         uint32_t merged[256];
         const size_t len = merge_fine(fine, groups, k, j, count, rows, merged);
-        total += huffman_estimate(merged, len, exact);
+        total += huffman_estimate(merged, len, exact, lanes_allowance);
     }
     return total;
 }
@@ -216,8 +216,9 @@ Scratch& thread_scratch(size_t bytes, uint32_t channels) {
 
 }  // namespace
 
-Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double table_bits, uint32_t* hist,
-                      bool* exact, uint8_t* dst, size_t cap, size_t* written) {
+Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double table_bits,
+                      double lanes_allowance, uint32_t* hist, bool* exact, uint8_t* dst, size_t cap,
+                      size_t* written) {
     const Status not_better = make_status(Code::kBufferTooSmall, "channel grouping does not pay");
     *exact = true;
     if (channels < 2 || rows < kMinRows) {
@@ -281,7 +282,7 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
     }
     if (best_k == 1) return not_better;
     if (best_bits > kSizeCheckShare * 8.0 * double(cap) &&
-        sized_streams(fine.data(), groups, best_k, count, rows, channels, *exact) > cap) {
+        sized_streams(fine.data(), groups, best_k, count, rows, channels, *exact, lanes_allowance) > cap) {
         return make_status(Code::kBufferTooSmall, "grouped stream does not fit");
     }
 
@@ -299,7 +300,8 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
         const size_t len = merge_fine(fine.data(), groups, best_k, j, count, rows, merged);
         size_t size = 0;
         KVCORE_RETURN_IF_ERROR(
-            huffman_encode(s.columns.data() + offset, len, merged, dst + pos, cap - pos, &size, *exact));
+            huffman_encode(s.columns.data() + offset, len, merged, dst + pos, cap - pos, &size, *exact,
+                           lanes_allowance));
         if (j + 1 < best_k) put_u32(dst + 2 + map_bytes(channels) + 4 * j, static_cast<uint32_t>(size));
         pos += size;
         offset += len;

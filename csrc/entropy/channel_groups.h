@@ -41,11 +41,13 @@ constexpr uint32_t group_first_rank(unsigned g, uint32_t channels, unsigned grou
 // plane's symbol weights: the exact counts when *exact is set, else estimates
 // (histogram_estimate) that are nonzero for every symbol of the plane.
 // K minimizes the estimated size plus table_bits for each table (a decode-time
-// charge; 0: the smallest estimate). kBufferTooSmall when that is one table (no
+// charge; 0: the smallest estimate). Each stream is coded as huffman_encode with
+// lanes_allowance codes it. kBufferTooSmall when that is one table (no
 // grouping), or the result does not fit in cap: the caller then codes the plane
 // with plain huffman, using hist.
-Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double table_bits, uint32_t* hist,
-                      bool* exact, uint8_t* dst, size_t cap, size_t* written);
+Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double table_bits,
+                      double lanes_allowance, uint32_t* hist, bool* exact, uint8_t* dst, size_t cap,
+                      size_t* written);
 
 // Decodes exactly rows x channels symbols into dst.
 Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst);

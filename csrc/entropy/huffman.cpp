@@ -8,6 +8,8 @@
 //                      [size of streams 0..4: 5 x u32][stream 0]...[stream 5]
 //   tag 2  "huffman, 4 forward streams" (written until 2026-12; still read)
 //                      [2][bitmap][lengths][size of streams 0..2: 3 x u32][stream 0]...[stream 3]
+//   tag 4  "lanes"     codes of at most 7 bits in 128 lanes (lane_code.h); written
+//                      where the caller's lanes_allowance takes it
 //
 // bitmap bit s (byte s/8, bit s%8) marks symbol s as present; m = number of
 // present symbols (>= 2). `lengths` holds the code length (1..kMaxLen) of each
@@ -39,7 +41,9 @@
 
 #include "cpu/cpu_features.h"
 #include "entropy/code_chunks.h"
+#include "entropy/code_lengths.h"
 #include "entropy/histogram.h"
+#include "entropy/lane_code.h"
 #include "entropy/pair_index.h"
 
 #if defined(__GNUC__)
@@ -114,71 +118,6 @@ size_t planned_bytes(uint64_t bits, size_t n, uint64_t total, bool exact_counts)
 }
 
 // ---------------------------------------------------------------- code lengths
-
-// Optimal code lengths limited to max_len (package-merge). counts[s] > 0 marks
-// the m >= 2 present symbols; lens[s] receives 1..max_len (0 when absent).
-void limited_lengths(const uint64_t* counts, unsigned max_len, uint8_t* lens) {
-    struct Leaf {
-        uint64_t w;
-        unsigned sym;
-    };
-    constexpr uint64_t kNone = UINT64_MAX;  // weight past the end of a list: never taken first
-    Leaf leaves[256];
-    unsigned m = 0;
-    for (unsigned s = 0; s < 256; ++s) {
-        lens[s] = 0;
-        if (counts[s]) leaves[m++] = {counts[s], s};
-    }
-    std::sort(leaves, leaves + m, [](const Leaf& a, const Leaf& b) { return a.w != b.w ? a.w < b.w : a.sym < b.sym; });
-
-    // Lists A_j, j = max_len (leaves only) down to 1; A_j = merge(leaves, pairs of A_{j+1}).
-    // is_pkg[j][i] says whether item i of A_j is a package.
-    static_assert(kMaxLen <= 15, "");
-    uint64_t leaf_w[256 + 2], pkg_w[256 + 2], items[512];
-    uint8_t is_pkg[kMaxLen + 1][512];
-    for (unsigned i = 0; i < m; ++i) {
-        leaf_w[i] = items[i] = leaves[i].w;
-        is_pkg[max_len][i] = 0;
-    }
-    leaf_w[m] = leaf_w[m + 1] = kNone;
-    unsigned n_items = m;
-    const unsigned need = 2 * m - 2;  // items taken from A_1
-    for (unsigned j = max_len - 1; j >= 1; --j) {
-        const unsigned npkg = n_items / 2;
-        for (unsigned b = 0; b < npkg; ++b) pkg_w[b] = items[2 * b] + items[2 * b + 1];
-        pkg_w[npkg] = pkg_w[npkg + 1] = kNone;
-        // Each list's head and next item are kept in registers, so the loads run ahead
-        // of the merge instead of after each choice (about 1.4x faster than indexing
-        // both lists; a fully branch-free version measured slower still).
-        // Only the first `need` items of any list can be selected.
-        const unsigned out = std::min(need, m + npkg);
-        uint64_t leaf = leaf_w[0], leaf_next = leaf_w[1], pkg = pkg_w[0], pkg_next = pkg_w[1];
-        unsigned a = 0, b = 0;
-        uint8_t* from_pkg = is_pkg[j];
-        for (unsigned o = 0; o < out; ++o) {
-            const bool take_leaf = leaf <= pkg;
-            items[o] = take_leaf ? leaf : pkg;
-            from_pkg[o] = !take_leaf;
-            a += take_leaf;
-            b += !take_leaf;
-            const uint64_t leaf_after = leaf_w[a + 1], pkg_after = pkg_w[b + 1];
-            leaf = take_leaf ? leaf_next : leaf;
-            leaf_next = take_leaf ? leaf_after : leaf_next;
-            pkg = take_leaf ? pkg : pkg_next;
-            pkg_next = take_leaf ? pkg_next : pkg_after;
-        }
-        n_items = out;
-    }
-    // Walk down: the first t items of A_j give each of their leaves one more bit.
-    unsigned t = need;
-    for (unsigned j = 1; j <= max_len && t; ++j) {
-        unsigned pkgs = 0;
-        for (unsigned i = 0; i < t; ++i) pkgs += is_pkg[j][i];
-        const unsigned nleaves = t - pkgs;
-        for (unsigned i = 0; i < nleaves; ++i) ++lens[leaves[i].sym];
-        t = 2 * pkgs;
-    }
-}
 
 // Canonical order of the m present symbols syms[] (increasing, lengths 1..kMaxLen):
 // by (length, symbol), a counting sort over them alone (a pass over all 256
@@ -938,6 +877,16 @@ bool decode_streams(const uint8_t* src, size_t src_size, const uint8_t* lens, co
     return true;
 }
 
+// Whether lanes_allowance takes the lane code for these weights over a
+// six-stream stream estimated at six_stream bytes; *size = its estimate.
+bool lanes_chosen(const uint64_t* counts, size_t n, uint64_t total, bool exact_counts, size_t six_stream,
+                  double lanes_allowance, lanes::Plan* plan, size_t* size) {
+    if (lanes_allowance < 0 || !lanes::plan(counts, plan)) return false;
+    *size = lanes::estimate(*plan, n, total, exact_counts);
+    // (Within the bound too, which the lanes' last bytes exceed on small planes.)
+    return double(*size) <= double(six_stream) * (1 + lanes_allowance) && *size <= huffman_bound(n);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- public API
@@ -947,7 +896,7 @@ size_t huffman_bound(size_t n) {
     return header_size(256) + (n / 8) * kMaxLen + ((n % 8) * kMaxLen + 7) / 8 + kStreams;
 }
 
-size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts) {
+size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts, double lanes_allowance) {
     if (n == 0) return 1;
     uint64_t counts[256];
     uint64_t total = 0;
@@ -963,11 +912,16 @@ size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts) {
     limited_lengths(counts, kMaxLen, lens);
     uint64_t bits = 0;
     for (unsigned s = 0; s < 256; ++s) bits += counts[s] * lens[s];
-    return header_size(m) + planned_bytes(bits, n, total, exact_counts) + (kStreams - 1);
+    const size_t six_stream = header_size(m) + planned_bytes(bits, n, total, exact_counts) + (kStreams - 1);
+    lanes::Plan plan;
+    size_t lane_size = 0;
+    if (lanes_chosen(counts, n, total, exact_counts, six_stream, lanes_allowance, &plan, &lane_size))
+        return lane_size;
+    return six_stream;
 }
 
 Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap, size_t* written,
-                      bool exact_counts) {
+                      bool exact_counts, double lanes_allowance) {
     if (written == nullptr) return invalid("huffman_encode: written is null");
     *written = 0;
     if ((src == nullptr && n) || (dst == nullptr && cap)) return invalid("huffman_encode: null buffer");
@@ -1009,6 +963,13 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     // up to about 1% low on near-uniform planes (a byte plane of mantissas): it must come
     // in 1/64 under the capacity, or the plane is refused before it is coded.
     const uint64_t expected_bytes = planned_bytes(total_bits, n, total, exact_counts);
+    lanes::Plan plan;
+    size_t lane_size = 0;
+    if (lanes_chosen(counts, n, total, exact_counts, hsize + expected_bytes + (kStreams - 1), lanes_allowance, &plan,
+                     &lane_size)) {
+        if (cap < lane_size) return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
+        return lanes::encode(src, n, plan, dst, cap, written);
+    }
     if (cap < hsize || cap - hsize < expected_bytes)
         return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
 
@@ -1142,6 +1103,7 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
         std::memset(dst, src[1], n);
         return Status::ok();
     }
+    if (tag == lanes::kTag) return lanes::decode(src, src_size, dst, n);
     if (tag != kTagHuffman && tag != kTagForward) return corrupt("huffman: unknown stream tag");
     const bool backward = tag == kTagHuffman;
     const unsigned streams = backward ? kStreams : kForwardStreams;

@@ -23,8 +23,13 @@ size_t huffman_bound(size_t n);
 // for every symbol in src. On success *written is the stream size. Returns
 // kBufferTooSmall when the stream would not fit in cap bytes (the caller then
 // stores the plane raw).
+//
+// lanes_allowance: how much larger (a share of its size) the lane-interleaved
+// stream (lane_code.h: codes of at most 7 bits, decoded 2-3x as fast) may be
+// than the six-stream one and still be chosen; 0 takes it only where it is not
+// larger, a negative value never. Both are estimated from the weights first.
 Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_t* dst, size_t cap,
-                      size_t* written, bool exact_counts = true);
+                      size_t* written, bool exact_counts = true, double lanes_allowance = -1);
 
 // Size of the stream huffman_encode would produce for a plane of n symbols with
 // these 256 counts, without coding it: an upper bound at most 5 bytes above the
@@ -32,7 +37,9 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
 // With exact_counts false, hist holds weights (as for huffman_encode) and the
 // result is their estimate scaled to n symbols plus a 1/64 margin: huffman_encode
 // refuses a plane whose estimate does not fit its capacity with that margin.
-size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts = true);
+// A lane-interleaved stream (as lanes_allowance picks it) is bounded with its
+// lanes' final bytes: up to 2 bytes a lane (256) above its exact size.
+size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts = true, double lanes_allowance = -1);
 
 // How huffman_encode codes a plane of n symbols with these 256 counts (present
 // symbols nonzero), on the active ISA: four or eight symbols a put, from chunks

@@ -355,6 +355,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
         policy.fused_decode =
             o.mode == Mode::kFast && esize == 2 && p == 1 && t.residual == nullptr && low_method == Method::kRaw;
         policy.max_ratio = o.max_ratio;
+        policy.lanes = o.lanes;
         Method method = Method::kRaw;
         size_t written = n;
         if (!(p == 0 && direct && !policy.try_lz)) {

@@ -92,6 +92,10 @@ constexpr double kNearFullField = 1.0 / 8;
 // kvdata file grew by more than 0.06% (fp8 planes, whose decode is slow anyway,
 // keep their tables). Max mode charges nothing.
 constexpr double kTableDecodeBits = 2048;
+// With EncodeOptions::lanes, dense mode codes a Huffman stream with the
+// lane-interleaved code (huffman.h) where that is at most this share larger
+// (kvdata exponent streams: about 1.1%); max mode only where it is not larger.
+constexpr double kLanesAllowance = 1.0 / 32;
 constexpr uint8_t kPackedHead = 3;  // the packed method's shift, width and base
 
 // Scratch for candidates, so the best can be kept; kinds 0..5 are separate
@@ -109,11 +113,12 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
     uint32_t hist[256];
     bool exact = true;
     const bool grouped = policy.mode == Mode::kDense && policy.channels > 1 && n % policy.channels == 0;
+    const double lanes_allowance = !policy.lanes ? -1.0 : policy.max_ratio ? 0.0 : kLanesAllowance;
     Status st = make_status(Code::kBufferTooSmall, "not tried");
     if (grouped) {
         const double table_bits = policy.max_ratio ? 0.0 : kTableDecodeBits;
-        st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, table_bits, hist, &exact, dst, cap,
-                                     written);
+        st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, table_bits, lanes_allowance, hist,
+                                     &exact, dst, cap, written);
     } else if (policy.mode == Mode::kFast) {
         exact = entropy::histogram_weights(plane, n, hist);  // fastcode escapes what the sample missed
     } else {
@@ -130,7 +135,7 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
                      : entropy::fastcode_encode_estimated(plane, n, hist, dst, cap, written);
     }
     *method = Method::kHuffman;
-    return entropy::huffman_encode(plane, n, hist, dst, cap, written, exact);
+    return entropy::huffman_encode(plane, n, hist, dst, cap, written, exact, lanes_allowance);
 }
 
 // The largest k in 1..7 worth splitting off the plane (dense mode), or 0. Planes

@@ -61,6 +61,7 @@ struct PlanePolicy {
                                 // coded whole (the high plane of 2-byte elements, frame/codec.cpp)
     bool max_ratio = false;   // max mode: keep the smallest coding however slow it decodes (zstd,
                               // as many channel-group tables as make it smallest)
+    bool lanes = false;       // Huffman streams may be lane-interleaved (EncodeOptions::lanes)
     SharedRows shared_rows;   // the block's row table, for the rows method (rows of row_bytes)
 };
 

@@ -35,26 +35,29 @@ class KvcoreCodec(Codec):
 
     kind = "kvcore"
 
-    def __init__(self, mode: str = "dense", threads: Optional[int] = 1, reuse_output: bool = False):
+    def __init__(self, mode: str = "dense", threads: Optional[int] = 1, reuse_output: bool = False,
+                 decoder: str = "any"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
-        self.mode, self.threads, self.reuse_output = mode, threads, reuse_output
-        self.name = f"kvcore-{mode}" + ("+out" if reuse_output else "")
+        self.mode, self.threads, self.reuse_output, self.decoder = mode, threads, reuse_output, decoder
+        for_decoder = "" if decoder == "any" else f"-{decoder}"
+        self.name = f"kvcore-{mode}{for_decoder}" + ("+out" if reuse_output else "")
         into = ", compress into a reused buffer" if reuse_output else ""
-        self.description = f"kvcore {mode} mode, threads={threads}{into}, decompress into out="
+        coded_for = "" if decoder == "any" else f", decoder={decoder!r}"
+        self.description = f"kvcore {mode} mode{coded_for}, threads={threads}{into}, decompress into out="
 
     def bind(self, data: torch.Tensor) -> Bound:
         import kvcore
 
         src = data.contiguous()
         out = torch.empty_like(src)
-        mode, threads = self.mode, self.threads
+        mode, threads, decoder = self.mode, self.threads, self.decoder
         frame_buf = bytearray(kvcore.max_frame_size(src.dtype, tuple(src.shape))) if self.reuse_output else None
 
         def compress() -> Any:
             if frame_buf is not None:  # a view of the frame in frame_buf, valid until the next call
-                return kvcore.compress(src, mode=mode, threads=threads, out=frame_buf)
-            return kvcore.compress(src, mode=mode, threads=threads)
+                return kvcore.compress(src, mode=mode, threads=threads, out=frame_buf, decoder=decoder)
+            return kvcore.compress(src, mode=mode, threads=threads, decoder=decoder)
 
         def decompress(frame: bytes) -> torch.Tensor:
             return kvcore.decompress(frame, out=out, threads=threads)

@@ -3,7 +3,8 @@
 // Huffman coded), and repeated rows (rows, with lowbits inside). Every dtype,
 // row widths 1-200 (misaligned planes), random block sizes and thread counts;
 // a quarter of the frames are one block of a multiple of 2048 rows, which the
-// grouped coder transposes into spaced channel streams and closes up.
+// grouped coder transposes into spaced channel streams and closes up; half are
+// coded with lane-interleaved Huffman streams (EncodeOptions::lanes).
 // Run under ASan + UBSan by tests/test_low_bits.py (it found a misaligned
 // 8-byte store in the grouped decoder's transpose).
 // Usage: dense_round_trip <seed> <frames>
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
                 if (rng() % 2) std::memcpy(&src[r * cols * esize], &src[(rng() % r) * cols * esize], cols * esize);
         fr::EncodeOptions o;
         o.mode = fr::Mode::kDense;
+        o.lanes = rng() % 2;  // half the frames with lane-interleaved Huffman streams
         o.block_bytes = spaced ? uint32_t(n * esize) : rng() % 2 ? 0 : uint32_t(4096 * esize + rng() % 200000);
         o.threads = 1 + rng() % 3;
         std::vector<uint8_t> frame(fr::max_frame_size(desc, o.block_bytes));

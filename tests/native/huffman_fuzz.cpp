@@ -5,11 +5,12 @@
 // exact-size heap copies into exact-size heap buffers, so AddressSanitizer sees
 // any read or write outside them; UBSan sees undefined behaviour. Each decode
 // must return kOk or kCorruptFrame. Encoding into every too-small capacity must
-// fail cleanly. Both SIMD variants run (alternating iterations).
+// fail cleanly. Every SIMD variant runs (AVX-512, AVX2, portable in turn).
 //
-// The encoder writes tag 3 streams only; streams of the older layout (tag 2) come
-// from files, each a u32 symbol count (little endian) and the stream, and are
-// mutated in a third of the iterations.
+// The encoder writes tag 3 streams, and tag 4 (lane-interleaved) ones when given
+// an allowance for them, as half the iterations are; streams of the older layout
+// (tag 2) come from files, each a u32 symbol count (little endian) and the
+// stream, and are mutated in a third of the iterations.
 //
 // usage: huffman_fuzz SEED ITERATIONS [LEGACY_STREAM_FILE...]
 #include <algorithm>
@@ -64,7 +65,9 @@ int main(int argc, char** argv) {
     }
     long decoded = 0, corrupt = 0;
     for (long it = 0; it < iters; ++it) {
-        kvcore::cpu::set_disabled_isa((it & 1) ? kvcore::cpu::kIsaAvx2 : 0);
+        const uint32_t masks[3] = {0, kvcore::cpu::kIsaAvx512, kvcore::cpu::kIsaAvx512 | kvcore::cpu::kIsaAvx2};
+        kvcore::cpu::set_disabled_isa(masks[it % 3]);
+        const double lanes = rng() % 2 ? -1.0 : rng() % 2 ? 0.05 : 100.0;
         size_t n = rng() % 5 == 0 ? rng() % 20 : rng() % 6000;
         std::vector<uint8_t> src(n);
         const int kind = int(rng() % 6);
@@ -81,7 +84,7 @@ int main(int argc, char** argv) {
         }
         std::vector<uint8_t> enc(huffman_bound(n));
         size_t w = 0;
-        kvcore::Status st = huffman_encode(src.data(), n, nullptr, enc.data(), enc.size(), &w);
+        kvcore::Status st = huffman_encode(src.data(), n, nullptr, enc.data(), enc.size(), &w, true, lanes);
         if (!st.is_ok()) return fail("encode", n, st);
         enc.resize(w);
         {
@@ -94,7 +97,7 @@ int main(int argc, char** argv) {
                 const size_t cap = rng() % w;
                 std::unique_ptr<uint8_t[]> small(new uint8_t[cap ? cap : 1]);
                 size_t w2 = 0;
-                st = huffman_encode(src.data(), n, nullptr, cap ? small.get() : nullptr, cap, &w2);
+                st = huffman_encode(src.data(), n, nullptr, cap ? small.get() : nullptr, cap, &w2, true, lanes);
                 if (st.code != kvcore::Code::kBufferTooSmall) return fail("encode into a small capacity", n, st);
             }
         }
@@ -123,7 +126,7 @@ int main(int argc, char** argv) {
             case 4:
                 m.resize(rng() % 400);
                 for (auto& c : m) c = uint8_t(rng());
-                if (!m.empty()) m[0] = uint8_t(2 + rng() % 2);
+                if (!m.empty()) m[0] = uint8_t(2 + rng() % 3);
                 break;
             default:
                 if (m.size() > 80) m[33 + rng() % 40] = uint8_t(rng());  // lengths and stream sizes

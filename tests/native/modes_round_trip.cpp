@@ -27,6 +27,9 @@ std::vector<Config> configs() {
     fr::EncodeOptions o;
     o.threads = 1;
     out.push_back({"dense", o});
+    o.lanes = true;
+    out.push_back({"dense, lanes", o});
+    o.lanes = false;
     o.mode = fr::Mode::kFast;
     out.push_back({"fast", o});
     o.mode = fr::Mode::kDense;
