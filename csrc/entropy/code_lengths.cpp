@@ -2,6 +2,7 @@
 #include "entropy/code_lengths.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace kvcore::entropy {
 
@@ -65,6 +66,30 @@ void limited_lengths(const uint64_t* counts, unsigned max_len, uint8_t* lens) {
         for (unsigned i = 0; i < nleaves; ++i) ++lens[leaves[i].sym];
         t = 2 * pkgs;
     }
+}
+
+unsigned write_symbol_map(const uint8_t* lens, unsigned extra, uint8_t* out) {
+    unsigned m = 0;
+    for (unsigned s = 0; s < 256; ++s) m += lens[s] != 0;
+    uint8_t* nibbles = out + kSymbolBitmapBytes;
+    std::memset(out, 0, kSymbolBitmapBytes + (m + extra + 1) / 2);
+    for (unsigned s = 0, j = 0; s < 256; ++s) {
+        if (!lens[s]) continue;
+        out[s >> 3] |= uint8_t(1u << (s & 7));
+        nibbles[j >> 1] |= uint8_t(lens[s] << (4 * (j & 1)));
+        ++j;
+    }
+    return m;
+}
+
+unsigned read_symbol_bitmap(const uint8_t* bitmap, uint8_t* syms) {
+    unsigned m = 0;
+    for (unsigned w = 0; w < kSymbolBitmapBytes / 8; ++w) {
+        uint64_t bits;
+        std::memcpy(&bits, bitmap + 8 * w, 8);  // little endian: bit s of the map is bit s % 64 of word s / 64
+        for (; bits; bits &= bits - 1) syms[m++] = uint8_t(64 * w + unsigned(__builtin_ctzll(bits)));
+    }
+    return m;
 }
 
 }  // namespace kvcore::entropy

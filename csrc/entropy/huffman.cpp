@@ -70,10 +70,9 @@ constexpr uint8_t kTagEmpty = 0;
 constexpr uint8_t kTagConst = 1;
 constexpr uint8_t kTagForward = 2;
 constexpr uint8_t kTagHuffman = 3;
-constexpr size_t kBitmapBytes = 32;
 
 size_t header_size(unsigned m, unsigned streams = kStreams) {
-    return 1 + kBitmapBytes + (m + 1) / 2 + 4 * (streams - 1);
+    return 1 + kSymbolBitmapBytes + (m + 1) / 2 + 4 * (streams - 1);
 }
 
 KV_ALWAYS_INLINE uint64_t load_be64(const uint8_t* p) {
@@ -86,11 +85,6 @@ KV_ALWAYS_INLINE void store_be64(uint8_t* p, uint64_t v) {
     std::memcpy(p, &v, 8);
 }
 KV_ALWAYS_INLINE void store_le64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-KV_ALWAYS_INLINE uint64_t load_le64(const uint8_t* p) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
 KV_ALWAYS_INLINE uint32_t load_le32(const uint8_t* p) {
     return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
@@ -952,10 +946,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
 
     uint8_t lens[256];
     limited_lengths(counts, kMaxLen, lens);
-    uint8_t order[256];
     for (unsigned i = 0; i < m; ++i)
         if (lens[syms[i]] == 0) return make_status(Code::kBackendError, "huffman: code length failure");
-    canonical_order(lens, syms, m, order);
     uint64_t total_bits = 0;
     for (unsigned s = 0; s < 256; ++s) total_bits += counts[s] * lens[s];
     const size_t hsize = header_size(m);
@@ -974,6 +966,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
 
     // Canonical codes.
+    uint8_t order[256];
+    canonical_order(lens, syms, m, order);
     EncTable enc;
     std::memset(&enc, 0, sizeof(enc));
     uint32_t pos = 0;  // in kTableBits space
@@ -988,17 +982,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     // Header.
     uint8_t* h = dst;
     *h++ = kTagHuffman;
-    std::memset(h, 0, kBitmapBytes);
-    for (unsigned s = 0; s < 256; ++s)
-        if (lens[s]) h[s >> 3] |= uint8_t(1u << (s & 7));
-    h += kBitmapBytes;
-    std::memset(h, 0, (m + 1) / 2);
-    for (unsigned s = 0, j = 0; s < 256; ++s)
-        if (lens[s]) {
-            h[j >> 1] |= uint8_t(lens[s] << (4 * (j & 1)));
-            ++j;
-        }
-    h += (m + 1) / 2;
+    write_symbol_map(lens, 0, h);
+    h += kSymbolBitmapBytes + (m + 1) / 2;
     uint8_t* sizes = h;
     h += 4 * (kStreams - 1);
 
@@ -1107,20 +1092,17 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
     if (tag != kTagHuffman && tag != kTagForward) return corrupt("huffman: unknown stream tag");
     const bool backward = tag == kTagHuffman;
     const unsigned streams = backward ? kStreams : kForwardStreams;
-    if (src_size < 1 + kBitmapBytes) return corrupt("huffman: truncated header");
+    if (src_size < 1 + kSymbolBitmapBytes) return corrupt("huffman: truncated header");
     const uint8_t* bitmap = src + 1;
     uint8_t syms[256];  // the present symbols, increasing
-    unsigned m = 0;
-    for (unsigned w = 0; w < kBitmapBytes / 8; ++w)
-        for (uint64_t bits = load_le64(bitmap + 8 * w); bits; bits &= bits - 1)
-            syms[m++] = uint8_t(64 * w + unsigned(__builtin_ctzll(bits)));
+    const unsigned m = read_symbol_bitmap(bitmap, syms);
     if (m < 2) return corrupt("huffman: fewer than two symbols in a Huffman stream");
     const size_t hsize = header_size(m, streams);
     if (src_size < hsize) return corrupt("huffman: truncated header");
-    const uint8_t* nib = bitmap + kBitmapBytes;
+    const uint8_t* nib = bitmap + kSymbolBitmapBytes;
     uint8_t lens[256];
     for (unsigned j = 0; j < m; ++j) {
-        const unsigned len = (nib[j >> 1] >> (4 * (j & 1))) & 0xf;
+        const unsigned len = length_nibble(nib, j);
         if (len < 1 || len > kMaxLen) return corrupt("huffman: code length out of range");
         lens[syms[j]] = uint8_t(len);
     }

@@ -13,8 +13,7 @@
 namespace kvcore::entropy::lanes {
 namespace {
 
-constexpr size_t kBitmapBytes = 32;
-constexpr size_t kFixedHeader = 1 + 4 + kBitmapBytes;
+constexpr size_t kFixedHeader = 1 + 4 + kSymbolBitmapBytes;
 // Symbols under 1/512 of the weight are escaped (p < 2^-9, two bits past the
 // longest code). On the kvdata exponent streams this came within 0.03% of the
 // best set of rarest symbols to escape; 1/256 and 1/1024 cost 0.4% and 0.08%.
@@ -59,18 +58,14 @@ void canonical_codes(const uint8_t* syms, unsigned m, const uint8_t* lens, unsig
 
 bool plan(const uint64_t* weights, Plan* p) {
     uint64_t total = 0;
-    unsigned present = 0;
-    for (unsigned s = 0; s < 256; ++s) {
-        total += weights[s];
-        present += weights[s] != 0;
-    }
-    if (present < 2) return false;
-    // The rarest first (ties: larger symbols first, so that the escaped set grows by
-    // weight and then by symbol).
     uint8_t order[256];
     unsigned m = 0;
-    for (unsigned s = 0; s < 256; ++s)
+    for (unsigned s = 0; s < 256; ++s) {
+        total += weights[s];
         if (weights[s]) order[m++] = uint8_t(s);
+    }
+    if (m < 2) return false;
+    // The rarest first (ties: smaller symbols first).
     std::stable_sort(order, order + m, [&](uint8_t a, uint8_t b) { return weights[a] < weights[b]; });
     unsigned escaped = 0;
     while (escaped < m && weights[order[escaped]] * kEscapeShare < total) ++escaped;
@@ -119,10 +114,14 @@ Status encode(const uint8_t* src, size_t n, const Plan& p, uint8_t* dst, size_t 
     detail::EncodeTables t;
     std::memset(&t, 0, sizeof(t));
     t.esc_rank = kCodeSpace;
+    dst[0] = kTag;
     uint8_t syms[256];
-    unsigned m = 0;
-    for (unsigned s = 0; s < 256; ++s)
-        if (p.lens[s]) syms[m++] = uint8_t(s);
+    const unsigned m = write_symbol_map(p.lens, p.esc_len ? 1 : 0, dst + 5);
+    if (p.esc_len) {
+        uint8_t* nibbles = dst + 5 + kSymbolBitmapBytes;
+        nibbles[m / 2] |= uint8_t(p.esc_len << (4 * (m & 1)));
+    }
+    read_symbol_bitmap(dst + 5, syms);
     unsigned rank = 0;
     canonical_codes(syms, m, p.lens, p.esc_len, p.placeholder, [&](unsigned s, unsigned len, unsigned code) {
         if (s == kEsc) {
@@ -139,18 +138,6 @@ Status encode(const uint8_t* src, size_t n, const Plan& p, uint8_t* dst, size_t 
     if (p.esc_len)
         for (unsigned s = 0; s < 256; ++s)
             if (!p.lens[s]) t.rank[s] = uint8_t(t.esc_rank);
-
-    dst[0] = kTag;
-    uint8_t* h = dst + 5;
-    std::memset(h, 0, kBitmapBytes + (p.codes + 1) / 2);
-    unsigned j = 0;
-    for (unsigned s = 0; s < 256; ++s) {
-        if (!p.lens[s]) continue;
-        h[s >> 3] |= uint8_t(1u << (s & 7));
-        h[kBitmapBytes + j / 2] |= uint8_t(p.lens[s] << (4 * (j & 1)));
-        ++j;
-    }
-    if (p.esc_len) h[kBitmapBytes + j / 2] |= uint8_t(p.esc_len << (4 * (j & 1)));
 
     // Scratch: the ranks, the lane stream (laid out down from its end, with the
     // AVX-512 pass's 32 bytes of slack below), and the escaped symbols.
@@ -171,7 +158,6 @@ Status encode(const uint8_t* src, size_t n, const Plan& p, uint8_t* dst, size_t 
         detail::lay_out_portable(ranks, n, t, lane_bits, &stream);
     }
     const size_t e = size_t(escaped - escaped_start), lanes_size = size_t(stream_end - stream);
-    if (e && !p.esc_len) return make_status(Code::kBackendError, "lanes: escaped symbols without an escape code");
     if (cap - hsize < e || cap - hsize - e < lanes_size)
         return make_status(Code::kBufferTooSmall, "lanes: stream would exceed the capacity");
     store_le32(dst + 1, uint32_t(e));
@@ -187,18 +173,13 @@ Status decode(const uint8_t* src, size_t size, uint8_t* dst, size_t n) {
     const size_t e = load_le32(src + 1);
     const uint8_t* bitmap = src + 5;
     uint8_t syms[256];  // the directly coded symbols, increasing
-    unsigned direct = 0;
-    for (unsigned w = 0; w < kBitmapBytes / 8; ++w) {
-        uint64_t bits;
-        std::memcpy(&bits, bitmap + 8 * w, 8);  // little endian: bit s of the map is bit s % 64 of word s / 64
-        for (; bits; bits &= bits - 1) syms[direct++] = uint8_t(64 * w + unsigned(__builtin_ctzll(bits)));
-    }
+    const unsigned direct = read_symbol_bitmap(bitmap, syms);
     const unsigned codes = direct + (e ? 1 : 0);
     if (codes < 2 || codes > kCodeSpace) return corrupt("lanes: code count out of range");
     const size_t hsize = header_bytes(codes);
     if (size < hsize) return corrupt("lanes: truncated header");
-    const uint8_t* nib = bitmap + kBitmapBytes;
-    auto length_at = [&](unsigned i) { return unsigned(nib[i / 2] >> (4 * (i & 1))) & 15; };
+    const uint8_t* nib = bitmap + kSymbolBitmapBytes;
+    const auto length_at = [&](unsigned i) { return length_nibble(nib, i); };
     uint8_t lens[256];
     unsigned kraft = 0, placeholder = 0;
     for (unsigned i = 0; i < direct; ++i) {

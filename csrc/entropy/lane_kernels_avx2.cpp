@@ -86,10 +86,8 @@ KV_AVX2 size_t decode_steps(const uint8_t** pos, const uint8_t* end, const Decod
 
 KV_AVX2 size_t decode_steps_avx2(const uint8_t** pos, const uint8_t* end, const DecodeTables& t, LaneState& s,
                                  size_t step, size_t n, uint8_t* dst, const Escapes& esc) {
-    const size_t whole = n / kLanes;
-    if (step >= whole || size_t(end - *pos) < kLanes) return step;
-    return esc.count ? decode_steps<true>(pos, end, t, s, step, whole, dst, esc)
-                     : decode_steps<false>(pos, end, t, s, step, whole, dst, esc);
+    return esc.count ? decode_steps<true>(pos, end, t, s, step, n / kLanes, dst, esc)
+                     : decode_steps<false>(pos, end, t, s, step, n / kLanes, dst, esc);
 }
 
 }  // namespace kvcore::entropy::lanes::detail
