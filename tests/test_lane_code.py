@@ -135,6 +135,46 @@ def test_escape_rules(variant):
     assert escaped_count(stream) == 2
 
 
+def code_shape(stream: bytes) -> tuple[int, int]:
+    """(codes, longest length less shortest) of a lane stream, from its header."""
+    e = escaped_count(stream)
+    direct = int(np.unpackbits(np.frombuffer(stream[5:37], np.uint8)).sum())
+    codes = direct + (1 if e else 0)
+    nibbles = np.frombuffer(stream[37:37 + (codes + 1) // 2], np.uint8)
+    lens = np.stack([nibbles & 15, nibbles >> 4], axis=1).reshape(-1)[:codes]
+    return codes, int(lens.max() - lens.min())
+
+
+def shaped(counts: list[int], seed: int) -> bytes:
+    """counts[i] copies of symbol 3 i + 1, shuffled."""
+    data = np.repeat(np.arange(len(counts), dtype=np.uint8) * 3 + 1, counts)
+    return np.random.default_rng(seed).permutation(data).tobytes()
+
+
+def test_code_shapes(variant):
+    """Codes of every count and spread of lengths: the AVX2 decoder picks its kernel by
+    both (symbol tables of 16, 32 or 128 entries; 4, 5 or 6 length thresholds)."""
+    n = 1 << 15
+    planes = [
+        shaped([n // 2, n // 4, n // 8, n // 16, n // 32, n // 64, n // 128, n // 128], 1),  # lengths 1-7
+        shaped([n // 2, n // 2], 2),  # two 1-bit codes
+        shaped([n // 24] * 24, 3),  # 24 codes of 4 and 5 bits
+        shaped([n // 40] * 40, 4),  # 40 codes
+        shaped([n // 100] * 100, 5),  # 100 codes of 6 and 7 bits
+        shaped([n // 4, n // 4, n // 8, n // 8] + [n // 64] * 16, 6),  # 20 codes of 2 to 6 bits
+        shaped([n // 2, n // 4, n // 8, n // 16, n // 32, n // 64] + [n // 1024] * 16, 7),  # 22 codes, 1-7
+        skewed(n, 8, rare=n // 300),  # exponent-like, escapes
+    ]
+    shapes = set()
+    for plane in planes:
+        stream = lanes_round_trip(plane)
+        assert stream[0] == TAG
+        codes, spread = code_shape(stream)
+        shapes.add((16 if codes <= 16 else 32 if codes <= 32 else 128, min(max(spread, 4), 6)))
+    assert {16, 32, 128} == {c for c, _ in shapes}
+    assert {4, 5, 6} == {t for _, t in shapes}
+
+
 def test_uniform_planes_keep_six_streams(variant):
     rng = np.random.default_rng(5)
     data = rng.integers(0, 256, 1 << 16, dtype=np.uint8).tobytes()

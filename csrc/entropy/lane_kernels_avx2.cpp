@@ -1,93 +1,271 @@
-// The lane decoder, AVX2 (see lane_kernels.h): eight lanes a register in 32-bit
-// words. AVX2 has no byte permute over 128 entries nor an expand, so the code
-// lookup is a gather from a table of (symbol, length) words and a refill puts
-// the next stream bytes into the lanes that take one with a permute from a table
-// of the 256 lane masks.
+// The lane decoder, AVX2 (see lane_kernels.h): sixteen lanes a register in
+// 16-bit words, so a step is eight registers, taken two at a time.
+//
+// AVX2 has no 16-bit variable shift, no byte permute over 128 entries and no
+// expand, and byte shuffles are few a cycle (one on many Intel cores), so:
+// - a pair of registers keeps its lanes' bit counts as 32 bytes, in the order
+//   that packing the pair's words to bytes gives, where the byte work is done;
+// - shifts are multiplies by powers of two (looked up by count or by length);
+// - the code is canonical, so a code's length grows with its 7-bit index:
+//   the length is a count of thresholds passed (byte compares), and the code's
+//   rank among all codes is its value (index >> (7 - length), a multiply high)
+//   plus a per-length offset;
+// - the symbol is looked up by rank, in 16 entries with one shuffle when there
+//   are at most 16 codes, else in a tree of shuffles chosen among by blends;
+// - a refill shuffles the next stream bytes into the lanes that take one with a
+//   control from a table of the 256 masks of eight lanes.
+// A lane holds at least one bit after every step, so a refill's multiplier
+// (2^(8 - bits), at most 128) fits a byte; the first step, where lanes hold
+// none, is decoded by the portable pass.
 #include <immintrin.h>
 
 #include "entropy/lane_kernels.h"
 
-#define KV_AVX2 __attribute__((target("avx2,bmi,bmi2,popcnt")))
+#define KV_AVX2 __attribute__((target("avx2,bmi,popcnt")))
+#define KV_AVX2_INLINE inline __attribute__((target("avx2,bmi,popcnt"), always_inline))
 
 namespace kvcore::entropy::lanes::detail {
 namespace {
 
-// kExpand[m][i]: the stream byte lane i takes under mask m (its rank among m's lanes).
-struct ExpandTable {
-    alignas(32) uint32_t index[256][8]{};
-    constexpr ExpandTable() {
+constexpr unsigned kVectors = kLanes / 16;
+constexpr unsigned kThresholds = kMaxLen - 1;
+
+// kRefill.control[m]: the shuffle control that puts, for the eight lanes of mask
+// m, the k-th stream byte in the low byte of the k-th lane of m and zero elsewhere.
+struct RefillTable {
+    alignas(16) uint8_t control[256][16]{};
+    constexpr RefillTable() {
         for (unsigned m = 0; m < 256; ++m)
-            for (unsigned i = 0, k = 0; i < 8; ++i) index[m][i] = (m >> i) & 1 ? k++ : 0;
+            for (unsigned i = 0, k = 0; i < 8; ++i) {
+                control[m][2 * i] = (m >> i) & 1 ? uint8_t(k++) : 0x80;
+                control[m][2 * i + 1] = 0x80;
+            }
     }
 };
-constexpr ExpandTable kExpand;
+constexpr RefillTable kRefill;
 
-constexpr unsigned kVectors = kLanes / 8;
+// The decode tables by rank. A lane's count c of thresholds its index passes
+// gives its length min_len + c; length[6 - c], power[6 - c] = 2^length and
+// delta[6 - c] = the rank of that length's first code less its value.
+struct RankTables {
+    alignas(16) uint8_t sym[kCodeSpace]{};  // by rank
+    alignas(16) uint8_t length[16]{};
+    alignas(16) uint8_t power[16]{};
+    alignas(16) uint8_t delta[16]{};
+    uint8_t threshold[kThresholds];  // the first index of each length past the shortest, less one (127: none)
+    unsigned thresholds = 0;         // those below 127: the longest length less the shortest
+    unsigned codes = 0;
+};
 
-template <bool kEscapes>
-KV_AVX2 size_t decode_steps(const uint8_t** pos, const uint8_t* end, const DecodeTables& t, LaneState& s,
+// False when t is not a canonical code (lengths not growing with the index).
+bool rank_tables(const DecodeTables& t, RankTables* r) {
+    const unsigned min_len = t.len[0];
+    if (min_len == 0) return false;
+    for (unsigned c = 0; c < kThresholds; ++c) r->threshold[c] = kCodeSpace - 1;
+    for (unsigned c = 0; min_len + c <= kMaxLen; ++c) {
+        r->length[kThresholds - c] = uint8_t(min_len + c);
+        r->power[kThresholds - c] = uint8_t(1u << (min_len + c));
+    }
+    unsigned rank = 0, prev = 0;
+    for (unsigned idx = 0; idx < kCodeSpace; ++rank) {
+        const unsigned len = t.len[idx], span = kCodeSpace >> len;
+        if (len < min_len || len < prev || len > kMaxLen || idx % span) return false;
+        if (len != prev) {
+            for (unsigned c = prev ? prev - min_len : 0; c < len - min_len; ++c) r->threshold[c] = uint8_t(idx - 1);
+            r->delta[kThresholds - (len - min_len)] = uint8_t(rank - idx / span);
+            prev = len;
+        }
+        r->sym[rank] = t.sym[idx];
+        idx += span;
+    }
+    r->codes = rank;
+    r->thresholds = prev - min_len;
+    return true;
+}
+
+// Bytes of the sym table by rank, in 16-entry shuffle tables (each in both halves).
+template <unsigned kParts>
+struct SymbolTable {
+    __m256i part[kParts];
+};
+
+template <unsigned kParts>
+KV_AVX2_INLINE SymbolTable<kParts> symbol_table(const uint8_t* entries) {
+    SymbolTable<kParts> t;
+    for (unsigned j = 0; j < kParts; ++j)
+        t.part[j] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(entries + 16 * j)));
+    return t;
+}
+
+// The entries of bytes rank (< 16 kParts): shuffles by the low four bits, chosen
+// among by the bits above with blends (each bit moved to the bytes' top).
+template <unsigned kParts>
+KV_AVX2_INLINE __m256i lookup(const SymbolTable<kParts>& t, __m256i rank) {
+    __m256i r[kParts];
+    for (unsigned j = 0; j < kParts; ++j) r[j] = _mm256_shuffle_epi8(t.part[j], rank);
+    unsigned shift = 3;
+    for (unsigned n = kParts; n > 1; n /= 2, --shift) {
+        const __m256i select = _mm256_slli_epi16(rank, int(shift));
+        for (unsigned j = 0; j < n / 2; ++j) r[j] = _mm256_blendv_epi8(r[2 * j], r[2 * j + 1], select);
+    }
+    return r[0];
+}
+
+// kFill[b] = 2^(8 - b): where a byte goes into a window holding b (1..7) bits.
+alignas(16) constexpr uint8_t kFill[16] = {0, 128, 64, 32, 16, 8, 4, 2, 1};
+
+// Lane of byte j of a pair's bit counts (see PairStep), from the pair's first lane.
+constexpr unsigned pair_lane(unsigned j) { return (j & 7) + (j & 8) * 2 + (j & 16) / 2; }
+
+// The refill of one register: the stream bytes at lo for its lanes 0-7 (mask
+// m_lo) and at hi for lanes 8-15 (m_hi), each moved up by its multiplier.
+KV_AVX2_INLINE __m256i refill(__m256i w, __m256i multiplier, const uint8_t* lo, const uint8_t* hi, unsigned m_lo,
+                              unsigned m_hi) {
+    const __m256i bytes = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo))),
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi)), 1);
+    const __m256i control = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kRefill.control[m_lo]))),
+        _mm_load_si128(reinterpret_cast<const __m128i*>(kRefill.control[m_hi])), 1);
+    return _mm256_or_si256(w, _mm256_mullo_epi16(_mm256_shuffle_epi8(bytes, control), multiplier));
+}
+
+// Two registers' lanes (32: registers a and b) through one step: their refills
+// from p (moved past them) and their symbols, in lane order. Their bit counts are
+// bytes in pack order: a's lanes 0-7, b's 0-7, a's 8-15, b's 8-15.
+template <unsigned kParts, unsigned kPassed>
+struct PairStep {
+    static_assert(kPassed <= kThresholds);
+    SymbolTable<kParts> sym;
+    __m256i length, power, delta, fill, threshold[kThresholds];
+
+    KV_AVX2 explicit PairStep(const RankTables& r) : sym(symbol_table<kParts>(r.sym)) {
+        length = broadcast(r.length);
+        power = broadcast(r.power);
+        delta = broadcast(r.delta);
+        fill = broadcast(kFill);
+        for (unsigned c = 0; c < kThresholds; ++c) threshold[c] = _mm256_set1_epi8(char(r.threshold[c]));
+    }
+
+    KV_AVX2 static __m256i broadcast(const uint8_t* table) {
+        return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
+    }
+
+    KV_AVX2_INLINE __m256i operator()(__m256i& wa, __m256i& wb, __m256i& bits, const uint8_t*& p) const {
+        const __m256i zero = _mm256_setzero_si256(), eight = _mm256_set1_epi8(8);
+        const __m256i b = bits;
+        const __m256i take = _mm256_cmpgt_epi8(eight, b);
+        const unsigned m = unsigned(_mm256_movemask_epi8(take));
+        const unsigned a0 = m & 0xff, b0 = (m >> 8) & 0xff, a1 = (m >> 16) & 0xff, b1 = m >> 24;
+        const uint8_t* pa1 = p + _mm_popcnt_u32(a0);
+        const uint8_t* pb0 = pa1 + _mm_popcnt_u32(a1);
+        const uint8_t* pb1 = pb0 + _mm_popcnt_u32(b0);
+        const __m256i f = _mm256_shuffle_epi8(fill, b);
+        wa = refill(wa, _mm256_unpacklo_epi8(f, zero), p, pa1, a0, a1);
+        wb = refill(wb, _mm256_unpackhi_epi8(f, zero), pb0, pb1, b0, b1);
+        p = pb1 + _mm_popcnt_u32(b1);
+        // Both registers' 7-bit indices as bytes, in pack order.
+        const __m256i idx =
+            _mm256_packus_epi16(_mm256_srli_epi16(wa, 16 - kMaxLen), _mm256_srli_epi16(wb, 16 - kMaxLen));
+        // 6 less the thresholds passed, of the first kPassed (the others are 127).
+        __m256i left = _mm256_set1_epi8(kThresholds);
+        for (unsigned j = 0; j + 1 < kPassed; j += 2)
+            left = _mm256_add_epi8(left, _mm256_add_epi8(_mm256_cmpgt_epi8(idx, threshold[j]),
+                                                         _mm256_cmpgt_epi8(idx, threshold[j + 1])));
+        if (kPassed % 2) left = _mm256_add_epi8(left, _mm256_cmpgt_epi8(idx, threshold[kPassed - 1]));
+        const __m256i pw = _mm256_shuffle_epi8(power, left);
+        const __m256i pa = _mm256_unpacklo_epi8(pw, zero), pb = _mm256_unpackhi_epi8(pw, zero);
+        // The codes' values (the index's top `length` bits), then their ranks.
+        const __m256i top7 = _mm256_set1_epi16(int16_t(0xfe00));
+        const __m256i code = _mm256_packus_epi16(_mm256_mulhi_epu16(_mm256_and_si256(wa, top7), pa),
+                                                 _mm256_mulhi_epu16(_mm256_and_si256(wb, top7), pb));
+        const __m256i rank = _mm256_add_epi8(code, _mm256_shuffle_epi8(delta, left));
+        wa = _mm256_mullo_epi16(wa, pa);
+        wb = _mm256_mullo_epi16(wb, pb);
+        bits = _mm256_sub_epi8(_mm256_add_epi8(b, _mm256_and_si256(take, eight)), _mm256_shuffle_epi8(length, left));
+        return _mm256_permute4x64_epi64(lookup(sym, rank), 0xd8);  // a's 16, then b's 16
+    }
+};
+
+template <unsigned kParts, unsigned kPassed>
+KV_AVX2 size_t decode_steps(const uint8_t** pos, const uint8_t* end, const RankTables& r, LaneState& s,
                             size_t step, size_t whole, uint8_t* dst, const Escapes& esc) {
-    alignas(32) uint32_t entry[kCodeSpace];  // symbol | length << 8
-    for (unsigned i = 0; i < kCodeSpace; ++i) entry[i] = t.sym[i] | uint32_t(t.len[i]) << 8;
-    alignas(32) uint32_t window[kLanes], bits[kLanes];
+    const PairStep<kParts, kPassed> pair(r);
+    alignas(32) uint16_t window[kLanes];
+    alignas(32) uint8_t bits[kLanes];
     for (unsigned l = 0; l < kLanes; ++l) {
         window[l] = s.window[l];
-        bits[l] = s.bits[l];
+        bits[l] = uint8_t(s.bits[(l & ~31u) + pair_lane(l & 31)]);
     }
-    const __m256i eight = _mm256_set1_epi32(8), low7 = _mm256_set1_epi32(kCodeSpace - 1);
-    const __m256i low8 = _mm256_set1_epi32(0xff), low16 = _mm256_set1_epi32(0xffff);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
+    __m256i w[kVectors], b[kVectors / 2];
+    for (unsigned v = 0; v < kVectors; ++v) w[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(window + 16 * v));
+    for (unsigned q = 0; q < kVectors / 2; ++q) b[q] = _mm256_load_si256(reinterpret_cast<const __m256i*>(bits + 32 * q));
     const __m256i mark = _mm256_set1_epi8(char(esc.placeholder));
     const uint8_t* p = *pos;
-    // Each register reads 8 bytes at p and takes at most 8: a step reads below p + kLanes.
+    // Each half register reads 8 bytes from where its lanes' bytes start and takes
+    // at most 8: a step reads below p + kLanes.
     for (; step < whole && size_t(end - p) >= kLanes; ++step) {
         uint8_t* out = dst + step * kLanes;
-        for (unsigned g = 0; g < kVectors; g += 4) {
-            __m256i sym[4];
-            for (unsigned u = 0; u < 4; ++u) {
-                __m256i* wp = reinterpret_cast<__m256i*>(window + 8 * (g + u));
-                __m256i* bp = reinterpret_cast<__m256i*>(bits + 8 * (g + u));
-                __m256i w = _mm256_load_si256(wp), b = _mm256_load_si256(bp);
-                const __m256i take = _mm256_cmpgt_epi32(eight, b);
-                const unsigned m = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(take)));
-                const __m256i next = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-                const __m256i fill = _mm256_and_si256(
-                    take, _mm256_permutevar8x32_epi32(
-                              next, _mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.index[m]))));
-                w = _mm256_or_si256(w, _mm256_sllv_epi32(fill, _mm256_sub_epi32(eight, b)));
-                b = _mm256_add_epi32(b, _mm256_and_si256(take, eight));
-                p += _mm_popcnt_u32(m);
-                const __m256i e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(entry),
-                                                         _mm256_and_si256(_mm256_srli_epi32(w, 16 - kMaxLen), low7), 4);
-                const __m256i len = _mm256_srli_epi32(e, 8);
-                _mm256_store_si256(wp, _mm256_and_si256(_mm256_sllv_epi32(w, len), low16));
-                _mm256_store_si256(bp, _mm256_sub_epi32(b, len));
-                sym[u] = _mm256_and_si256(e, low8);
-            }
-            const __m256i bytes = _mm256_permutevar8x32_epi32(
-                _mm256_packus_epi16(_mm256_packus_epi32(sym[0], sym[1]), _mm256_packus_epi32(sym[2], sym[3])), order);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * g), bytes);
-            if (kEscapes) {
-                const uint64_t hits = uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(bytes, mark)));
-                uint64_t& word = esc.hits[(out - dst + 8 * g) / 64];
-                word = (8 * g) % 64 ? word | hits << 32 : hits;
-            }
+#pragma GCC unroll 2
+        for (unsigned v = 0; v < kVectors; v += 4) {  // 64 symbols
+            const __m256i x0 = pair(w[v], w[v + 1], b[v / 2], p);
+            const __m256i x1 = pair(w[v + 2], w[v + 3], b[v / 2 + 1], p);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * v), x0);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * v + 32), x1);
+            if (esc.count)
+                esc.hits[(out - dst) / 64 + v / 4] =
+                    uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(x0, mark))) |
+                    uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(x1, mark)))) << 32;
         }
     }
+    for (unsigned v = 0; v < kVectors; ++v) _mm256_store_si256(reinterpret_cast<__m256i*>(window + 16 * v), w[v]);
+    for (unsigned q = 0; q < kVectors / 2; ++q) _mm256_store_si256(reinterpret_cast<__m256i*>(bits + 32 * q), b[q]);
     for (unsigned l = 0; l < kLanes; ++l) {
-        s.window[l] = uint16_t(window[l]);
-        s.bits[l] = uint16_t(bits[l]);
+        s.window[l] = window[l];
+        s.bits[(l & ~31u) + pair_lane(l & 31)] = bits[l];
     }
     *pos = p;
     return step;
+}
+
+// Marks the placeholders of dst[0, 64 words) in esc.hits.
+KV_AVX2 void mark_escapes(const uint8_t* dst, unsigned words, const Escapes& esc) {
+    const __m256i mark = _mm256_set1_epi8(char(esc.placeholder));
+    for (unsigned k = 0; k < words; ++k) {
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + 64 * k));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + 64 * k + 32));
+        esc.hits[k] = uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, mark))) |
+                      uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, mark)))) << 32;
+    }
+}
+
+// The kernel for r: symbol tables of 16, 32 or 128 entries (64 take 128: rare);
+// 4, 5 or 6 thresholds (lengths 2 to 7 take 5; each costs about 3.5% of the
+// decode on kvdata, Zen 4).
+template <unsigned kParts>
+KV_AVX2 size_t decode_parts(const uint8_t** pos, const uint8_t* end, const RankTables& r, LaneState& s, size_t step,
+                            size_t n, uint8_t* dst, const Escapes& esc) {
+    if (r.thresholds <= 4) return decode_steps<kParts, 4>(pos, end, r, s, step, n / kLanes, dst, esc);
+    if (r.thresholds == 5) return decode_steps<kParts, 5>(pos, end, r, s, step, n / kLanes, dst, esc);
+    return decode_steps<kParts, 6>(pos, end, r, s, step, n / kLanes, dst, esc);
 }
 
 }  // namespace
 
 KV_AVX2 size_t decode_steps_avx2(const uint8_t** pos, const uint8_t* end, const DecodeTables& t, LaneState& s,
                                  size_t step, size_t n, uint8_t* dst, const Escapes& esc) {
-    return esc.count ? decode_steps<true>(pos, end, t, s, step, n / kLanes, dst, esc)
-                     : decode_steps<false>(pos, end, t, s, step, n / kLanes, dst, esc);
+    if (step == 0 && n >= kLanes) {  // (lanes start empty: see the top)
+        LaneState first = s;  // s untouched when the stream ends within the step
+        if (!decode_steps_portable(pos, end, t, first, 0, kLanes, dst)) return 0;
+        s = first;
+        if (esc.count) mark_escapes(dst, kLanes / 64, esc);
+        step = 1;
+    }
+    RankTables r;
+    if (step == 0 || !rank_tables(t, &r)) return step;
+    if (r.codes <= 16) return decode_parts<1>(pos, end, r, s, step, n, dst, esc);
+    if (r.codes <= 32) return decode_parts<2>(pos, end, r, s, step, n, dst, esc);
+    return decode_parts<8>(pos, end, r, s, step, n, dst, esc);
 }
 
 }  // namespace kvcore::entropy::lanes::detail
