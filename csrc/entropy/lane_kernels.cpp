@@ -3,6 +3,7 @@
 #include "entropy/lane_kernels.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace kvcore::entropy::lanes::detail {
 
@@ -57,7 +58,7 @@ inline const uint8_t* step_lanes(const DecodeTables& t, uint16_t* __restrict win
                                  unsigned active, const uint8_t* p, const uint8_t* end, uint8_t* __restrict out) {
     for (unsigned l = 0; l < active; ++l) {
         unsigned w = window[l], b = bits[l];
-        const unsigned take = b < 8;
+        const unsigned take = (b - 8u) >> 31;  // b < 8, without a setcc (its partial write chained the lanes)
         if (kChecked && take && p == end) return nullptr;
         const unsigned byte = !kChecked || p < end ? *p : 0u;
         w |= (byte << ((8 - b) & 15)) & (0u - take);  // without a branch (taken about a third of the time)
@@ -90,11 +91,25 @@ bool decode_steps_portable(const uint8_t** pos, const uint8_t* end, const Decode
 
 void patch_escapes_portable(uint8_t* dst, size_t n, const Escapes& esc) {
     size_t j = *esc.used;
-    for (size_t i = 0; i < n; ++i) {
-        if (dst[i] != esc.placeholder) continue;
-        if (j < esc.count) dst[i] = esc.bytes[j];
-        ++j;
+    const auto patch = [&](size_t from, size_t to) {
+        for (size_t i = from; i < to; ++i) {
+            if (dst[i] != esc.placeholder) continue;
+            if (j < esc.count) dst[i] = esc.bytes[j];
+            ++j;
+        }
+    };
+    // Eight bytes at a time, looked at one by one only where one is a placeholder
+    // (a word holds a zero byte exactly when (x - 0x01..) & ~x & 0x80.. is nonzero).
+    constexpr uint64_t kOnes = 0x0101010101010101ull, kTops = 0x8080808080808080ull;
+    const uint64_t marks = kOnes * esc.placeholder;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        std::memcpy(&x, dst + i, 8);
+        x ^= marks;
+        if ((x - kOnes) & ~x & kTops) patch(i, i + 8);
     }
+    patch(i, n);
     *esc.used = j;
 }
 
