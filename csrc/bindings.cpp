@@ -1205,9 +1205,10 @@ PYBIND11_MODULE(_native, m) {
             .def("take", &FrameOut::take)
             .def_readonly("capacity", &FrameOut::capacity);
         m.def("mover_compress_async", [](uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape,
-                                         uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out) {
+                                         uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out, bool lanes) {
             namespace fr = kvcore::frame;
             fr::EncodeOptions options = mode_options(mode);
+            options.lanes = lanes;
             fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
             check(fr::validate_desc(desc, nbytes, block_bytes));
             if (out.capacity < fr::max_frame_size(desc, block_bytes))
@@ -1225,7 +1226,7 @@ PYBIND11_MODULE(_native, m) {
                 return st;
             });
         }, py::arg("addr"), py::arg("nbytes"), py::arg("dtype"), py::arg("shape"), py::arg("mode"),
-           py::arg("block_bytes"), py::arg("threads"), py::arg("out"));
+           py::arg("block_bytes"), py::arg("threads"), py::arg("out"), py::arg("lanes") = false);
         m.def("mover_decompress_async", [](uint64_t frame, uint64_t size, uint64_t dst, uint64_t dst_size,
                                            unsigned threads, bool fresh) {
             const kvcore::frame::FrameJob job{reinterpret_cast<const uint8_t*>(frame), size,

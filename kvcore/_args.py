@@ -57,6 +57,16 @@ def mode_arg(mode: Any) -> int:
     return MODE_CODES[mode]
 
 
+DECODERS = ("any", "avx512")
+
+
+def decoder_arg(decoder: Any) -> bool:
+    """The native ``lanes`` flag of a ``decoder=`` argument ("any" or "avx512")."""
+    if not isinstance(decoder, str) or decoder not in DECODERS:
+        raise InvalidArgumentError(f"decoder must be one of {list(DECODERS)}, got {decoder!r}")
+    return decoder == "avx512"
+
+
 def check_plain_buffer(buf: Any, what: str) -> None:
     """Refuses a buffer of Python object pointers (a numpy object array, or a memoryview
     of one): writing bytes over them corrupts the objects, and the array's cleanup then

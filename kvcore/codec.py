@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import _native
-from ._args import check_plain_buffer, check_tensor_memory, int_arg, mode_arg, optional_int_arg
+from ._args import check_plain_buffer, check_tensor_memory, decoder_arg, int_arg, mode_arg, optional_int_arg
 from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
 from .errors import InvalidArgumentError, OutOfMemoryError
 from .runs import output_runs
@@ -200,18 +200,13 @@ def _source(x: TensorLike) -> torch.Tensor:
     return t.contiguous()
 
 
-_DECODERS = ("any", "avx512")
-
-
 def _encode_options(mode: str, threads: Optional[int], block_bytes: Optional[int],
                     backend: Optional[str], decoder: str) -> dict[str, Any]:
     mode_code = mode_arg(mode)
     if backend is not None and (not isinstance(backend, str) or backend not in _BACKENDS):
         raise InvalidArgumentError(f"backend must be None or one of {sorted(_BACKENDS)}, got {backend!r}")
-    if not isinstance(decoder, str) or decoder not in _DECODERS:
-        raise InvalidArgumentError(f"decoder must be one of {list(_DECODERS)}, got {decoder!r}")
     return dict(mode=mode_code, backend=_BACKENDS[backend or "auto"], deflate=backend is not None,
-                lanes=decoder == "avx512", block_bytes=_block_bytes(block_bytes), threads=_threads(threads))
+                lanes=decoder_arg(decoder), block_bytes=_block_bytes(block_bytes), threads=_threads(threads))
 
 
 def _block_bytes(block_bytes: Optional[int]) -> int:

@@ -80,6 +80,16 @@ def test_errors_propagate_through_the_future(kv):
         kvcore.decompress_async(bytes(kvcore.compress(kv)), out=torch.empty(kv.shape, dtype=torch.float16))
     with pytest.raises(kvcore.InvalidArgumentError):
         kvcore.compress_async(kv, mode="tiny")
+    with pytest.raises(kvcore.InvalidArgumentError):
+        kvcore.compress_async(kv, decoder="avx2")
+
+
+@pytest.mark.parametrize("mode", ["dense", "max"])
+def test_async_frames_for_avx512_readers(kv, mode):
+    frame = kvcore.compress_async(kv, mode=mode, decoder="avx512").result()
+    assert frame == kvcore.compress(kv, mode=mode, decoder="avx512")
+    back = kvcore.decompress_async(frame).result()
+    assert torch.equal(back.view(torch.int16), kv.view(torch.int16))
 
 
 def test_pipeline_copy_then_compress_overlapped(kv):

@@ -263,6 +263,30 @@ def test_every_codec_mode_writes_the_frames_of_kvcore_compress(kv):
         make_codec("maximum")
 
 
+def test_codec_decoder_writes_frames_for_avx512_readers(kv):
+    """codec_decoder="avx512": the tier codec writes kvcore.compress(..., decoder="avx512")
+    frames in both its paths, and chunks stored with them come back bit-exact."""
+    from kvcore.tiers.codecs import make_codec
+
+    layer = kv[0, 0]
+    for mode in ("dense", "max"):
+        codec = make_codec(mode, decoder="avx512")
+        out = bytearray(codec.max_encoded_size(layer))
+        n = codec.encode_many([layer], [memoryview(out)])[0]
+        assert bytes(out[:n]) == kvcore.compress(layer, mode=mode, decoder="avx512") == codec.encode(layer)
+    toks = tokens_for(1024, 23)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, codec="dense", codec_decoder="avx512") as tm:
+        assert tm.status()["codec"] == "kvcore-dense-avx512"
+        tm.store(toks, kv)
+        tm.flush()
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(toks, out) == 1024 and same(out, kv)
+    with pytest.raises(kvcore.InvalidArgumentError):
+        make_codec("dense", decoder="avx2")
+    with pytest.raises(kvcore.InvalidArgumentError):
+        TierManager(ddr_bytes=64 << 20, codec_decoder="avx2")
+
+
 def test_layerwise_staging_is_bounded_by_windows_of_layers(kv, monkeypatch):
     """Frames that go through staging (an out the codec cannot write into) are decoded in
     windows of layers whose staged bytes fit STAGING_WINDOW_BYTES (at least one layer):

@@ -127,7 +127,8 @@ def test_cli_serve_process(tmp_path):
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "loopback" in r.stderr
     p = subprocess.Popen([sys.executable, "-m", "kvcore", "serve", "--port", str(port), "--ddr-bytes", "16M",
-                          "--ssd-dir", str(tmp_path), "--ssd-bytes", "64M", "--model", "cli-test"],
+                          "--ssd-dir", str(tmp_path), "--ssd-bytes", "64M", "--model", "cli-test",
+                          "--codec", "dense", "--codec-decoder", "avx512"],
                          env=env, stdout=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
@@ -135,6 +136,7 @@ def test_cli_serve_process(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/cache/status", timeout=30) as resp:
             st = json.loads(resp.read())
         assert st["namespace"]["model_id"] == "cli-test" and st["tiers"]["ssd"]["capacity_bytes"] == 64 << 20
+        assert st["codec"] == "kvcore-dense-avx512"
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 0

@@ -38,7 +38,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
-from .._args import MODES
+from .._args import DECODERS, MODES
 
 HELP = "serve the tier manager over HTTP (status, lookup, persist, evict, metrics, ...)"
 
@@ -87,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--salt", default="", help="tenant salt (part of the key namespace)")
     parser.add_argument("--policy", choices=("lru", "cost"), default="lru")
     parser.add_argument("--codec", choices=("auto", *MODES, "raw"), default="auto")
+    parser.add_argument("--codec-decoder", choices=DECODERS, default="any",
+                        help="avx512: dense/max frames that decode faster on CPUs with AVX-512 VBMI2 "
+                             "(every reader of the store should have it)")
 
 
 def _is_loopback(host: str) -> bool:
@@ -269,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         remote = RemoteConfig(url=args.remote_url, ttl_s=args.remote_ttl) if args.remote_url else None
         tm = TierManager(ddr_bytes=args.ddr_bytes, ssd_dir=args.ssd_dir, ssd_bytes=args.ssd_bytes,
                          remote=remote, chunk_tokens=args.chunk_tokens, namespace=ns, policy=args.policy,
-                         codec=args.codec)
+                         codec=args.codec, codec_decoder=args.codec_decoder)
     except (KVCoreError, OSError) as e:
         print(f"kvcore serve: error: {e}", file=sys.stderr)
         return 2

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 
 from .. import _native
-from .._args import mode_arg
+from .._args import decoder_arg, mode_arg
 from .copy import _threads
 from .future import Future
 from .regions import region
@@ -33,7 +33,8 @@ __all__ = ["compress_async", "decompress_async"]
 
 
 def compress_async(
-    x: Any, *, mode: str = "dense", threads: Optional[int] = None, block_bytes: Optional[int] = None
+    x: Any, *, mode: str = "dense", threads: Optional[int] = None, block_bytes: Optional[int] = None,
+    decoder: str = "any"
 ) -> Future:
     """kvcore.compress(x, ...) as a Future whose result is the frame (bytes).
 
@@ -45,13 +46,14 @@ def compress_async(
     from .. import codec
 
     mode_code = mode_arg(mode)
+    lanes = decoder_arg(decoder)
     block_bytes = codec._block_bytes(block_bytes)
     t = codec._as_cpu_tensor(x).contiguous()
     code = codec.code_of(t.dtype)
     shape = [int(d) for d in t.shape]
     out = _native.FrameOut(_native.max_frame_size(code, shape, block_bytes))
     native = _native.mover_compress_async(
-        *codec.tensor_span(t), code, shape, mode_code, block_bytes, _threads(threads), out
+        *codec.tensor_span(t), code, shape, mode_code, block_bytes, _threads(threads), out, lanes
     )
     return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
 

@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
-from .._args import int_arg, optional_int_arg, optional_seconds_arg, seconds_arg, wait_seconds
+from .._args import decoder_arg, int_arg, optional_int_arg, optional_seconds_arg, seconds_arg, wait_seconds
 from ..errors import IOError as KVIOError
 from ..errors import InvalidArgumentError, PoolExhausted
 from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_layers_into, encode_chunk,
@@ -52,7 +52,9 @@ class TierConfig:
     ssd_dir is None or ssd_bytes is 0); remote_url: Redis/Valkey url (off when None),
     remote: its details (timeouts, TTL, cluster); chunk_tokens: tokens per chunk (a
     multiple of the engine's block size); namespace: a Namespace or a model id;
-    policy: "lru" or "cost"; codec: "auto", "dense", "fast", "max" or "raw"; allocator: "auto"
+    policy: "lru" or "cost"; codec: "auto", "dense", "fast", "max" or "raw"; codec_decoder:
+    "any", or "avx512" when every machine that reads the store has AVX-512 VBMI2 (dense and
+    max frames that decode faster there, see kvcore.compress); allocator: "auto"
     (PinnedPool when built), "pinned", "bytes" or an Allocator object; queue_chunks: store queue bound
     (back-pressure); store_partial: also store the shorter last chunk;
     promote_on_hit: copy SSD/remote hits into DDR; demote_on_pressure: DDR victims go
@@ -75,6 +77,7 @@ class TierConfig:
     policy: str = "lru"
     codec: str = "auto"
     codec_threads: Optional[int] = None
+    codec_decoder: str = "any"
     allocator: object = "auto"  # "auto" | "pinned" | "bytes" | an Allocator (kvcore.tiers.ddr)
     queue_chunks: int = 4
     store_partial: bool = True
@@ -97,6 +100,7 @@ class TierConfig:
         int_arg(self.read_ahead, "read_ahead")
         int_arg(self.frame_bytes, "frame_bytes", 1)
         optional_seconds_arg(self.ttl_s, "ttl_s")
+        decoder_arg(self.codec_decoder)
         seconds_arg(self.hot_refresh_s, "hot_refresh_s")
         if self.remote_url is not None and (not isinstance(self.remote_url, str) or not self.remote_url):
             raise InvalidArgumentError(f"remote_url must be a non-empty string, got {self.remote_url!r}")
@@ -176,7 +180,7 @@ class TierManager:
         self._ns_tag = self.namespace.tag
         self.chunk_tokens = config.chunk_tokens
         self.metrics = Metrics()
-        self.codec: Codec = make_codec(config.codec, config.codec_threads)
+        self.codec: Codec = make_codec(config.codec, config.codec_threads, config.codec_decoder)
         self._lock = threading.RLock()
         self._meta: dict[bytes, _Meta] = {}
         self._pending: dict[bytes, tuple] = {}  # key -> (ChunkKey, raw tensor)
