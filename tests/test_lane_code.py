@@ -152,8 +152,9 @@ def shaped(counts: list[int], seed: int) -> bytes:
 
 
 def test_code_shapes(variant):
-    """Codes of every count and spread of lengths: the AVX2 decoder picks its kernel by
-    both (symbol tables of 16, 32 or 128 entries; 4, 5 or 6 length thresholds)."""
+    """Codes of every count and spread of lengths: the AVX2 coder picks its kernels by
+    both (tables of 16, 32 or 128 entries; 4, 5 or 6 length thresholds). Every variant
+    writes the portable encoder's bytes."""
     n = 1 << 15
     planes = [
         shaped([n // 2, n // 4, n // 8, n // 16, n // 32, n // 64, n // 128, n // 128], 1),  # lengths 1-7
@@ -165,10 +166,13 @@ def test_code_shapes(variant):
         shaped([n // 2, n // 4, n // 8, n // 16, n // 32, n // 64] + [n // 1024] * 16, 7),  # 22 codes, 1-7
         skewed(n, 8, rare=n // 300),  # exponent-like, escapes
     ]
+    use_variant("scalar")
+    portable = [_native.huffman_encode(p, lanes=10.0) for p in planes]
+    use_variant(variant)
     shapes = set()
-    for plane in planes:
+    for plane, expected in zip(planes, portable):
         stream = lanes_round_trip(plane)
-        assert stream[0] == TAG
+        assert stream == expected
         codes, spread = code_shape(stream)
         shapes.add((16 if codes <= 16 else 32 if codes <= 32 else 128, min(max(spread, 4), 6)))
     assert {16, 32, 128} == {c for c, _ in shapes}

@@ -153,6 +153,9 @@ Status encode(const uint8_t* src, size_t n, const Plan& p, uint8_t* dst, size_t 
     if (use_avx512()) {
         detail::rank_pass_avx512(src, n, t, ranks, lane_bits, &escaped);
         detail::lay_out_avx512(ranks, n, t, lane_bits, &stream);
+    } else if (use_avx2()) {
+        detail::rank_pass_avx2(src, n, t, ranks, lane_bits, &escaped);
+        detail::lay_out_avx2(ranks, n, t, lane_bits, &stream);
     } else {
         detail::rank_pass_portable(src, n, t, ranks, lane_bits, &escaped);
         detail::lay_out_portable(ranks, n, t, lane_bits, &stream);

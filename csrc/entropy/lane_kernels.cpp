@@ -27,27 +27,31 @@ void rank_pass_portable(const uint8_t* src, size_t n, const EncodeTables& t, uin
 // its count drops below 8 (lane_code.h), which, with B the bits before symbol t
 // and d the previous symbol's length (8 at t = 0), is when (B + 7) mod 8 < d; the
 // byte it takes starts (-B) mod 8 bits into the window.
-void lay_out_portable(const uint8_t* ranks, size_t n, const EncodeTables& t, const uint8_t* lane_bits,
-                      uint8_t** stream) {
-    uint16_t window[kLanes] = {};
-    uint8_t bit[kLanes];
-    std::copy(lane_bits, lane_bits + kLanes, bit);
+void lay_steps_portable(const uint8_t* ranks, size_t n, const EncodeTables& t, LayState& s, size_t first_step,
+                        size_t end_step, uint8_t** stream) {
     uint8_t* q = *stream;
-    for (size_t step = (n + kLanes - 1) / kLanes; step-- > 0;) {
+    for (size_t step = end_step; step-- > first_step;) {
         const size_t base = step * kLanes;
         const unsigned active = unsigned(std::min<size_t>(kLanes, n - base));
         for (unsigned l = active; l-- > 0;) {
             const unsigned r = ranks[base + l], len = t.len[r];
-            window[l] = uint16_t((window[l] >> len) | (unsigned(t.code[r]) << (16 - len)));
-            bit[l] = uint8_t(bit[l] - len);
+            s.window[l] = uint16_t((s.window[l] >> len) | (unsigned(t.code[r]) << (16 - len)));
+            s.bit[l] = uint8_t(s.bit[l] - len);
             const unsigned prev = step ? t.len[ranks[base - kLanes + l]] : 8;
             // Stored below the stream either way; kept where the lane takes it (a
             // branch on that mispredicts about a third of the time).
-            q[-1] = uint8_t(uint16_t(window[l] << ((0u - bit[l]) & 7u)) >> 8);
-            q -= ((bit[l] + 7u) & 7u) < prev;
+            q[-1] = uint8_t(uint16_t(s.window[l] << ((0u - s.bit[l]) & 7u)) >> 8);
+            q -= ((s.bit[l] + 7u) & 7u) < prev;
         }
     }
     *stream = q;
+}
+
+void lay_out_portable(const uint8_t* ranks, size_t n, const EncodeTables& t, const uint8_t* lane_bits,
+                      uint8_t** stream) {
+    LayState s{};
+    std::copy(lane_bits, lane_bits + kLanes, s.bit);
+    lay_steps_portable(ranks, n, t, s, 0, (n + kLanes - 1) / kLanes, stream);
 }
 
 // One step of the lanes [0, active): each refills from p (bytes read: p[0, active)

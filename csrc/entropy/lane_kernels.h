@@ -1,6 +1,6 @@
-// Internals of entropy/lane_code: the passes of the lane coder, portable and
-// AVX-512 (lane_kernels_avx512.cpp), for lane_code.cpp and its tests. Both
-// variants produce and accept the same bytes.
+// Internals of entropy/lane_code: the passes of the lane coder, portable,
+// AVX2 (lane_kernels_avx2.cpp) and AVX-512 (lane_kernels_avx512.cpp), for
+// lane_code.cpp and its tests. Every variant produces and accepts the same bytes.
 #pragma once
 
 #include <cstddef>
@@ -41,14 +41,27 @@ void rank_pass_portable(const uint8_t* src, size_t n, const EncodeTables& t, uin
                         uint8_t** escaped);
 void rank_pass_avx512(const uint8_t* src, size_t n, const EncodeTables& t, uint8_t* ranks, uint8_t* lane_bits,
                       uint8_t** escaped);
+void rank_pass_avx2(const uint8_t* src, size_t n, const EncodeTables& t, uint8_t* ranks, uint8_t* lane_bits,
+                    uint8_t** escaped);
 
 // Encoder pass 2, from the last step to the first: writes the lane stream down
 // from *stream, moving the pointer to its first byte. Room below it: n + 2 * kLanes
-// bytes, and 32 more for the AVX-512 pass.
+// bytes, and 32 more for the AVX-512 and AVX2 passes.
 void lay_out_portable(const uint8_t* ranks, size_t n, const EncodeTables& t, const uint8_t* lane_bits,
                       uint8_t** stream);
 void lay_out_avx512(const uint8_t* ranks, size_t n, const EncodeTables& t, const uint8_t* lane_bits,
                     uint8_t** stream);
+void lay_out_avx2(const uint8_t* ranks, size_t n, const EncodeTables& t, const uint8_t* lane_bits,
+                  uint8_t** stream);
+
+// The lay-out's state between steps: each lane's window and its bit count mod 256.
+struct LayState {
+    uint16_t window[kLanes];
+    uint8_t bit[kLanes];
+};
+// Lays out steps [first_step, end_step), the last first, as lay_out_portable does.
+void lay_steps_portable(const uint8_t* ranks, size_t n, const EncodeTables& t, LayState& s, size_t first_step,
+                        size_t end_step, uint8_t** stream);
 
 // The escaped bytes and how many of them the output has taken so far (*used;
 // it counts every placeholder, also past `count`: the caller checks it). The

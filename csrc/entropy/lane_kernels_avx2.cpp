@@ -19,6 +19,8 @@
 // none, is decoded by the portable pass.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "entropy/lane_kernels.h"
 
 #define KV_AVX2 __attribute__((target("avx2,bmi,popcnt")))
@@ -83,29 +85,32 @@ bool rank_tables(const DecodeTables& t, RankTables* r) {
     return true;
 }
 
-// Bytes of the sym table by rank, in 16-entry shuffle tables (each in both halves).
+// A byte table of 16 kParts entries as 16-entry shuffle tables (each in both halves).
 template <unsigned kParts>
-struct SymbolTable {
+struct ByteTable {
     __m256i part[kParts];
 };
 
 template <unsigned kParts>
-KV_AVX2_INLINE SymbolTable<kParts> symbol_table(const uint8_t* entries) {
-    SymbolTable<kParts> t;
+KV_AVX2_INLINE ByteTable<kParts> byte_table(const uint8_t* entries) {
+    ByteTable<kParts> t;
     for (unsigned j = 0; j < kParts; ++j)
         t.part[j] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(entries + 16 * j)));
     return t;
 }
 
-// The entries of bytes rank (< 16 kParts): shuffles by the low four bits, chosen
+// The entries of bytes x (< 16 kParts): shuffles by the low four bits, chosen
 // among by the bits above with blends (each bit moved to the bytes' top).
 template <unsigned kParts>
-KV_AVX2_INLINE __m256i lookup(const SymbolTable<kParts>& t, __m256i rank) {
+KV_AVX2_INLINE __m256i lookup(const ByteTable<kParts>& t, __m256i x) {
+    static_assert(kParts == 1 || kParts == 2 || kParts == 4 || kParts == 8 || kParts == 16);
+    // (a shuffle zeroes bytes whose index has its top bit set)
+    const __m256i low = kParts == 16 ? _mm256_and_si256(x, _mm256_set1_epi8(15)) : x;
     __m256i r[kParts];
-    for (unsigned j = 0; j < kParts; ++j) r[j] = _mm256_shuffle_epi8(t.part[j], rank);
+    for (unsigned j = 0; j < kParts; ++j) r[j] = _mm256_shuffle_epi8(t.part[j], low);
     unsigned shift = 3;
     for (unsigned n = kParts; n > 1; n /= 2, --shift) {
-        const __m256i select = _mm256_slli_epi16(rank, int(shift));
+        const __m256i select = _mm256_slli_epi16(x, int(shift));
         for (unsigned j = 0; j < n / 2; ++j) r[j] = _mm256_blendv_epi8(r[2 * j], r[2 * j + 1], select);
     }
     return r[0];
@@ -136,10 +141,10 @@ KV_AVX2_INLINE __m256i refill(__m256i w, __m256i multiplier, const uint8_t* lo, 
 template <unsigned kParts, unsigned kPassed>
 struct PairStep {
     static_assert(kPassed <= kThresholds);
-    SymbolTable<kParts> sym;
+    ByteTable<kParts> sym;
     __m256i length, power, delta, fill, threshold[kThresholds];
 
-    KV_AVX2 explicit PairStep(const RankTables& r) : sym(symbol_table<kParts>(r.sym)) {
+    KV_AVX2 explicit PairStep(const RankTables& r) : sym(byte_table<kParts>(r.sym)) {
         length = broadcast(r.length);
         power = broadcast(r.power);
         delta = broadcast(r.delta);
@@ -266,6 +271,151 @@ KV_AVX2 size_t decode_steps_avx2(const uint8_t** pos, const uint8_t* end, const 
     if (r.codes <= 16) return decode_parts<1>(pos, end, r, s, step, n, dst, esc);
     if (r.codes <= 32) return decode_parts<2>(pos, end, r, s, step, n, dst, esc);
     return decode_parts<8>(pos, end, r, s, step, n, dst, esc);
+}
+
+
+// ---- the encoder's passes ----
+
+namespace {
+
+// kGather.control[m]: the shuffle control that puts the low bytes of the words of
+// the lanes in m (eight lanes) at the top of 16 bytes, in lane order.
+struct GatherTable {
+    alignas(16) uint8_t control[256][16]{};
+    constexpr GatherTable() {
+        for (unsigned m = 0; m < 256; ++m) {
+            unsigned k = 16 - unsigned(__builtin_popcount(m));
+            for (unsigned i = 0; i < 16; ++i) control[m][i] = 0x80;
+            for (unsigned i = 0; i < 8; ++i)
+                if ((m >> i) & 1) control[m][k++] = uint8_t(2 * i);
+        }
+    }
+};
+constexpr GatherTable kGather;
+
+template <unsigned kParts>
+KV_AVX2 void rank_pass(const uint8_t* src, size_t n, const EncodeTables& t, uint8_t* ranks, uint8_t* lane_bits,
+                       uint8_t** escaped) {
+    const ByteTable<16> rank = byte_table<16>(t.rank);
+    const ByteTable<kParts> len = byte_table<kParts>(t.len);
+    // No escape code: an index no rank has.
+    const __m256i esc = _mm256_set1_epi8(char(t.esc_rank < kCodeSpace ? t.esc_rank : 0xff));
+    __m256i sum[kLanes / 32];
+    for (auto& x : sum) x = _mm256_setzero_si256();
+    uint8_t* x = *escaped;
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (unsigned u = 0; u < kLanes / 32; ++u) {
+            const uint8_t* in = src + i + 32 * u;
+            const __m256i r = lookup(rank, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ranks + i + 32 * u), r);
+            sum[u] = _mm256_add_epi8(sum[u], lookup(len, r));
+            for (unsigned hits = unsigned(_mm256_movemask_epi8(_mm256_cmpeq_epi8(r, esc))); hits; hits &= hits - 1)
+                *x++ = in[__builtin_ctz(hits)];
+        }
+    for (unsigned u = 0; u < kLanes / 32; ++u) _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane_bits + 32 * u), sum[u]);
+    for (; i < n; ++i) {  // the last, partial step
+        const uint8_t r = t.rank[src[i]];
+        ranks[i] = r;
+        lane_bits[i % kLanes] = uint8_t(lane_bits[i % kLanes] + t.len[r]);
+        *x = src[i];
+        x += r == t.esc_rank;
+    }
+    *escaped = x;
+}
+
+// Writes below q the low bytes of x's words whose lanes are in m_lo (lanes 0-7)
+// and m_hi (8-15), in lane order: each half's 16 bytes end at q, then q moves
+// down past the bytes it keeps.
+KV_AVX2_INLINE void put_taken(__m256i x, unsigned m_lo, unsigned m_hi, uint8_t*& q) {
+    const __m256i control = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kGather.control[m_lo]))),
+        _mm_load_si128(reinterpret_cast<const __m128i*>(kGather.control[m_hi])), 1);
+    const __m256i packed = _mm256_shuffle_epi8(x, control);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q - 16), _mm256_extracti128_si256(packed, 1));
+    q -= _mm_popcnt_u32(m_hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q - 16), _mm256_castsi256_si128(packed));
+    q -= _mm_popcnt_u32(m_lo);
+}
+
+// 32 ranks in pack order (see PairStep).
+KV_AVX2_INLINE __m256i ranks_in_pack_order(const uint8_t* at) {
+    return _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)), 0xd8);
+}
+
+// lay_steps_portable's arithmetic on a pair of registers (32 lanes): shifts are
+// multiplies by powers of two, looked up by rank (2^(8 - len), taken as the high
+// byte of a word: 2^(16 - len)) or by bit count (2^(-bits mod 8)); the pair's
+// ranks, lengths and bit counts are bytes in pack order (see PairStep), so that
+// unpacking them gives the two registers' words in lane order.
+template <unsigned kParts>
+KV_AVX2 void lay_out_whole(const uint8_t* ranks, size_t whole, const EncodeTables& t, LayState& s, uint8_t*& q) {
+    alignas(16) uint8_t raise[kCodeSpace];  // 2^(8 - len) by rank
+    for (unsigned r = 0; r < kCodeSpace; ++r) raise[r] = t.len[r] ? uint8_t(1u << (8 - t.len[r])) : 0;
+    const ByteTable<kParts> len = byte_table<kParts>(t.len), code = byte_table<kParts>(t.code),
+                            shift = byte_table<kParts>(raise);
+    alignas(16) static constexpr uint8_t kPowers[16] = {1, 2, 4, 8, 16, 32, 64, 128};
+    const __m256i powers = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kPowers)));
+    const __m256i zero = _mm256_setzero_si256(), seven = _mm256_set1_epi8(7), eight = _mm256_set1_epi8(8);
+    alignas(32) uint8_t bit[kLanes];
+    for (unsigned l = 0; l < kLanes; ++l) bit[l] = s.bit[(l & ~31u) + pair_lane(l & 31)];
+    for (size_t step = whole; step-- > 0;) {
+        const size_t base = step * kLanes;
+        for (unsigned v = kLanes / 32; v-- > 0;) {  // pairs, the last first
+            const __m256i rank = ranks_in_pack_order(ranks + base + 32 * v);
+            const __m256i lens = lookup(len, rank), sh = lookup(shift, rank), codes = lookup(code, rank);
+            const __m256i prev = step ? lookup(len, ranks_in_pack_order(ranks + base - kLanes + 32 * v)) : eight;
+            __m256i* wp = reinterpret_cast<__m256i*>(s.window + 32 * v);
+            const __m256i sa = _mm256_unpacklo_epi8(zero, sh), sb = _mm256_unpackhi_epi8(zero, sh);
+            const __m256i wa = _mm256_or_si256(_mm256_mulhi_epu16(_mm256_loadu_si256(wp), sa),
+                                               _mm256_mullo_epi16(_mm256_unpacklo_epi8(codes, zero), sa));
+            const __m256i wb = _mm256_or_si256(_mm256_mulhi_epu16(_mm256_loadu_si256(wp + 1), sb),
+                                               _mm256_mullo_epi16(_mm256_unpackhi_epi8(codes, zero), sb));
+            _mm256_storeu_si256(wp, wa);
+            _mm256_storeu_si256(wp + 1, wb);
+            __m256i* bp = reinterpret_cast<__m256i*>(bit + 32 * v);
+            const __m256i b = _mm256_sub_epi8(_mm256_load_si256(bp), lens);
+            _mm256_store_si256(bp, b);
+            const __m256i take = _mm256_cmpgt_epi8(prev, _mm256_and_si256(_mm256_add_epi8(b, seven), seven));
+            const __m256i up = _mm256_shuffle_epi8(powers, _mm256_and_si256(_mm256_sub_epi8(zero, b), seven));
+            const __m256i ba = _mm256_srli_epi16(_mm256_mullo_epi16(wa, _mm256_unpacklo_epi8(up, zero)), 8);
+            const __m256i bb = _mm256_srli_epi16(_mm256_mullo_epi16(wb, _mm256_unpackhi_epi8(up, zero)), 8);
+            // Bits 0-7: a's lanes 0-7, 8-15: b's 0-7, 16-23: a's 8-15, 24-31: b's 8-15.
+            const unsigned m = unsigned(_mm256_movemask_epi8(take));
+            put_taken(bb, (m >> 8) & 0xff, m >> 24, q);
+            put_taken(ba, m & 0xff, (m >> 16) & 0xff, q);
+        }
+    }
+}
+
+unsigned code_count(const EncodeTables& t) {
+    unsigned codes = 0;
+    while (codes < kCodeSpace && t.len[codes]) ++codes;
+    return codes;
+}
+
+}  // namespace
+
+KV_AVX2 void rank_pass_avx2(const uint8_t* src, size_t n, const EncodeTables& t, uint8_t* ranks, uint8_t* lane_bits,
+                            uint8_t** escaped) {
+    const unsigned codes = code_count(t);
+    if (codes <= 16) return rank_pass<1>(src, n, t, ranks, lane_bits, escaped);
+    if (codes <= 32) return rank_pass<2>(src, n, t, ranks, lane_bits, escaped);
+    rank_pass<8>(src, n, t, ranks, lane_bits, escaped);
+}
+
+KV_AVX2 void lay_out_avx2(const uint8_t* ranks, size_t n, const EncodeTables& t, const uint8_t* lane_bits,
+                          uint8_t** stream) {
+    LayState s{};
+    std::copy(lane_bits, lane_bits + kLanes, s.bit);
+    const size_t steps = (n + kLanes - 1) / kLanes, whole = n / kLanes;
+    uint8_t* q = *stream;
+    lay_steps_portable(ranks, n, t, s, whole, steps, &q);  // a partial last step
+    const unsigned codes = code_count(t);
+    if (codes <= 16) lay_out_whole<1>(ranks, whole, t, s, q);
+    else if (codes <= 32) lay_out_whole<2>(ranks, whole, t, s, q);
+    else lay_out_whole<8>(ranks, whole, t, s, q);
+    *stream = q;
 }
 
 }  // namespace kvcore::entropy::lanes::detail
