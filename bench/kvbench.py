@@ -128,6 +128,7 @@ class Paired:
     direction: str
     goal: Optional[float]  # None: a reference line for reading the targets, with no target of its own
     original_bytes: int
+    note: str = "the machine's own scaling"  # what a line without a goal shows
     codec_s: list[float] = field(default_factory=list)
     reference_s: list[float] = field(default_factory=list)
     factors: list[float] = field(default_factory=list)
@@ -248,7 +249,7 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
         for p in paired:
             tag = f"{p.data} {p.dtype}"
             claim = f"vs {p.reference}" if p.goal is None else f">= {p.goal:g}x {p.reference}"
-            outcome = "(no target: the machine's own scaling)" if p.goal is None else f"-> {verdict(p.median, p.goal)}"
+            outcome = f"(no target: {p.note})" if p.goal is None else f"-> {verdict(p.median, p.goal)}"
             lines.append(f"  {tag:<{wt}} {p.codec.removeprefix('kvcore-')} {p.direction} {claim}: "
                          f"{p.median:.2f}x [{min(p.factors):.2f}-{max(p.factors):.2f}] over {len(p.factors)} rounds "
                          f"({p.gbps(p.codec_s):.2f} vs {p.gbps(p.reference_s):.2f} GB/s) {outcome}")

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import pytest
 import torch
 
+import kvcore
+
 from kvbench import (CHUNK_FRAMES_DATA, QWEN_CHUNK_SHAPE, THREADS_DATA, KVInput, Paired, Row, kv_inputs, load_input,
                      qwen_chunk, record)
 from kvcore.bench.codecs import MODES, KvcoreCodec, frame_summary, kvcore_codec_available
@@ -261,6 +263,35 @@ def test_paired_targets(benchmark: Any, kv_paired: list, cpu_timer: bool, inp: K
     benchmark.group = f"paired {inp.id} {direction}"
     benchmark.extra_info.update(data=inp.path.name, dtype=inp.dtype)
     run_paired(benchmark, result, work, reference_work, time.process_time if cpu_timer else time.perf_counter)
+    kv_paired.append(result)
+
+
+# The SIMD variants below this machine's widest (readers and writers of decoder="avx512" frames
+# without AVX-512), each with the kvcore.set_disabled_isa mask that makes it the widest active one.
+_MASKS = {"avx2": "avx512", "scalar": "avx512,avx2"}
+NARROWER = [v for v in _MASKS if v != kvcore.isa_variant() and (v == "scalar" or v in kvcore.features()["simd_detected"])]
+
+
+@skip_no_data
+@pytest.mark.parametrize("direction", ["compress", "decompress"])
+@pytest.mark.parametrize("variant", NARROWER)
+@pytest.mark.parametrize("inp", [i for i in INPUTS if not i.cast and not i.half], ids=lambda i: i.id)
+def test_paired_avx512_frames_on_narrower_cpus(benchmark: Any, kv_paired: list, cpu_timer: bool, inp: KVInput,
+                                               variant: str, direction: str) -> None:
+    """decoder="avx512" frames against default ones on a CPU without AVX-512 (this machine with
+    the wider variants masked off), paired: what choosing them costs a reader or writer without
+    AVX-512 VBMI2. No target."""
+    kvcore.set_disabled_isa(_MASKS[variant])
+    try:
+        work = paired_work(inp, "kvcore-dense-avx512", direction)
+        reference_work = paired_work(inp, "kvcore-dense", direction)
+        result = Paired(inp.data, inp.dtype, f"kvcore-dense-avx512 ({variant})", f"default frames ({variant})",
+                        direction, None, load_input(inp).nbytes, note=f"CPUs without AVX-512, as {variant}")
+        benchmark.group = f"paired {inp.id} {direction} {variant}"
+        benchmark.extra_info.update(data=inp.path.name, dtype=inp.dtype, variant=variant)
+        run_paired(benchmark, result, work, reference_work, time.process_time if cpu_timer else time.perf_counter)
+    finally:
+        kvcore.set_disabled_isa("")
     kv_paired.append(result)
 
 

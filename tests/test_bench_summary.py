@@ -58,3 +58,12 @@ def test_paired_reference_without_a_goal_has_no_verdict() -> None:
     assert "[1.40-1.50] over 2 rounds" in line
     assert line.endswith("(no target: the machine's own scaling)")
     assert "met" not in line
+
+
+def test_paired_reference_line_says_what_it_measures() -> None:
+    """A reference line with its own note (test_paired_avx512_frames_on_narrower_cpus) shows it."""
+    p = Paired("m", "bf16", "kvcore-dense-avx512 (avx2)", "default frames (avx2)", "decompress", None,
+               original_bytes=10**9, note="CPUs without AVX-512, as avx2")
+    p.add(1.0, 0.9)
+    line = target_line(summary_lines([], [p]), "dense-avx512 (avx2) decompress vs default frames (avx2): 0.90x")
+    assert line.endswith("(no target: CPUs without AVX-512, as avx2)")
