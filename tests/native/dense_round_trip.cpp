@@ -4,7 +4,8 @@
 // row widths 1-200 (misaligned planes), random block sizes and thread counts;
 // a quarter of the frames are one block of a multiple of 2048 rows, which the
 // grouped coder transposes into spaced channel streams and closes up; half are
-// coded with lane-interleaved Huffman streams (EncodeOptions::lanes).
+// coded with lane-interleaved Huffman streams (EncodeOptions::lanes). Each frame
+// is coded and decoded by SIMD variants drawn apart (AVX-512, AVX2, portable).
 // Run under ASan + UBSan by tests/test_low_bits.py (it found a misaligned
 // 8-byte store in the grouped decoder's transpose).
 // Usage: dense_round_trip <seed> <frames>
@@ -15,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/cpu_features.h"
 #include "frame/codec.h"
 
 namespace fr = kvcore::frame;
@@ -24,6 +26,8 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(std::strtoull(argv[1], nullptr, 10));
     const int frames = std::atoi(argv[2]);
     size_t with_low_bits = 0;
+    // Disabled-feature masks that leave AVX-512, AVX2 or no SIMD variant active.
+    const uint32_t masks[3] = {0, kvcore::cpu::kIsaAvx512, kvcore::cpu::kIsaAvx512 | kvcore::cpu::kIsaAvx2};
     for (int it = 0; it < frames; ++it) {
         const fr::DType dtype = fr::DType(1 + rng() % 7);
         const size_t esize = fr::dtype_size(dtype);
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
         o.threads = 1 + rng() % 3;
         std::vector<uint8_t> frame(fr::max_frame_size(desc, o.block_bytes));
         size_t written = 0;
+        kvcore::cpu::set_disabled_isa(masks[rng() % 3]);
         if (!fr::compress(src.data(), src.size(), desc, o, frame.data(), frame.size(), &written).is_ok()) {
             std::puts("compress failed");
             return 1;
@@ -59,6 +64,7 @@ int main(int argc, char** argv) {
         }
         if (info.method_counts.size() > 8 && info.method_counts[8]) ++with_low_bits;
         std::vector<uint8_t> back(src.size());
+        kvcore::cpu::set_disabled_isa(masks[rng() % 3]);
         if (!fr::decompress(frame.data(), written, back.data(), back.size(), 2).is_ok() || back != src) {
             std::puts("round trip differs");
             return 1;
