@@ -1,5 +1,7 @@
-// The lane decoder, AVX2 (see lane_kernels.h): sixteen lanes a register in
-// 16-bit words, so a step is eight registers, taken two at a time.
+// The lane coder's passes, AVX2 (see lane_kernels.h): sixteen lanes a register
+// in 16-bit words, so a step is eight registers, taken two at a time. The
+// decoder first, then the encoder's rank and lay-out passes (the same tricks,
+// run backwards, and a table of gathering shuffles in place of the refills').
 //
 // AVX2 has no 16-bit variable shift, no byte permute over 128 entries and no
 // expand, and byte shuffles are few a cycle (one on many Intel cores), so:
