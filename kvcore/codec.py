@@ -126,8 +126,10 @@ def compress(
     decoder: the CPUs that will decompress the frame. "any" (default) codes it to decode
     fast everywhere. "avx512", for stores read by AVX-512 VBMI2 CPUs (Ice Lake, Sapphire
     Rapids, Zen 4 and later), codes dense mode's Huffman streams in 128 lanes that those
-    decode 1.3-1.6x as fast, for frames about 0.3% larger (kvdata bf16 / fp16; docs/FORMAT.md,
-    huffman tag 4); other CPUs read them too, several times slower on those streams.
+    decode side by side: frames decoded 1.17-1.45x as fast, 0.12-0.31% larger (kvdata on a
+    Zen 4; docs/FORMAT.md, huffman tag 4). Other CPUs read and write them too: with AVX2 at
+    0.86-1.02x the speed of default frames, without it (any non-x86 CPU) at 0.28-0.66x
+    (measured with AVX-512 masked off; README).
 
     >>> import torch, kvcore
     >>> x = torch.zeros(64, 8, dtype=torch.float16)  # 1 KiB of one value

@@ -133,6 +133,7 @@ Status encode(const uint8_t* src, size_t n, const Plan& p, uint8_t* dst, size_t 
         t.len[rank] = uint8_t(len);
         ++rank;
     });
+    t.codes = rank;
     // Symbols without a code of their own are escaped (weights from a sample may
     // have missed none of src's symbols, by their contract, but call some rare).
     if (p.esc_len)

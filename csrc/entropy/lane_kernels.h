@@ -12,12 +12,14 @@ namespace kvcore::entropy::lanes::detail {
 
 // Encoder tables: rank[s] = the code index of symbol s (escaped symbols: ESC's);
 // code[r] (right-aligned) and len[r] by code index; esc_rank = ESC's index, or
-// kCodeSpace when nothing is escaped. Absent symbols' ranks are never looked up.
+// kCodeSpace when nothing is escaped; codes = how many ranks there are, ESC's
+// included. Absent symbols' ranks are never looked up.
 struct EncodeTables {
     alignas(64) uint8_t rank[256];
     alignas(64) uint8_t code[kCodeSpace];
     alignas(64) uint8_t len[kCodeSpace];
     unsigned esc_rank;
+    unsigned codes;
 };
 
 // Decoder tables by the next 7 bits of a lane: the symbol (ESC: the

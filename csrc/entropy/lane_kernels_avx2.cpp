@@ -22,6 +22,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "entropy/lane_kernels.h"
 
@@ -118,6 +119,15 @@ KV_AVX2_INLINE __m256i lookup(const ByteTable<kParts>& t, __m256i x) {
     return r[0];
 }
 
+// f(the table parts for `codes` byte entries: 1, 2, or 8 for up to 128; 64 take
+// 8, being rare), as an integral_constant.
+template <typename F>
+inline auto with_table_parts(unsigned codes, F f) {
+    if (codes <= 16) return f(std::integral_constant<unsigned, 1>{});
+    if (codes <= 32) return f(std::integral_constant<unsigned, 2>{});
+    return f(std::integral_constant<unsigned, 8>{});
+}
+
 // kFill[b] = 2^(8 - b): where a byte goes into a window holding b (1..7) bits.
 alignas(16) constexpr uint8_t kFill[16] = {0, 128, 64, 32, 16, 8, 4, 2, 1};
 
@@ -194,18 +204,20 @@ struct PairStep {
     }
 };
 
+// The hits word (Escapes) of 64 output bytes lo, hi: where they hold the placeholder.
+KV_AVX2_INLINE uint64_t escape_hits(__m256i lo, __m256i hi, __m256i mark) {
+    return uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, mark))) |
+           uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, mark)))) << 32;
+}
+
 template <unsigned kParts, unsigned kPassed>
 KV_AVX2 size_t decode_steps(const uint8_t** pos, const uint8_t* end, const RankTables& r, LaneState& s,
                             size_t step, size_t whole, uint8_t* dst, const Escapes& esc) {
     const PairStep<kParts, kPassed> pair(r);
-    alignas(32) uint16_t window[kLanes];
-    alignas(32) uint8_t bits[kLanes];
-    for (unsigned l = 0; l < kLanes; ++l) {
-        window[l] = s.window[l];
-        bits[l] = uint8_t(s.bits[(l & ~31u) + pair_lane(l & 31)]);
-    }
+    alignas(32) uint8_t bits[kLanes];  // in pack order
+    for (unsigned l = 0; l < kLanes; ++l) bits[l] = uint8_t(s.bits[(l & ~31u) + pair_lane(l & 31)]);
     __m256i w[kVectors], b[kVectors / 2];
-    for (unsigned v = 0; v < kVectors; ++v) w[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(window + 16 * v));
+    for (unsigned v = 0; v < kVectors; ++v) w[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(s.window + 16 * v));
     for (unsigned q = 0; q < kVectors / 2; ++q) b[q] = _mm256_load_si256(reinterpret_cast<const __m256i*>(bits + 32 * q));
     const __m256i mark = _mm256_set1_epi8(char(esc.placeholder));
     const uint8_t* p = *pos;
@@ -219,36 +231,26 @@ KV_AVX2 size_t decode_steps(const uint8_t** pos, const uint8_t* end, const RankT
             const __m256i x1 = pair(w[v + 2], w[v + 3], b[v / 2 + 1], p);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * v), x0);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * v + 32), x1);
-            if (esc.count)
-                esc.hits[(out - dst) / 64 + v / 4] =
-                    uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(x0, mark))) |
-                    uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(x1, mark)))) << 32;
+            if (esc.count) esc.hits[(out - dst) / 64 + v / 4] = escape_hits(x0, x1, mark);
         }
     }
-    for (unsigned v = 0; v < kVectors; ++v) _mm256_store_si256(reinterpret_cast<__m256i*>(window + 16 * v), w[v]);
+    for (unsigned v = 0; v < kVectors; ++v) _mm256_store_si256(reinterpret_cast<__m256i*>(s.window + 16 * v), w[v]);
     for (unsigned q = 0; q < kVectors / 2; ++q) _mm256_store_si256(reinterpret_cast<__m256i*>(bits + 32 * q), b[q]);
-    for (unsigned l = 0; l < kLanes; ++l) {
-        s.window[l] = window[l];
-        s.bits[(l & ~31u) + pair_lane(l & 31)] = bits[l];
-    }
+    for (unsigned l = 0; l < kLanes; ++l) s.bits[(l & ~31u) + pair_lane(l & 31)] = bits[l];
     *pos = p;
     return step;
 }
 
-// Marks the placeholders of dst[0, 64 words) in esc.hits.
+// Marks the placeholders of dst[0, 64 * words) in esc.hits.
 KV_AVX2 void mark_escapes(const uint8_t* dst, unsigned words, const Escapes& esc) {
     const __m256i mark = _mm256_set1_epi8(char(esc.placeholder));
-    for (unsigned k = 0; k < words; ++k) {
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + 64 * k));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + 64 * k + 32));
-        esc.hits[k] = uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, mark))) |
-                      uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, mark)))) << 32;
-    }
+    for (unsigned k = 0; k < words; ++k)
+        esc.hits[k] = escape_hits(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + 64 * k)),
+                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dst + 64 * k + 32)), mark);
 }
 
-// The kernel for r: symbol tables of 16, 32 or 128 entries (64 take 128: rare);
-// 4, 5 or 6 thresholds (lengths 2 to 7 take 5; each costs about 3.5% of the
-// decode on kvdata, Zen 4).
+// The kernel for r's thresholds: 4, 5 or 6 (lengths 2 to 7 take 5; each costs
+// about 3.5% of the decode on kvdata, Zen 4).
 template <unsigned kParts>
 KV_AVX2 size_t decode_parts(const uint8_t** pos, const uint8_t* end, const RankTables& r, LaneState& s, size_t step,
                             size_t n, uint8_t* dst, const Escapes& esc) {
@@ -270,9 +272,9 @@ KV_AVX2 size_t decode_steps_avx2(const uint8_t** pos, const uint8_t* end, const 
     }
     RankTables r;
     if (step == 0 || !rank_tables(t, &r)) return step;
-    if (r.codes <= 16) return decode_parts<1>(pos, end, r, s, step, n, dst, esc);
-    if (r.codes <= 32) return decode_parts<2>(pos, end, r, s, step, n, dst, esc);
-    return decode_parts<8>(pos, end, r, s, step, n, dst, esc);
+    return with_table_parts(r.codes, [&](auto parts) {
+        return decode_parts<decltype(parts)::value>(pos, end, r, s, step, n, dst, esc);
+    });
 }
 
 
@@ -390,20 +392,13 @@ KV_AVX2 void lay_out_whole(const uint8_t* ranks, size_t whole, const EncodeTable
     }
 }
 
-unsigned code_count(const EncodeTables& t) {
-    unsigned codes = 0;
-    while (codes < kCodeSpace && t.len[codes]) ++codes;
-    return codes;
-}
-
 }  // namespace
 
 KV_AVX2 void rank_pass_avx2(const uint8_t* src, size_t n, const EncodeTables& t, uint8_t* ranks, uint8_t* lane_bits,
                             uint8_t** escaped) {
-    const unsigned codes = code_count(t);
-    if (codes <= 16) return rank_pass<1>(src, n, t, ranks, lane_bits, escaped);
-    if (codes <= 32) return rank_pass<2>(src, n, t, ranks, lane_bits, escaped);
-    rank_pass<8>(src, n, t, ranks, lane_bits, escaped);
+    with_table_parts(t.codes, [&](auto parts) {
+        rank_pass<decltype(parts)::value>(src, n, t, ranks, lane_bits, escaped);
+    });
 }
 
 KV_AVX2 void lay_out_avx2(const uint8_t* ranks, size_t n, const EncodeTables& t, const uint8_t* lane_bits,
@@ -413,10 +408,9 @@ KV_AVX2 void lay_out_avx2(const uint8_t* ranks, size_t n, const EncodeTables& t,
     const size_t steps = (n + kLanes - 1) / kLanes, whole = n / kLanes;
     uint8_t* q = *stream;
     lay_steps_portable(ranks, n, t, s, whole, steps, &q);  // a partial last step
-    const unsigned codes = code_count(t);
-    if (codes <= 16) lay_out_whole<1>(ranks, whole, t, s, q);
-    else if (codes <= 32) lay_out_whole<2>(ranks, whole, t, s, q);
-    else lay_out_whole<8>(ranks, whole, t, s, q);
+    with_table_parts(t.codes, [&](auto parts) {
+        lay_out_whole<decltype(parts)::value>(ranks, whole, t, s, q);
+    });
     *stream = q;
 }
 
