@@ -11,7 +11,9 @@ import subprocess
 import sysconfig
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -26,11 +28,21 @@ SANITIZERS = {
 }
 
 
+@dataclass(frozen=True)
+class Toolchain:
+    """A C++ compiler other than the host's (a cross compiler), the flags it needs on top of
+    the usual ones, and the libraries a harness links with it."""
+
+    cxx: str
+    flags: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = tuple(LIBRARIES)
+
+
 def codec_sources() -> list[str]:
     return [str(p) for d in CODEC_DIRS for p in sorted((ROOT / "csrc" / d).glob("*.cpp"))]
 
 
-_compiled: dict[tuple[str, str, str], Path] = {}  # (source, sanitizer, opt) -> object, for the session
+_compiled: dict[tuple[str, ...], Path] = {}  # (source, sanitizer, opt, compiler) -> object, for the session
 _object_dirs: list[Path] = []  # the session's object folder, once made
 
 
@@ -45,10 +57,10 @@ def _compile(cxx: str, flags: list[str], source: str, obj: Path) -> subprocess.C
     return subprocess.run([cxx, *flags, "-c", source, "-o", str(obj)], capture_output=True, text=True)
 
 
-def _objects(cxx: str, flags: list[str], sources: list[str], key: tuple[str, str]) -> list[Path]:
+def _objects(cxx: str, flags: list[str], sources: list[str], key: tuple[str, ...]) -> list[Path]:
     """The objects of sources compiled with flags, compiled once per key (sanitizer,
-    optimization) in a session, on every core; skips the test when the compiler lacks
-    the sanitizer."""
+    optimization, compiler) in a session, on every core; skips the test when the compiler
+    lacks the sanitizer."""
     todo = {s: _object_dir() / f"{len(_compiled) + i}-{Path(s).stem}.o"
             for i, s in enumerate(s for s in sources if (s, *key) not in _compiled)}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -74,16 +86,19 @@ def _cxx() -> str:
 
 
 def build_harness(tmp_path: Path, harness: str, sources: list[str], *, sanitizer: str = "address",
-                  opt: str = "-O1") -> Path:
-    """Compiles tests/native/<harness>.cpp with sources into tmp_path; returns the program.
-    The sources are compiled once per (sanitizer, optimization) in a session, on every core,
-    and the objects reused by later harnesses."""
-    cxx, flags = _cxx(), _flags(sanitizer, opt)
-    objects = _objects(cxx, flags, sources, (sanitizer, opt))
+                  opt: str = "-O1", toolchain: Optional[Toolchain] = None) -> Path:
+    """Compiles tests/native/<harness>.cpp with sources into tmp_path (with the host's
+    compiler, or toolchain's); returns the program. The sources are compiled once per
+    (sanitizer, optimization, compiler) in a session, on every core, and the objects
+    reused by later harnesses."""
+    if toolchain is None:
+        toolchain = Toolchain(_cxx())
+    cxx, flags = toolchain.cxx, [*_flags(sanitizer, opt), *toolchain.flags]
+    objects = _objects(cxx, flags, sources, (sanitizer, opt, cxx))
     exe = tmp_path / harness
     build = subprocess.run(
-        [cxx, *flags, str(ROOT / "tests" / "native" / f"{harness}.cpp"), *map(str, objects), *LIBRARIES,
-         "-o", str(exe)],
+        [cxx, *flags, str(ROOT / "tests" / "native" / f"{harness}.cpp"), *map(str, objects),
+         *toolchain.libraries, "-o", str(exe)],
         capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
     return exe
@@ -100,7 +115,7 @@ def build_sanitized_package(tmp_path: Path) -> Path:
         pytest.skip("the sanitizer runtimes are preloaded from g++'s")
     flags = _flags("address", "-O1") + [f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}"]
     sources = [str(p) for p in sorted((ROOT / "csrc").rglob("*.cpp"))]
-    objects = _objects(cxx, flags, sources, ("address", "-O1"))
+    objects = _objects(cxx, flags, sources, ("address", "-O1", cxx))
     package = tmp_path / "kvcore"
     shutil.copytree(ROOT / "kvcore", package, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     library = package / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "checksum/xxh3_wide.h"
+#include "common/arch.h"
 #include "cpu/cpu_features.h"
 
 namespace kvcore {
@@ -12,9 +13,11 @@ namespace {
 
 // The widest XXH3 build the active ISA allows; null: libxxhash's own (SSE2).
 const detail::Xxh3Wide* wide_build() {
+#if KVCORE_X86
     const uint32_t isa = cpu::active_isa();
     if (isa & cpu::kIsaAvx512) return &detail::kXxh3Avx512;
     if (isa & cpu::kIsaAvx2) return &detail::kXxh3Avx2;
+#endif  // KVCORE_X86
     return nullptr;
 }
 

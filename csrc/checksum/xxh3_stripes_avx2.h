@@ -4,6 +4,9 @@
 // Include in a file that defines KV_AVX2 (AVX2 target attribute) first.
 #pragma once
 
+#include "common/arch.h"
+#if KVCORE_X86
+
 #include <immintrin.h>
 
 #include "checksum/xxh3_stripes.h"
@@ -68,3 +71,5 @@ private:
 };
 
 }  // namespace kvcore
+
+#endif  // KVCORE_X86

@@ -5,6 +5,9 @@
 // Include after common/avx512_target.h.
 #pragma once
 
+#include "common/arch.h"
+#if KVCORE_X86
+
 #include "checksum/xxh3_stripes.h"
 
 namespace kvcore {
@@ -64,3 +67,5 @@ private:
 };
 
 }  // namespace kvcore
+
+#endif  // KVCORE_X86

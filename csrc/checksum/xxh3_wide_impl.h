@@ -2,6 +2,9 @@
 // first sets its target ISA (#pragma GCC target) and XXH_VECTOR.
 #pragma once
 
+#include "common/arch.h"
+#if KVCORE_X86
+
 #include <immintrin.h>
 
 #define XXH_INLINE_ALL
@@ -26,3 +29,5 @@ constexpr Xxh3Wide kThisBuild{wide_hash, wide_reset, wide_update, wide_digest};
 
 }  // namespace
 }  // namespace kvcore::detail
+
+#endif  // KVCORE_X86

@@ -1,13 +1,16 @@
 #include "copy/copy_engine.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "common/arch.h"
 #include "cpu/cpu_features.h"
 #include "parallel/thread_pool.h"
+
+#if KVCORE_X86
+#include <immintrin.h>
+#endif
 
 namespace kvcore::copy {
 namespace {
@@ -18,6 +21,7 @@ constexpr size_t kParallelMin = size_t(2) << 20;
 
 bool overlaps(const uint8_t* a, const uint8_t* b, size_t n) { return a < b + n && b < a + n; }
 
+#if KVCORE_X86
 // Streaming copy: align the destination to 32 bytes, then 128 bytes per
 // iteration with non-temporal stores; sfence makes them visible before return.
 __attribute__((target("avx2,bmi,bmi2"))) void copy_stream_avx2(uint8_t* d, const uint8_t* s, size_t n) {
@@ -46,6 +50,7 @@ __attribute__((target("avx2,bmi,bmi2"))) void copy_stream_avx2(uint8_t* d, const
     _mm_sfence();
     std::memcpy(d, s, n);
 }
+#endif
 
 size_t threshold_of(const CopyOptions& o) { return o.nt_threshold ? o.nt_threshold : cpu::llc_bytes(); }
 size_t slice_of(const CopyOptions& o) { return o.slice_bytes ? o.slice_bytes : kDefaultSlice; }
@@ -85,14 +90,18 @@ std::vector<Task> plan(const Segment* segs, size_t count, size_t slice) {
 
 }  // namespace
 
-const char* variant() { return (cpu::active_isa() & cpu::kIsaAvx2) ? "avx2-nt" : "memcpy"; }
+const char* variant() { return KVCORE_X86 && (cpu::active_isa() & cpu::kIsaAvx2) ? "avx2-nt" : "memcpy"; }
 
 void copy_bytes(uint8_t* dst, const uint8_t* src, size_t n, bool streaming) {
     if (n == 0) return;
+#if KVCORE_X86
     if (streaming && (cpu::active_isa() & cpu::kIsaAvx2)) {
         copy_stream_avx2(dst, src, n);
         return;
     }
+#else
+    (void)streaming;  // no streaming stores in this build
+#endif
     std::memcpy(dst, src, n);
 }
 

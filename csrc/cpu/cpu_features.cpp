@@ -1,13 +1,17 @@
 #include "cpu/cpu_features.h"
 
+#include "common/arch.h"
+
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cpuid.h>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#if KVCORE_X86
+#include <cpuid.h>
+#endif
 
 namespace kvcore::cpu {
 namespace {
@@ -47,6 +51,7 @@ size_t read_llc() {
     return v > 0 ? size_t(v) : size_t(8) << 20;
 }
 
+#if KVCORE_X86
 uint64_t xgetbv0() {
     uint32_t eax, edx;
     __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
@@ -72,6 +77,9 @@ uint32_t detect() {
     if ((isa & kIsaAvx2) && zmm_state && f && bw && vl && vbmi && vbmi2) isa |= kIsaAvx512;
     return isa;
 }
+#else
+uint32_t detect() { return kIsaNone; }  // no x86 SIMD kernels in this build
+#endif
 
 std::atomic<uint32_t> g_disabled{0};
 

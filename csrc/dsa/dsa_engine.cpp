@@ -1,9 +1,7 @@
 #include "dsa/dsa_engine.h"
 
-#include <cpuid.h>
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <immintrin.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,6 +10,12 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+
+#include "common/arch.h"
+#if KVCORE_X86
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 #include "dsa/dsa_desc.h"
 
@@ -123,6 +127,7 @@ bool load_accfg(void* lib, Accfg* a, std::string* missing) {
            resolve(lib, "accfg_wq_get_user_dev_path", &a->wq_get_user_dev_path, missing);
 }
 
+#if KVCORE_X86
 void cpu_submit_features(bool* movdir64b, bool* enqcmd) {
     uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
     *movdir64b = *enqcmd = false;
@@ -141,6 +146,18 @@ __attribute__((target("movdir64b"))) void submit_movdir64b(void* portal, const v
 __attribute__((target("enqcmd"))) bool submit_enqcmd(void* portal, const void* desc) {
     return _enqcmd(portal, desc) == 0;
 }
+
+void spin_pause() { _mm_pause(); }
+void store_fence() { _mm_sfence(); }
+#else
+// DSA is an x86 device, submitted to by x86 instructions: discovery finds no
+// CPU support here, so no queue is opened (only a test's software device runs).
+void cpu_submit_features(bool* movdir64b, bool* enqcmd) { *movdir64b = *enqcmd = false; }
+void submit_movdir64b(void*, const void*) {}
+bool submit_enqcmd(void*, const void*) { return false; }
+void spin_pause() {}
+void store_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+#endif
 
 constexpr auto kPollTimeout = std::chrono::seconds(5);
 constexpr int kMaxFaultRetries = 256;
@@ -161,7 +178,7 @@ bool poll(const CompletionRecord* c) {
     auto deadline = std::chrono::steady_clock::now() + kPollTimeout;
     for (unsigned spins = 0;; ++spins) {
         if (load_status(c) != kStatusNone) return true;
-        _mm_pause();
+        spin_pause();
         if ((spins & 4095) == 4095 && std::chrono::steady_clock::now() > deadline) return false;
     }
 }
@@ -282,7 +299,7 @@ public:
         for (;;) {
             int cur = inflight_.load(std::memory_order_relaxed);
             if (cur < limit && inflight_.compare_exchange_weak(cur, cur + 1)) return;
-            _mm_pause();
+            spin_pause();
         }
     }
     void release() {
@@ -290,7 +307,7 @@ public:
     }
 
     Status submit(const HwDesc* desc) {
-        _mm_sfence();  // descriptor, lists and zeroed records visible to the device first
+        store_fence();  // descriptor, lists and zeroed records visible to the device first
         if (device_) {
             device_(desc);
             return Status::ok();
@@ -302,7 +319,7 @@ public:
         const auto deadline = std::chrono::steady_clock::now() + kPollTimeout;
         for (unsigned tries = 0;; ++tries) {
             if (submit_enqcmd(portal_, desc)) return Status::ok();
-            _mm_pause();
+            spin_pause();
             if ((tries & 1023) == 1023 && std::chrono::steady_clock::now() > deadline)
                 return make_status(Code::kBackendError, "DSA shared work queue " + info_.name + " stayed full for 5 s");
         }

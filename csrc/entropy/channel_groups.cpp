@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/aligned_buffer.h"
+#include "common/arch.h"
 #include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 #include "entropy/huffman.h"
@@ -40,15 +41,21 @@ void add_rows_portable(const uint8_t* plane, size_t rows, size_t step, uint32_t 
     add_rows_impl(plane, rows, step, channels, part, sums);
 }
 
+#if KVCORE_X86
 __attribute__((target("avx2"))) void add_rows_avx2(const uint8_t* plane, size_t rows, size_t step,
                                                    uint32_t channels, uint16_t* part, uint32_t* sums) {
     add_rows_impl(plane, rows, step, channels, part, sums);
 }
+#endif
 
 void add_rows(const uint8_t* plane, size_t rows, size_t step, uint32_t channels, uint32_t* sums) {
     std::vector<uint16_t> part(channels);
+#if KVCORE_X86
     if (cpu::active_isa() & cpu::kIsaAvx2) add_rows_avx2(plane, rows, step, channels, part.data(), sums);
     else add_rows_portable(plane, rows, step, channels, part.data(), sums);
+#else
+    add_rows_portable(plane, rows, step, channels, part.data(), sums);
+#endif
 }
 
 size_t map_bytes(uint32_t channels) { return (size_t(channels) + 1) / 2; }

@@ -5,6 +5,8 @@
 // its neighbour's length: words into 32-bit pairs, pairs into 64-bit chunks of
 // four symbols; then, where the 32 symbols' codes are short enough, neighbouring
 // chunks into chunks of eight.
+#include "common/arch.h"
+#if KVCORE_X86
 #include "common/avx512_target.h"
 #include "entropy/code_chunks.h"
 
@@ -81,3 +83,4 @@ KV_AVX512 size_t code_chunks_avx512(const uint8_t* end, size_t groups, const Chu
 }
 
 }  // namespace kvcore::entropy::detail
+#endif  // KVCORE_X86

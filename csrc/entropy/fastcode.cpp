@@ -4,8 +4,6 @@
 // produce identical bytes.
 #include "entropy/fastcode.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -14,15 +12,20 @@
 #include <utility>
 
 #include "checksum/xxh3_stripes.h"
+#include "common/arch.h"
 #include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 #include "entropy/fastcode_format.h"
+
+#if KVCORE_X86
+#include <immintrin.h>
 
 #define KV_AVX2 __attribute__((target("avx2,bmi,bmi2")))
 #define KV_AVX2_INLINE __attribute__((target("avx2,bmi,bmi2"), always_inline)) inline
 
 #include "checksum/xxh3_stripes_avx2.h"
 #include "shuffle/interleave_avx2.h"
+#endif
 
 namespace kvcore::entropy {
 
@@ -249,6 +252,7 @@ bool encode_groups_scalar(const uint8_t* src, size_t groups, const uint8_t* code
     return true;
 }
 
+#if KVCORE_X86
 // ---------------------------------------------------------------- AVX2
 
 KV_AVX2_INLINE __m256i shift16(__m256i x, int s) {
@@ -666,6 +670,7 @@ KV_AVX2 bool encode_groups_avx2(const uint8_t* src, size_t groups, const uint8_t
     *k_io = k;
     return true;
 }
+#endif  // KVCORE_X86
 
 // ---------------------------------------------------------------- dispatch
 
@@ -674,8 +679,13 @@ using EncodeFn = bool (*)(const uint8_t*, size_t, const uint8_t*, uint8_t*, uint
 
 // rows: the table is row-progressive (the AVX2 variants have a faster path for it).
 DecodeFn pick_decoder(unsigned w, uint32_t isa, bool rows) {
+#if KVCORE_X86
     if (isa & cpu::kIsaAvx512) return decode_groups_avx512;
     const bool avx2 = (isa & cpu::kIsaAvx2) != 0;
+#else
+    (void)isa;  // no SIMD level in this build
+    (void)rows;
+#endif
     static const DecodeFn scalar[8] = {nullptr,
                                        decode_groups_scalar<1>,
                                        decode_groups_scalar<2>,
@@ -684,6 +694,7 @@ DecodeFn pick_decoder(unsigned w, uint32_t isa, bool rows) {
                                        decode_groups_scalar<5>,
                                        decode_groups_scalar<6>,
                                        decode_groups_scalar<7>};
+#if KVCORE_X86
     static const DecodeFn simd[8] = {nullptr,
                                      decode_groups_avx2<1>,
                                      decode_groups_avx2<2>,
@@ -698,15 +709,21 @@ DecodeFn pick_decoder(unsigned w, uint32_t isa, bool rows) {
                                           decode_groups_avx2<7, true>};
     if (avx2 && rows && w >= kRowsMinWidth) return simd_rows[w];
     return avx2 ? simd[w] : scalar[w];
+#else
+    return scalar[w];
+#endif
 }
 
+#if KVCORE_X86
 template <unsigned W>
 bool encode_groups_avx512(const uint8_t* src, size_t groups, const uint8_t* code_of, uint8_t* lit, uint64_t nexc,
                           uint64_t* k_io, uint8_t* out) {
     return fastcode_detail::encode_groups_avx512(W, src, groups, code_of, lit, nexc, k_io, out);
 }
+#endif
 
 EncodeFn pick_encoder(unsigned w, uint32_t isa) {
+#if KVCORE_X86
     static const EncodeFn wide[8] = {nullptr,
                                      encode_groups_avx512<1>,
                                      encode_groups_avx512<2>,
@@ -717,6 +734,9 @@ EncodeFn pick_encoder(unsigned w, uint32_t isa) {
                                      encode_groups_avx512<7>};
     if (isa & cpu::kIsaAvx512) return wide[w];
     const bool avx2 = (isa & cpu::kIsaAvx2) != 0;
+#else
+    (void)isa;  // no SIMD level in this build
+#endif
     static const EncodeFn scalar[8] = {nullptr,
                                        encode_groups_scalar<1>,
                                        encode_groups_scalar<2>,
@@ -725,6 +745,7 @@ EncodeFn pick_encoder(unsigned w, uint32_t isa) {
                                        encode_groups_scalar<5>,
                                        encode_groups_scalar<6>,
                                        encode_groups_scalar<7>};
+#if KVCORE_X86
     static const EncodeFn simd[8] = {nullptr,
                                      encode_groups_avx2<1>,
                                      encode_groups_avx2<2>,
@@ -734,6 +755,9 @@ EncodeFn pick_encoder(unsigned w, uint32_t isa) {
                                      encode_groups_avx2<6>,
                                      encode_groups_avx2<7>};
     return avx2 ? simd[w] : scalar[w];
+#else
+    return scalar[w];
+#endif
 }
 
 // ---------------------------------------------------------------- encoder helpers
@@ -1055,11 +1079,13 @@ Status begin_decoding(const uint8_t* src, size_t src_size, size_t n, Decoding* d
     return Status::ok();
 }
 
+#if KVCORE_X86
 // `groups` groups taken by a SIMD kernel (hashed or merged as decoded): the rest start after them.
 void took_groups(Decoding& d, size_t groups) {
     d.left.codes += groups * 32 * d.p.w;
     d.left.groups -= groups;
 }
+#endif
 
 // The groups left, then the tail, into dst (where the first group left goes).
 Status finish_decoding(Decoding& d, uint8_t* dst) {
@@ -1077,6 +1103,7 @@ Status fastcode_decode_hashed(const uint8_t* src, size_t src_size, uint8_t* dst,
     Decoding d;
     KVCORE_RETURN_IF_ERROR(begin_decoding(src, src_size, n, &d));
     size_t hashed = 0;
+#if KVCORE_X86
     if (hash != nullptr && (d.isa & cpu::kIsaAvx512) && hash->fed == 0 && hash->len == n) {
         // The groups before the plane's last 64 bytes are hashed as they are decoded.
         hashed = std::min<size_t>(d.p.groups, hash->regular() / 4);
@@ -1085,6 +1112,9 @@ Status fastcode_decode_hashed(const uint8_t* src, size_t src_size, uint8_t* dst,
             return corrupt("fastcode: more escapes than literals");
         took_groups(d, hashed);
     }
+#else
+    (void)hash;  // hashed as decoded only by the AVX-512 decoder
+#endif
     return finish_decoding(d, dst + hashed * kGroup);
 }
 
@@ -1095,6 +1125,7 @@ Status fastcode_decode_merged(const uint8_t* src, size_t src_size, size_t n, con
     if ((!rest || !m.low || !m.dst || !m.hash) && n) return invalid("fastcode: null buffer");
     Decoding d;
     KVCORE_RETURN_IF_ERROR(begin_decoding(src, src_size, n, &d));
+#if KVCORE_X86
     const bool avx512 = (d.isa & cpu::kIsaAvx512) != 0;
     if ((avx512 || (d.isa & cpu::kIsaAvx2)) && m.hash->fed == 0 && m.hash->len == 2 * n) {
         // Whole XXH3 blocks of output (two groups each) before its last byte.
@@ -1113,6 +1144,7 @@ Status fastcode_decode_merged(const uint8_t* src, size_t src_size, size_t n, con
         took_groups(d, groups);
         *merged = groups * kGroup;
     }
+#endif
     return finish_decoding(d, rest + *merged);
 }
 

@@ -10,6 +10,8 @@
 // Encoder: a byte's code is two 128-entry permutes and a blend; each component
 // is shifted into place per half and the halves OR-ed into one 32-byte vector;
 // escaped bytes leave by one compress per register.
+#include "common/arch.h"
+#if KVCORE_X86
 #include <algorithm>
 #include <cstring>
 
@@ -372,3 +374,4 @@ bool decode_groups_merged_avx512(unsigned w, bool rotate, bool streaming, const 
 }
 
 }  // namespace kvcore::entropy::fastcode_detail
+#endif  // KVCORE_X86

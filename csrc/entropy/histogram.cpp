@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <immintrin.h>
 
+#include "common/arch.h"
 #include "cpu/cpu_features.h"
 #include "entropy/histogram_internal.h"
+
+#if KVCORE_X86
+#include <immintrin.h>
+#endif
 
 #if defined(__GNUC__)
 #define KV_ALWAYS_INLINE inline __attribute__((always_inline))
@@ -42,8 +46,10 @@ constexpr size_t kSampleTaken = 16;
 // pass costs a fraction of an exact count up to about kMaxBatched values; past
 // that it counts exactly and keeps only which values occur (so that every variant
 // gives the same weights). AVX-512 takes any number in one pass.
+#if KVCORE_X86
 constexpr unsigned kMaxBatched = 32;
 constexpr unsigned kPresentBatch = 8;
+#endif
 
 // Eight count tables: runs of one value (common in skewed planes) would otherwise
 // serialize on store-to-load forwarding of a single counter.
@@ -110,6 +116,7 @@ Range range_scalar(const uint8_t* src, size_t n) {
     return r;
 }
 
+#if KVCORE_X86
 __attribute__((target("avx2"))) Range range_avx2(const uint8_t* src, size_t n) {
     __m256i umin = _mm256_set1_epi8(-1), umax = _mm256_setzero_si256();
     __m256i smin = _mm256_set1_epi8(127), smax = _mm256_set1_epi8(-128);
@@ -164,25 +171,32 @@ __attribute__((target("avx2"))) uint32_t present_batch_avx2(const uint8_t* src, 
         for (unsigned j = 0; j < k; ++j) mask |= uint32_t(src[i] == cand[j]) << j;
     return mask;
 }
+#endif
 
 void histogram_scalar(const uint8_t* src, size_t n, uint32_t* hist) { histogram_impl(src, n, hist); }
+#if KVCORE_X86
 __attribute__((target("avx2,bmi,bmi2"))) void histogram_bmi2(const uint8_t* src, size_t n, uint32_t* hist) {
     histogram_impl(src, n, hist);
 }
+#endif
 size_t sampled_scalar(const uint8_t* src, size_t n, uint32_t* hist, bool narrow) {
     return sampled_impl(src, n, hist, narrow);
 }
+#if KVCORE_X86
 __attribute__((target("avx2,bmi,bmi2"))) size_t sampled_bmi2(const uint8_t* src, size_t n, uint32_t* hist,
                                                              bool narrow) {
     return sampled_impl(src, n, hist, narrow);
 }
 
 bool use_avx2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
+#endif
 
 void find_values(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k, bool* found) {
+#if KVCORE_X86
     const uint32_t isa = cpu::active_isa();
     if (isa & cpu::kIsaAvx512) return detail::find_values_avx512(src, n, cand, k, found);
     if (isa & cpu::kIsaAvx2) return detail::find_values_avx2(src, n, cand, k, found);
+#endif
     detail::find_values_scalar(src, n, cand, k, found);
 }
 
@@ -209,7 +223,11 @@ bool exact_if_small_or_constant(const uint8_t* src, size_t n, uint32_t* hist, Ra
         histogram(src, n, hist);
         return true;
     }
+#if KVCORE_X86
     *r = use_avx2() ? range_avx2(src, n) : range_scalar(src, n);
+#else
+    *r = range_scalar(src, n);
+#endif
     if (n < kSampleMin && values_of(*r).width > kNarrowWidth) {
         histogram(src, n, hist);
         return true;
@@ -226,7 +244,11 @@ uint32_t scaled(uint32_t count, size_t n, size_t taken) {
 }
 
 size_t sampled(const uint8_t* src, size_t n, uint32_t* hist, bool narrow = false) {
+#if KVCORE_X86
     return use_avx2() ? sampled_bmi2(src, n, hist, narrow) : sampled_scalar(src, n, hist, narrow);
+#else
+    return sampled_scalar(src, n, hist, narrow);
+#endif
 }
 
 }  // namespace
@@ -239,6 +261,7 @@ void find_values_scalar(const uint8_t* src, size_t n, const uint8_t* cand, unsig
     for (unsigned j = 0; j < k; ++j) found[j] = seen[cand[j]];
 }
 
+#if KVCORE_X86
 void find_values_avx2(const uint8_t* src, size_t n, const uint8_t* cand, unsigned k, bool* found) {
     if (k > kMaxBatched) {
         uint32_t counts[256];
@@ -252,13 +275,16 @@ void find_values_avx2(const uint8_t* src, size_t n, const uint8_t* cand, unsigne
         for (unsigned b = 0; b < batch; ++b) found[j + b] = (mask >> b) & 1;
     }
 }
+#endif
 
 }  // namespace detail
 
 void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
+#if KVCORE_X86
     if (use_avx2())
         histogram_bmi2(src, n, hist);
     else
+#endif
         histogram_scalar(src, n, hist);
 }
 

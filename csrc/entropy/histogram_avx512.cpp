@@ -3,6 +3,8 @@
 // permutes and a blend on the top bit); the rare vectors holding one are looked
 // at byte by byte, and a value found leaves the table. One pass whatever the
 // number of values, stopping once all have turned up.
+#include "common/arch.h"
+#if KVCORE_X86
 #include "common/avx512_target.h"
 #include "entropy/histogram_internal.h"
 
@@ -44,3 +46,4 @@ KV_AVX512 void find_values_avx512(const uint8_t* src, size_t n, const uint8_t* c
 }
 
 }  // namespace kvcore::entropy::detail
+#endif  // KVCORE_X86

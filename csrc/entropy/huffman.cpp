@@ -36,15 +36,19 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <immintrin.h>
 #include <vector>
 
+#include "common/arch.h"
 #include "cpu/cpu_features.h"
 #include "entropy/code_chunks.h"
 #include "entropy/code_lengths.h"
 #include "entropy/histogram.h"
 #include "entropy/lane_code.h"
 #include "entropy/pair_index.h"
+
+#if KVCORE_X86
+#include <immintrin.h>
+#endif
 
 #if defined(__GNUC__)
 #define KV_ALWAYS_INLINE inline __attribute__((always_inline))
@@ -250,9 +254,11 @@ KV_ALWAYS_INLINE bool encode_pair_impl(SegmentJob& a, SegmentJob& b, const EncTa
 
 bool encode_pair_scalar(SegmentJob& a, SegmentJob& b, const EncTable& t) { return encode_pair_impl<0>(a, b, t); }
 
+#if KVCORE_X86
 __attribute__((target("avx2,bmi,bmi2"))) bool encode_pair_bmi2(SegmentJob& a, SegmentJob& b, const EncTable& t) {
     return encode_pair_impl<1>(a, b, t);
 }
+#endif
 
 // ---- two symbols per lookup, for small alphabets
 //
@@ -360,6 +366,7 @@ void build_pairs(const EncTable& t, const uint8_t* syms, unsigned m, const PairI
     }
 }
 
+#if KVCORE_X86
 // idx[j] = pair index of src[2j], src[2j + 1] (symbols shifted right by the window's
 // shift) for the first 16 * (pairs / 16) pairs; returns that count. The 16-bit shift
 // moves the second symbol's low `shift` bits into the first's top bits: those bits
@@ -403,10 +410,16 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_pairs_indexed(SegmentJob& a
     return encode_two(a, b, t.table(),
                       [=](BitWriter& w, int j, size_t i) { put4_pairs(w, pairs, (j ? b_idx_end : a_idx_end) - i / 2); });
 }
+#endif  // KVCORE_X86
 
 // The ISA levels the coder's loops need, as active now (KVCORE_DISABLE_ISA masks them).
+#if KVCORE_X86
 bool use_bmi2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
 bool use_vbmi() { return (cpu::active_isa() & cpu::kIsaAvx512) != 0; }  // the AVX-512 level includes VBMI
+#else
+bool use_bmi2() { return false; }  // no SIMD level in this build: symbols are coded one by one
+bool use_vbmi() { return false; }
+#endif
 
 // ---- four or eight symbols per put, at the AVX-512 level
 //
@@ -456,6 +469,7 @@ bool choose_coding(const uint64_t* counts, const uint8_t* syms, unsigned m, size
     return false;
 }
 
+#if KVCORE_X86
 constexpr size_t kChunkBatch = 512;  // symbols of each segment per kernel call
 
 KV_ALWAYS_INLINE void put_chunk(BitWriter& w, uint64_t chunk, unsigned len) {
@@ -491,6 +505,7 @@ __attribute__((target("avx2,bmi,bmi2"))) bool encode_chunked(SegmentJob& a, Segm
     }
     return finish_segment(a, i, x, t.table()) && finish_segment(b, i, y, t.table());
 }
+#endif  // KVCORE_X86
 
 // ---------------------------------------------------------------- decoder
 
@@ -546,6 +561,7 @@ KV_ALWAYS_INLINE bool grow_tail(const uint64_t* rest, uint64_t* behind, uint32_t
     return any_full;
 }
 
+#if KVCORE_X86
 template <bool kBackward>
 __attribute__((target("avx2"))) bool grow_avx2(const uint64_t* rest, uint64_t* behind, uint32_t span, unsigned len) {
     using E = Entry<kBackward>;
@@ -566,6 +582,7 @@ __attribute__((target("avx2"))) bool grow_avx2(const uint64_t* rest, uint64_t* b
     }
     return !_mm256_testz_si256(full, full) | grow_tail<kBackward>(rest, behind, j, span, len);
 }
+#endif
 
 // The multi-symbol table by dynamic programming over suffix widths: the entry of
 // a w-bit string x is x's first code (when it fits in w bits) followed by the
@@ -593,9 +610,11 @@ KV_ALWAYS_INLINE void build_multi_impl(const uint8_t* lens, const uint8_t* order
             // A vector pass, then again one by one where rest[j] was full (dropping
             // its last symbol needs that symbol's length).
             bool any_full;
+#if KVCORE_X86
             if constexpr (kAvx2)
                 any_full = grow_avx2<kBackward>(rest, behind, span, len);
             else
+#endif
                 any_full = grow_tail<kBackward>(rest, behind, 0, span, len);
             if (any_full)
                 for (uint32_t j = 0; j < span; ++j)
@@ -618,12 +637,14 @@ void build_multi_portable(const uint8_t* lens, const uint8_t* order, const uint3
     build_multi_impl<kBackward, false>(lens, order, start, m, multi);
 }
 
+#if KVCORE_X86
 // The same with 4-entry vector adds (the runs are mostly long).
 template <bool kBackward>
 __attribute__((target("avx2"))) void build_multi_avx2(const uint8_t* lens, const uint8_t* order, const uint32_t* start,
                                                       unsigned m, uint64_t* multi) {
     build_multi_impl<kBackward, true>(lens, order, start, m, multi);
 }
+#endif
 
 // Builds the tables from canonical order and lengths (avx2: with the AVX2 build);
 // false when the code is not complete.
@@ -640,9 +661,13 @@ bool build_tables(const uint8_t* lens, const uint8_t* order, unsigned m, bool av
     }
     if (pos != kTableSize) return false;
     t->lens = lens;
+#if KVCORE_X86
     if (avx2)
         build_multi_avx2<kBackward>(lens, order, start, m, t->multi);
     else
+#else
+    (void)avx2;  // never set in this build
+#endif
         build_multi_portable<kBackward>(lens, order, start, m, t->multi);
     return true;
 }
@@ -847,11 +872,13 @@ void decode_streams_scalar(const uint8_t* src, size_t src_size, const Tables& t,
     decode_streams_impl<kBackward ? kStreams : kForwardStreams, kBackward>(src, src_size, t, st);
 }
 
+#if KVCORE_X86
 template <bool kBackward>
 __attribute__((target("avx2,bmi,bmi2"))) void decode_streams_bmi2(const uint8_t* src, size_t src_size,
                                                                    const Tables& t, StreamState* st) {
     decode_streams_impl<kBackward ? kStreams : kForwardStreams, kBackward>(src, src_size, t, st);
 }
+#endif
 
 
 // Decodes every stream of a tag 3 (backward) or tag 2 (forward) stream set to
@@ -862,9 +889,11 @@ bool decode_streams(const uint8_t* src, size_t src_size, const uint8_t* lens, co
     const bool bmi2 = use_bmi2();
     Tables tables;
     if (!build_tables<kBackward>(lens, order, m, bmi2, &tables)) return false;
+#if KVCORE_X86
     if (bmi2)
         decode_streams_bmi2<kBackward>(src, src_size, tables, st);
     else
+#endif
         decode_streams_scalar<kBackward>(src, src_size, tables, st);
     for (unsigned k = 0; k < (kBackward ? kStreams : kForwardStreams); ++k)
         decode_tail<kBackward>(src, src_size, tables, st[k]);
@@ -989,7 +1018,9 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
 
     // Streams: 0 straight into dst, 1..3 into scratch (their offsets are known only
     // once the earlier ones are coded), then moved up behind stream 0.
+#if KVCORE_X86
     const bool bmi2 = use_bmi2();
+#endif
     uint8_t* out = h;
     const uint8_t* out_end = dst + cap;
     thread_local std::vector<uint8_t> scratch;
@@ -1029,6 +1060,7 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
     }
     for (unsigned k = 0; k < kStreams; k += 2) {
         bool ok;
+#if KVCORE_X86
         if (chunked) {
             ok = encode_chunked(jobs[k], jobs[k + 1], enc, chunk_table);
         } else if (paired) {
@@ -1043,6 +1075,9 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         } else {
             ok = bmi2 ? encode_pair_bmi2(jobs[k], jobs[k + 1], enc) : encode_pair_scalar(jobs[k], jobs[k + 1], enc);
         }
+#else
+        ok = encode_pair_scalar(jobs[k], jobs[k + 1], enc);  // chunked and paired need a SIMD level
+#endif
         if (!ok) return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
     }
     uint64_t coded_bits = 0;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/arch.h"
 #include "cpu/cpu_features.h"
 #include "entropy/code_lengths.h"
 #include "entropy/lane_kernels.h"
@@ -19,8 +20,10 @@ constexpr size_t kFixedHeader = 1 + 4 + kSymbolBitmapBytes;
 // best set of rarest symbols to escape; 1/256 and 1/1024 cost 0.4% and 0.08%.
 constexpr uint64_t kEscapeShare = 512;
 
+#if KVCORE_X86
 bool use_avx512() { return (cpu::active_isa() & cpu::kIsaAvx512) != 0; }
 bool use_avx2() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
+#endif
 
 size_t header_bytes(unsigned codes) { return kFixedHeader + (codes + 1) / 2; }
 
@@ -151,13 +154,16 @@ Status encode(const uint8_t* src, size_t n, const Plan& p, uint8_t* dst, size_t 
     uint8_t lane_bits[kLanes];
     uint8_t* stream = stream_end;
     uint8_t* escaped = escaped_start;
+#if KVCORE_X86
     if (use_avx512()) {
         detail::rank_pass_avx512(src, n, t, ranks, lane_bits, &escaped);
         detail::lay_out_avx512(ranks, n, t, lane_bits, &stream);
     } else if (use_avx2()) {
         detail::rank_pass_avx2(src, n, t, ranks, lane_bits, &escaped);
         detail::lay_out_avx2(ranks, n, t, lane_bits, &stream);
-    } else {
+    } else
+#endif
+    {
         detail::rank_pass_portable(src, n, t, ranks, lane_bits, &escaped);
         detail::lay_out_portable(ranks, n, t, lane_bits, &stream);
     }
@@ -211,7 +217,11 @@ Status decode(const uint8_t* src, size_t size, uint8_t* dst, size_t n) {
     const uint8_t* const end = src + size;
     size_t used = 0;
     thread_local std::vector<uint64_t> hits;
+#if KVCORE_X86
     const auto kernel = use_avx512() ? detail::decode_steps_avx512 : use_avx2() ? detail::decode_steps_avx2 : nullptr;
+#else
+    constexpr decltype(&detail::decode_steps_avx2) kernel = nullptr;  // no SIMD decode steps in this build
+#endif
     if (e && kernel && hits.size() < n / 64) hits.resize(n / 64);
     const detail::Escapes esc{src + hsize, e, uint8_t(placeholder), &used, hits.data()};
     detail::LaneState state;

@@ -19,6 +19,8 @@
 // A lane holds at least one bit after every step, so a refill's multiplier
 // (2^(8 - bits), at most 128) fits a byte; the first step, where lanes hold
 // none, is decoded by the portable pass.
+#include "common/arch.h"
+#if KVCORE_X86
 #include <immintrin.h>
 
 #include <algorithm>
@@ -415,3 +417,4 @@ KV_AVX2 void lay_out_avx2(const uint8_t* ranks, size_t n, const EncodeTables& t,
 }
 
 }  // namespace kvcore::entropy::lanes::detail
+#endif  // KVCORE_X86

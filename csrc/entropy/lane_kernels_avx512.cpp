@@ -4,6 +4,8 @@
 // VBMI2 word expands of the next stream bytes into the lanes that need one, and
 // the encoder's lay-out is their inverse, a compress of the bytes those lanes
 // take, written backwards.
+#include "common/arch.h"
+#if KVCORE_X86
 #include <algorithm>
 
 #include "common/avx512_target.h"
@@ -204,3 +206,4 @@ KV_AVX512 size_t decode_steps_avx512(const uint8_t** pos, const uint8_t* end, co
 }
 
 }  // namespace kvcore::entropy::lanes::detail
+#endif  // KVCORE_X86

@@ -2,6 +2,8 @@
 // two-register byte permutes look up 64 symbols (one for symbols below 128, one
 // for the rest, blended by each byte's top bit) and one multiply-add joins each
 // pair's two indices (unsigned bytes times signed byte weights: below 128 both).
+#include "common/arch.h"
+#if KVCORE_X86
 #include "common/avx512_target.h"
 #include "entropy/pair_index.h"
 
@@ -26,3 +28,4 @@ KV_AVX512 size_t ranked_pair_indices_avx512(const uint8_t* src, size_t pairs, co
 }
 
 }  // namespace kvcore::entropy::detail
+#endif  // KVCORE_X86

@@ -12,6 +12,7 @@
 
 #include "checksum/checksum.h"
 #include "checksum/xxh3_stripes.h"
+#include "common/arch.h"
 #include "common/aligned_buffer.h"
 #include "common/huge_pages.h"
 #include "cpu/cpu_features.h"
@@ -109,6 +110,7 @@ size_t count_repeats(const uint8_t* plane, size_t rows, size_t row, size_t step,
     return ends ? count_repeats_impl<true>(plane, rows, row, step, t, slots)
                 : count_repeats_impl<false>(plane, rows, row, step, t, slots);
 }
+#if KVCORE_X86
 // With BMI2's mulx the key's 128-bit product need not go through rax and rdx:
 // without it GCC reloads a constant and spills the product to the stack every row
 // (stories260K bf16/2 dense compress 1.00-1.03x with mulx, ad hoc A/B).
@@ -117,6 +119,7 @@ __attribute__((target("bmi2"))) size_t count_repeats_bmi2(const uint8_t* plane, 
     return ends ? count_repeats_impl<true>(plane, rows, row, step, t, slots)
                 : count_repeats_impl<false>(plane, rows, row, step, t, slots);
 }
+#endif
 
 // ends: rows keyed by their first and last 16 bytes (count_repeats_impl).
 RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels, bool ends = false) {
@@ -134,9 +137,13 @@ RowRepeats repeated_rows(const uint8_t* plane, size_t n, uint32_t channels, bool
     if (table.size() < slots) table.resize(slots);
     uint32_t* t = table.data();
     std::memset(t, 0, slots * sizeof(uint32_t));
+#if KVCORE_X86
     const size_t repeats = (cpu::active_isa() & cpu::kIsaAvx2)
                                ? count_repeats_bmi2(plane, rows, row, step, t, slots, ends)
                                : count_repeats(plane, rows, row, step, t, slots, ends);
+#else
+    const size_t repeats = count_repeats(plane, rows, row, step, t, slots, ends);
+#endif
     out.share = float(repeats) / float(looked);
     return out;
 }

@@ -3,9 +3,12 @@
 
 #include <cstring>
 
-#include <emmintrin.h>
-
+#include "common/arch.h"
 #include "cpu/cpu_features.h"
+
+#if KVCORE_X86
+#include <emmintrin.h>
+#endif
 
 namespace kvcore::frame {
 namespace {
@@ -49,6 +52,7 @@ unsigned first_mode(const uint8_t* count, unsigned distinct) {
 
 namespace detail {
 
+#if KVCORE_X86
 void byte_range(const uint8_t* bytes, unsigned* lo, unsigned* hi) {
     __m128i l = _mm_set1_epi8(-1), h = _mm_setzero_si128();
     for (unsigned i = 0; i < 4; ++i) {
@@ -88,7 +92,25 @@ ValueCounts count_by_compare(const uint8_t* bytes, unsigned lo, unsigned hi, uin
     }
     return {distinct, first_mode(count, distinct)};
 }
+#else
+// The same results in plain C++, for CPUs without SSE2.
+void byte_range(const uint8_t* bytes, unsigned* lo, unsigned* hi) {
+    unsigned l = 255, h = 0;
+    for (unsigned k = 0; k < kValueCountBytes; ++k) {
+        l = bytes[k] < l ? bytes[k] : l;
+        h = bytes[k] > h ? bytes[k] : h;
+    }
+    *lo = l;
+    *hi = h;
+}
 
+ValueCounts count_by_compare(const uint8_t* bytes, unsigned lo, unsigned hi, uint8_t* value, uint8_t* count) {
+    const unsigned distinct = count_by_table(bytes, lo, hi, value, count);
+    return {distinct, first_mode(count, distinct)};
+}
+#endif
+
+// SSE2 on x86-64 (its baseline); plain C++ elsewhere.
 ValueCounts value_counts_sse2(const uint8_t* bytes, uint8_t* value, uint8_t* count) {
     unsigned lo, hi;
     byte_range(bytes, &lo, &hi);
@@ -100,9 +122,11 @@ ValueCounts value_counts_sse2(const uint8_t* bytes, uint8_t* value, uint8_t* cou
 }  // namespace detail
 
 ValueCountsKernel value_counts_kernel() {
+#if KVCORE_X86
     const uint32_t isa = cpu::active_isa();
     if (isa & cpu::kIsaAvx512) return detail::value_counts_avx512;
     if (isa & cpu::kIsaAvx2) return detail::value_counts_avx2;
+#endif
     return detail::value_counts_sse2;
 }
 

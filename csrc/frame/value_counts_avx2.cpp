@@ -4,6 +4,8 @@
 // each other at 32), and the runs of equal values are read off the sorted
 // bytes by their start mask, one per distinct value. A narrow range keeps the
 // SSE2 compares.
+#include "common/arch.h"
+#if KVCORE_X86
 #include <immintrin.h>
 
 #include "frame/value_counts_internal.h"
@@ -101,3 +103,4 @@ KV_AVX2 ValueCounts value_counts_avx2(const uint8_t* bytes, uint8_t* value, uint
 }
 
 }  // namespace kvcore::frame::detail
+#endif  // KVCORE_X86

@@ -5,6 +5,8 @@
 // input and the two lists, whatever the range of the values (the SSE2 variant
 // counts a wide range in tables). A range of fewer than 16 values costs less
 // by one mask compare per value, and is counted so.
+#include "common/arch.h"
+#if KVCORE_X86
 #include "common/avx512_target.h"
 #include "frame/value_counts_internal.h"
 
@@ -116,3 +118,4 @@ KV_AVX512 ValueCounts value_counts_avx512(const uint8_t* bytes, uint8_t* value, 
 }
 
 }  // namespace kvcore::frame::detail
+#endif  // KVCORE_X86

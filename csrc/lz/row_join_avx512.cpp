@@ -12,6 +12,8 @@
 // vpexpandd places the copies' indices at the repeat lanes and the next new rows'
 // numbers at the others, and one compare checks every repeat names a row already
 // brought in. The caller copies the rows from the sources.
+#include "common/arch.h"
+#if KVCORE_X86
 #include "common/avx512_target.h"
 // (after avx512_target.h, which defines KV_AVX512)
 #include "lz/row_join.h"
@@ -106,3 +108,4 @@ KV_AVX512 bool word_sources_avx512(uint64_t bits, size_t count, const uint32_t* 
 }
 
 }  // namespace kvcore::lz::detail
+#endif  // KVCORE_X86

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/arch.h"
 #include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 #include "lz/row_join.h"
@@ -195,9 +196,13 @@ size_t split_rows(const uint8_t* plane, size_t n, size_t row_bytes, uint8_t* dis
     c.distinct = distinct;
     c.index_of_copy = index_buf.data();
     c.bitmap = bitmap;
+#if KVCORE_X86
     const detail::CopySearchResult found =
         row_bytes >= detail::kAvx2SearchMinRow && (cpu::active_isa() & cpu::kIsaAvx2) ? detail::find_copies_avx2(c)
                                                                                        : detail::find_copies_scalar(c);
+#else
+    const detail::CopySearchResult found = detail::find_copies_scalar(c);
+#endif
     const size_t copies = found.copies;
     uint64_t bits = found.last_bits;
     for (size_t b = rows / 64 * 8; b < bitmap_bytes(rows); ++b, bits >>= 8) bitmap[b] = static_cast<uint8_t>(bits);
@@ -266,9 +271,14 @@ Status unpack_indices(const RowTable& t, std::vector<T>& idx, bool avx512) {
         return Status::ok();
     }
     size_t top = 0;
+#if KVCORE_X86
     if (t.width != 8 && avx512) {
         top = detail::unpack_indices_avx512(t.indices, index_bytes(t.copies, t.width), t.copies, t.width, idx.data());
-    } else if (t.width == 8) {
+    } else
+#else
+    (void)avx512;  // never set in this build
+#endif
+    if (t.width == 8) {
         std::memcpy(idx.data(), t.indices, t.copies);
         if (t.copies != 0) top = *std::max_element(idx.begin(), idx.begin() + t.copies);
     } else {
@@ -383,6 +393,7 @@ Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, u
             continue;
         }
         copy_new_rows(out, distinct, rb, r, next, first);
+#if KVCORE_X86
         if (avx512) {
             uint32_t src[64];
             if (!detail::word_sources_avx512(bits, count, idx + k, next, src)) return repeats_ahead();
@@ -390,7 +401,9 @@ Status join_unpacked(const RowTable& t, const T* idx, const uint8_t* distinct, u
             const size_t repeats = popcount8(bits);
             k += repeats;
             next += count - repeats;
-        } else if (!repeat_rows<RB>(out + first * rb, distinct, rb, bits, count, idx, k, next)) {
+        } else
+#endif
+        if (!repeat_rows<RB>(out + first * rb, distinct, rb, bits, count, idx, k, next)) {
             return repeats_ahead();
         }
         r = first + count;
@@ -418,7 +431,7 @@ Status join_many_repeats(const RowTable& t, const uint8_t* distinct, uint8_t* ou
 Status join_rows(const RowTable& t, const uint8_t* distinct, uint8_t* out) {
     // The AVX-512 join costs about the same per row at any share of repeats: it takes
     // planes from an eighth of them (the portable one from a quarter, and words from half).
-    const bool avx512 = (cpu::active_isa() & cpu::kIsaAvx512) != 0;
+    const bool avx512 = KVCORE_X86 && (cpu::active_isa() & cpu::kIsaAvx512) != 0;
     if (t.copies * (avx512 ? 8 : 4) < t.rows) return join_few_repeats(t, distinct, out);
     return t.width <= 8 ? join_many_repeats<uint8_t>(t, distinct, out, avx512)
                         : join_many_repeats<uint32_t>(t, distinct, out, avx512);

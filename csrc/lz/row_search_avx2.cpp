@@ -15,6 +15,8 @@
 //    row (it is written there anyway) or listed as a copy.
 // Only a tag that matches a different row, or a full bucket, takes the slow
 // path, which probes slot by slot as a linear table would.
+#include "common/arch.h"
+#if KVCORE_X86
 #include <immintrin.h>
 
 #include <algorithm>
@@ -260,3 +262,4 @@ KV_AVX2 CopySearchResult find_copies_avx2(const CopySearch& c) {
 }
 
 }  // namespace kvcore::lz::detail
+#endif  // KVCORE_X86

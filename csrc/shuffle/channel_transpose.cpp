@@ -19,13 +19,17 @@
 //    channels) to 13% slower (256) up to 768, and lost at 1024 (6 against 16).
 #include "shuffle/channel_transpose.h"
 
+#include "common/arch.h"
+#if KVCORE_X86
 #include <immintrin.h>
 
 #include "cpu/cpu_features.h"
 
 #define KV_AVX2 __attribute__((target("avx2")))
+#endif  // KVCORE_X86
 
 namespace kvcore::shuffle {
+#if KVCORE_X86
 namespace {
 
 constexpr uint32_t kTallChannelMajorMaxChannels = 1024;
@@ -255,6 +259,7 @@ KV_AVX2 size_t to_row_major_tall_avx2(const uint8_t* const* column, size_t rows,
 }
 
 }  // namespace
+#endif  // KVCORE_X86
 
 namespace detail {
 
@@ -271,6 +276,7 @@ void to_row_major_scalar(const uint8_t* const* column, size_t rows, uint32_t cha
 }  // namespace detail
 
 void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
+#if KVCORE_X86
     const uint32_t isa = cpu::active_isa();
     size_t r_tall = 0;  // rows [0, r_tall) of channels [0, channels & ~15) done by tall tiles
     if (channels >= 16 && channels <= kTallChannelMajorMaxChannels) {
@@ -283,9 +289,13 @@ void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, uint
     }
     const uint32_t c_done = (isa & cpu::kIsaAvx2) ? to_channel_major_wide_avx2(plane, r_tall, rows, channels, column) : 0;
     to_channel_major_rest(plane, r_tall, rows, channels, column, c_done);
+#else  // the tiles above are SSE2 at least: the scalar reference elsewhere
+    detail::to_channel_major_scalar(plane, rows, channels, column);
+#endif  // KVCORE_X86
 }
 
 void to_row_major(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane) {
+#if KVCORE_X86
     const uint32_t isa = cpu::active_isa();
     const uint32_t c16 = channels & ~15u;
     size_t r_tall = 0;  // rows [0, r_tall) of channels [0, c16) done by tall tiles
@@ -303,6 +313,9 @@ void to_row_major(const uint8_t* const* column, size_t rows, uint32_t channels, 
         if (r_wide > r_tall) to_row_major_rest(column, r_tall, r_wide, channels, plane, c16);
     }
     to_row_major_rest(column, r_wide, rows, channels, plane, 0);
+#else  // the tiles above are SSE2 at least: the scalar reference elsewhere
+    detail::to_row_major_scalar(column, rows, channels, plane);
+#endif  // KVCORE_X86
 }
 
 }  // namespace kvcore::shuffle

@@ -2,6 +2,8 @@
 // tile, each 128-bit lane one 16 x 16 byte transpose (the unpacks work within
 // lanes), lane L holding rows 16L..16L+15. A channel's 64 rows are then one
 // 64-byte vector: one whole-line store (to_channel_major) or load (to_row_major).
+#include "common/arch.h"
+#if KVCORE_X86
 #include "common/avx512_target.h"
 #include "shuffle/channel_transpose.h"
 
@@ -85,3 +87,5 @@ KV_AVX512 size_t to_row_major_tall_avx512(const uint8_t* const* column, size_t r
 }
 
 }  // namespace kvcore::shuffle::detail
+
+#endif  // KVCORE_X86

@@ -5,6 +5,9 @@
 // (the AVX2 target attribute) first.
 #pragma once
 
+#include "common/arch.h"
+#if KVCORE_X86
+
 #include <immintrin.h>
 
 #include <cstdint>
@@ -36,3 +39,5 @@ KV_AVX2 inline void interleave2(__m256i lo, __m256i hi, __m256i* a, __m256i* b) 
 }
 
 }  // namespace kvcore::shuffle::avx2
+
+#endif  // KVCORE_X86

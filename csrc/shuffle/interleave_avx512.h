@@ -5,6 +5,9 @@
 // common/avx512_target.h.
 #pragma once
 
+#include "common/arch.h"
+#if KVCORE_X86
+
 #include <cstdint>
 
 namespace kvcore::shuffle {
@@ -49,3 +52,5 @@ private:
 };
 
 }  // namespace kvcore::shuffle
+
+#endif  // KVCORE_X86

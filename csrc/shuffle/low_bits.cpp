@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/arch.h"
 #include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 
@@ -85,11 +86,13 @@ template <unsigned K>
 bool join_k(uint8_t* plane, size_t n, const uint8_t* packed) {
     uint64_t stray = 0;
     size_t i = 0;
+#if KVCORE_X86
     if (cpu::active_isa() & cpu::kIsaAvx512) {
         i = n / kGroup * kGroup;
         stray = !detail::join_low_bits_groups_avx512(plane, n / kGroup, K, packed);
         packed += 8 * K * (n / kGroup);
     }
+#endif  // KVCORE_X86
     for (; i + kGroup <= n; i += kGroup, packed += 8 * K) stray |= join_group<K>(plane + i, packed);
     if (i < n) {
         uint8_t tmp[kGroup] = {};
@@ -104,11 +107,13 @@ bool join_k(uint8_t* plane, size_t n, const uint8_t* packed) {
 template <unsigned K>
 bool expand_k(uint8_t* plane, size_t n, const uint8_t* packed, unsigned shift, uint8_t base) {
     size_t i = 0;
+#if KVCORE_X86
     if (cpu::active_isa() & cpu::kIsaAvx512) {
         i = n / kGroup * kGroup;
         detail::expand_low_bits_groups_avx512(plane, n / kGroup, K, packed, shift, base);
         packed += 8 * K * (n / kGroup);
     }
+#endif  // KVCORE_X86
     for (; i + kGroup <= n; i += kGroup, packed += 8 * K) expand_group<K>(plane + i, packed, shift, bytes_of(base));
     if (i == n) return true;
     // The last group: its padding's low bits must be 0, as join_k checks them.

@@ -3,6 +3,8 @@
 // sit in packed word K p / 8 at bit K p % 8 (and spill into the next word), so
 // a lane's bits are two qword permutes of the group's K words, each shifted by
 // the lane's own count and masked per byte.
+#include "common/arch.h"
+#if KVCORE_X86
 #include "common/avx512_target.h"
 #include "shuffle/low_bits.h"
 
@@ -108,3 +110,5 @@ void expand_low_bits_groups_avx512(uint8_t* plane, size_t groups, unsigned k, co
 }
 
 }  // namespace kvcore::shuffle::detail
+
+#endif  // KVCORE_X86

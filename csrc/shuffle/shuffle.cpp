@@ -7,7 +7,10 @@
 // in reverse order.
 #include "shuffle/shuffle.h"
 
+#include "common/arch.h"
+#if KVCORE_X86
 #include <xmmintrin.h>
+#endif  // KVCORE_X86
 
 #include "checksum/xxh3_stripes.h"
 #include "common/aligned_buffer.h"
@@ -147,6 +150,7 @@ void merge_scalar(const uint8_t* const* planes, size_t n, unsigned elem_size, co
 
 }  // namespace detail
 
+#if KVCORE_X86
 namespace {
 
 // Elements to split with the scalar code first so that the SIMD variants store
@@ -165,6 +169,7 @@ size_t aligning_head(size_t n, unsigned elem_size, uint8_t* const* planes) {
 }
 
 }  // namespace
+#endif  // KVCORE_X86
 
 // elem_size outside {1, 2, 4} or a residual with period 0 is a caller error
 // (the bindings reject it); these functions then write nothing.
@@ -174,6 +179,7 @@ void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransfor
     if (elem_size != 1 && elem_size != 2 && elem_size != 4) return;
     const uint32_t isa = cpu::active_isa();
     if (!(isa & (cpu::kIsaAvx512 | cpu::kIsaAvx2))) return detail::split_scalar(src, n, elem_size, t, planes);
+#if KVCORE_X86
     if (stores == Stores::kStreaming && (isa & cpu::kIsaAvx512))
         return detail::split_streamed_avx512(src, n, elem_size, t, planes);
     const size_t head = aligning_head(n, elem_size, planes);
@@ -185,13 +191,18 @@ void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransfor
     const PlaneTransform rt = detail::tail_transform(t, head);
     if (isa & cpu::kIsaAvx512) return detail::split_avx512(src, n, elem_size, rt, rest);
     detail::split_avx2(src, n, elem_size, rt, rest);
+#else
+    (void)stores;  // streaming stores are x86 only; no SIMD level is active elsewhere
+#endif  // KVCORE_X86
 }
 
 void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst) {
     if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return;
+#if KVCORE_X86
     const uint32_t isa = cpu::active_isa();
     if (isa & cpu::kIsaAvx512) return detail::merge_avx512(planes, n, elem_size, t, dst);
     if (isa & cpu::kIsaAvx2) return detail::merge_avx2(planes, n, elem_size, t, dst);
+#endif  // KVCORE_X86
     detail::merge_scalar(planes, n, elem_size, t, dst);
 }
 
@@ -199,6 +210,7 @@ bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, co
                   Xxh3Stripes* hash, Stores stores) {
     const uint32_t isa = cpu::active_isa();
     if (!(isa & (cpu::kIsaAvx512 | cpu::kIsaAvx2))) return false;
+#if KVCORE_X86
     if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return true;
     // The kernel feeds every vector it writes, so in the input's last piece it stops
     // before the last byte (whole kernel blocks only; its own scalar tail would feed
@@ -221,6 +233,11 @@ bool merge_hashed(const uint8_t* const* planes, size_t n, unsigned elem_size, co
     }
     if (streaming) _mm_sfence();  // non-temporal stores are weakly ordered: visible before the caller reports done
     return true;
+#else
+    // No hashing kernel here: callers merge and hash the output themselves.
+    (void)planes, (void)n, (void)elem_size, (void)t, (void)dst, (void)hash, (void)stores;
+    return false;
+#endif  // KVCORE_X86
 }
 
 }  // namespace kvcore::shuffle

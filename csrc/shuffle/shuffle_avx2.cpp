@@ -10,6 +10,8 @@
 // permute2x128). merge is two rounds of byte/word unpacks and a 128-bit permute.
 // The residual of a block is one unaligned load from the ResidualPattern.
 // Leftover elements (fewer than a block) go through the scalar reference.
+#include "common/arch.h"
+#if KVCORE_X86
 #include <immintrin.h>
 
 #include <cstring>
@@ -332,3 +334,5 @@ KV_AVX2 void merge_hashed_avx2(const uint8_t* const* planes, size_t n, unsigned 
 }
 
 }  // namespace kvcore::shuffle::detail
+
+#endif  // KVCORE_X86

@@ -8,6 +8,8 @@
 // vectors, then joins 256-bit halves of two such results with shuffle_i64x2;
 // merge splits halves back with shuffle_i64x2 and interleaves with vpermt2b.
 // Leftover elements (fewer than a block) go through the scalar reference.
+#include "common/arch.h"
+#if KVCORE_X86
 #include <cstring>
 
 #include "common/avx512_target.h"
@@ -371,3 +373,5 @@ KV_AVX512 void merge_hashed_avx512(const uint8_t* const* planes, size_t n, unsig
 }
 
 }  // namespace kvcore::shuffle::detail
+
+#endif  // KVCORE_X86

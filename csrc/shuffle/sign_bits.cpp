@@ -1,6 +1,9 @@
 #include "shuffle/sign_bits.h"
 
+#include "common/arch.h"
+#if KVCORE_X86
 #include <immintrin.h>
+#endif  // KVCORE_X86
 
 #include <algorithm>
 #include <cstring>
@@ -14,8 +17,10 @@ namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the mantissa stream is read as little-endian words");
 
+#if KVCORE_X86
 // Bits 7..1 of every byte of a word: where the mantissa values go back.
 constexpr uint64_t kHighSeven = 0xFEFEFEFEFEFEFEFEull;
+#endif  // KVCORE_X86
 
 // 8 bytes -> their 8 values of 7 bits, as 56 bits.
 inline uint64_t pack_word_portable(uint64_t w) {
@@ -57,6 +62,7 @@ void unpack_words_portable(const uint8_t* mantissa, size_t words, uint8_t* plane
         std::memcpy(plane + 8 * q, &w, 8);
     }
 }
+#if KVCORE_X86
 __attribute__((target("bmi2"))) void pack_words_bmi2(const uint8_t* plane, size_t words, uint8_t* mantissa) {
     for (size_t q = 0; q < words; ++q) {
         uint64_t w;
@@ -75,17 +81,23 @@ __attribute__((target("bmi2"))) void unpack_words_bmi2(const uint8_t* mantissa, 
 bool avx2_level() { return (cpu::active_isa() & cpu::kIsaAvx2) != 0; }
 
 bool avx512_level() { return (cpu::active_isa() & cpu::kIsaAvx512) != 0; }
+#endif  // KVCORE_X86
 
 // Groups of 64 bytes (56 packed) with AVX-512, then words of 8 (7 packed), then the tail.
 void pack_mantissa(const uint8_t* plane, size_t n, uint8_t* mantissa) {
+#if KVCORE_X86
     if (avx512_level() && n >= 64) {
         const size_t groups = n / 64;
         detail::pack_mantissa_groups_avx512(plane, groups, mantissa);
         plane += 64 * groups, mantissa += 56 * groups, n -= 64 * groups;
     }
+#endif  // KVCORE_X86
     const size_t words = n / 8, tail = n % 8;
+#if KVCORE_X86
     if (avx2_level()) pack_words_bmi2(plane, words, mantissa);
-    else pack_words_portable(plane, words, mantissa);
+    else
+#endif  // KVCORE_X86
+    pack_words_portable(plane, words, mantissa);
     if (tail) {
         uint64_t w = 0;
         std::memcpy(&w, plane + 8 * words, tail);
@@ -96,14 +108,19 @@ void pack_mantissa(const uint8_t* plane, size_t n, uint8_t* mantissa) {
 
 // False when the tail's unused stream bits are set.
 bool unpack_mantissa(const uint8_t* mantissa, size_t n, uint8_t* plane) {
+#if KVCORE_X86
     if (avx512_level() && n >= 64) {
         const size_t groups = n / 64;
         detail::unpack_mantissa_groups_avx512(mantissa, groups, plane);
         plane += 64 * groups, mantissa += 56 * groups, n -= 64 * groups;
     }
+#endif  // KVCORE_X86
     const size_t words = n / 8, tail = n % 8;
+#if KVCORE_X86
     if (avx2_level()) unpack_words_bmi2(mantissa, words, plane);
-    else unpack_words_portable(mantissa, words, plane);
+    else
+#endif  // KVCORE_X86
+    unpack_words_portable(mantissa, words, plane);
     if (tail) {
         uint64_t m = 0;
         std::memcpy(&m, mantissa + 7 * words, (7 * tail + 7) / 8);
@@ -164,17 +181,21 @@ void scatter_signs(uint8_t* plane, size_t rows, size_t c_n, const uint8_t* signs
 void gather_row_base(const uint8_t* row, size_t c_n, unsigned k, uint8_t* out, uint64_t* lanes, uint32_t* ones) {
     gather_row(row, c_n, k, out, lanes, ones);
 }
+#if KVCORE_X86
 __attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* row, size_t c_n, unsigned k, uint8_t* out,
                                                      uint64_t* lanes, uint32_t* ones) {
     gather_row(row, c_n, k, out, lanes, ones);
 }
+#endif  // KVCORE_X86
 void scatter_row_base(uint8_t* row, size_t c_n, unsigned k, const uint8_t* in, const uint64_t* flip) {
     scatter_row(row, c_n, k, in, flip);
 }
+#if KVCORE_X86
 __attribute__((target("avx2"))) void scatter_row_avx2(uint8_t* row, size_t c_n, unsigned k, const uint8_t* in,
                                                       const uint64_t* flip) {
     scatter_row(row, c_n, k, in, flip);
 }
+#endif  // KVCORE_X86
 
 }  // namespace
 
@@ -187,8 +208,11 @@ void split_sign_bits(const uint8_t* plane, size_t rows, uint32_t channels, uint8
     const size_t c_n = channels, groups = (rows + 7) / 8;
     std::memset(signs, 0, groups * c_n);
     std::vector<uint32_t> ones(c_n, 0);
+#if KVCORE_X86
     if (avx2_level()) gather_signs<gather_row_avx2>(plane, rows, c_n, signs, ones.data());
-    else gather_signs<gather_row_base>(plane, rows, c_n, signs, ones.data());
+    else
+#endif  // KVCORE_X86
+    gather_signs<gather_row_base>(plane, rows, c_n, signs, ones.data());
     // The flip keeps the bits that are 0 in most rows; bits of rows past the end stay 0.
     std::memset(flips, 0, sign_bits_flips_size(channels));
     std::vector<uint8_t> mask(c_n);
@@ -222,8 +246,11 @@ bool join_sign_bits(const uint8_t* mantissa, const uint8_t* flips, const uint8_t
     std::vector<uint64_t> flip((c_n + 7) / 8, 0);
     for (size_t c = 0; c < c_n; ++c)
         if ((flips[c / 8] >> (c % 8)) & 1u) flip[c / 8] |= uint64_t(0xFF) << (8 * (c % 8));
+#if KVCORE_X86
     if (avx2_level()) scatter_signs<scatter_row_avx2>(plane, rows, c_n, signs, flip.data());
-    else scatter_signs<scatter_row_base>(plane, rows, c_n, signs, flip.data());
+    else
+#endif  // KVCORE_X86
+    scatter_signs<scatter_row_base>(plane, rows, c_n, signs, flip.data());
     return true;
 }
 

@@ -8,6 +8,8 @@
 // past its 56 belong to the next group (rewritten, or ignored: they land in
 // bit 7 of a lane's last value, which the mask clears); the last group goes
 // through a local copy, since the buffer may end there.
+#include "common/arch.h"
+#if KVCORE_X86
 #include <cstring>
 
 #include "common/avx512_target.h"
@@ -68,3 +70,5 @@ KV_AVX512 void unpack_mantissa_groups_avx512(const uint8_t* mantissa, size_t gro
 }
 
 }  // namespace kvcore::shuffle::detail
+
+#endif  // KVCORE_X86
