@@ -21,6 +21,7 @@ import torch
 import kvcore
 import kvdata
 from native_build import ROOT, Toolchain, build_harness, codec_sources
+from test_channel_transpose import SOURCES as TRANSPOSE_SOURCES
 from test_frame_native_fuzz import seed_frames
 from test_valgrind import DTYPE_CODES, raw_inputs
 
@@ -63,6 +64,16 @@ def test_the_build_has_no_x86_code(tmp_path):
     code = [line for line in symbols.splitlines() if " FUNC " in line or " OBJECT " in line]
     assert len(code) > 500
     assert not [line for line in code if "avx" in line.lower() or "bmi2" in line.lower()]
+
+
+def test_channel_transposes_on_aarch64(tmp_path):
+    """The portable tiles that aarch64 dispatches to, against the scalar reference, on shapes
+    around the tile edges."""
+    exe = build_harness(tmp_path, "channel_transpose_check", TRANSPOSE_SOURCES, sanitizer="none", opt="-O2",
+                        toolchain=TOOLCHAIN)
+    run = run_aarch64([exe])
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert run.stdout.startswith("ok: 800 cases"), run.stdout
 
 
 def test_every_encoder_configuration_round_trips_on_aarch64(tmp_path):

@@ -1,5 +1,6 @@
 """The channel transposes behind the grouped coder (csrc/shuffle/channel_transpose): each ISA
-variant the CPU has, and the AVX-512 tall tiles called directly, against the scalar reference
+variant the CPU has, the AVX-512 tall tiles and the portable tiles (what CPUs other than x86-64
+run; test_aarch64.py runs them there) called directly, against the scalar reference
 on shapes around the tile edges, under ASan + UBSan (tests/native/channel_transpose_check.cpp).
 Machines without AVX-512 check the tall tiles in test_shuffle_avx512_emulated.py."""
 

@@ -1,4 +1,5 @@
-// Channel transposes: dispatch, the SSE2 / AVX2 kernels and the scalar reference.
+// Channel transposes: dispatch, the SSE2 / AVX2 kernels, the portable tiles
+// (CPUs other than x86-64) and the scalar reference.
 //
 // Tiles are 16 x 16 byte transposes (four rounds of unpacks). Two tile shapes:
 //  * wide (16 rows x 16 or 32 channels): each channel's stream gets 16 bytes per
@@ -19,7 +20,11 @@
 //    channels) to 13% slower (256) up to 768, and lost at 1024 (6 against 16).
 #include "shuffle/channel_transpose.h"
 
+#include <algorithm>
+#include <initializer_list>
+
 #include "common/arch.h"
+#include "common/little_endian.h"
 #if KVCORE_X86
 #include <immintrin.h>
 
@@ -262,6 +267,66 @@ KV_AVX2 size_t to_row_major_tall_avx2(const uint8_t* const* column, size_t rows,
 #endif  // KVCORE_X86
 
 namespace detail {
+namespace {
+
+// Swaps the kShift-bit blocks that kMask selects in b with the blocks above them in a.
+template <unsigned kShift, uint64_t kMask>
+inline void swap_blocks(uint64_t& a, uint64_t& b) {
+    const uint64_t t = ((a >> kShift) ^ b) & kMask;
+    b ^= t;
+    a ^= t << kShift;
+}
+
+// Transposes 8 x 8 bytes held as eight 64-bit words (word k: row k): the 2 x 2
+// blocks of bytes, then of 2 bytes, then of 4 swap across the diagonal. The same
+// on either byte order (reversing both indices commutes with transposing).
+inline void transpose8x8(uint64_t* x) {
+    for (unsigned i = 0; i < 8; i += 2) swap_blocks<8, 0x00ff00ff00ff00ffull>(x[i], x[i + 1]);
+    for (unsigned i : {0u, 1u, 4u, 5u}) swap_blocks<16, 0x0000ffff0000ffffull>(x[i], x[i + 2]);
+    for (unsigned i = 0; i < 4; ++i) swap_blocks<32, 0x00000000ffffffffull>(x[i], x[i + 4]);
+}
+
+// The portable tiles run down 64 rows of 8 channels before moving across, so that
+// each stream's cache line is read or written whole at once (the streams of a
+// tall plane sit a multiple of 4 KiB apart, in the same few L1 sets: going across
+// 8 rows at a time, stories260K's 32 streams lost their lines before the next
+// tile came back to them), across stripes of 64 channels, whose 64 rows stay in L1.
+constexpr size_t kTileRows = 64;
+constexpr uint32_t kTileStripe = 64;
+
+}  // namespace
+
+void to_channel_major_tiled(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
+    const size_t r8 = rows & ~size_t(7);
+    const uint32_t c8 = channels & ~7u;
+    for (uint32_t c0 = 0; c0 < c8; c0 += kTileStripe)
+        for (size_t r0 = 0; r0 < r8; r0 += kTileRows)
+            for (uint32_t c = c0; c < std::min(c0 + kTileStripe, c8); c += 8)
+                for (size_t r = r0; r < std::min(r0 + kTileRows, r8); r += 8) {
+                    uint64_t x[8];
+                    for (unsigned k = 0; k < 8; ++k) x[k] = load64(plane + (r + k) * channels + c);
+                    transpose8x8(x);
+                    for (unsigned k = 0; k < 8; ++k) store64(column[c + k] + r, x[k]);
+                }
+    for (size_t r = 0; r < rows; ++r)  // what the tiles leave: the last rows, the last channels
+        for (uint32_t c = r < r8 ? c8 : 0; c < channels; ++c) column[c][r] = plane[r * channels + c];
+}
+
+void to_row_major_tiled(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane) {
+    const size_t r8 = rows & ~size_t(7);
+    const uint32_t c8 = channels & ~7u;
+    for (uint32_t c0 = 0; c0 < c8; c0 += kTileStripe)
+        for (size_t r0 = 0; r0 < r8; r0 += kTileRows)
+            for (uint32_t c = c0; c < std::min(c0 + kTileStripe, c8); c += 8)
+                for (size_t r = r0; r < std::min(r0 + kTileRows, r8); r += 8) {
+                    uint64_t x[8];
+                    for (unsigned k = 0; k < 8; ++k) x[k] = load64(column[c + k] + r);
+                    transpose8x8(x);
+                    for (unsigned k = 0; k < 8; ++k) store64(plane + (r + k) * channels + c, x[k]);
+                }
+    for (size_t r = 0; r < rows; ++r)
+        for (uint32_t c = r < r8 ? c8 : 0; c < channels; ++c) plane[r * channels + c] = column[c][r];
+}
 
 void to_channel_major_scalar(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
     for (size_t r = 0; r < rows; ++r)
@@ -289,8 +354,8 @@ void to_channel_major(const uint8_t* plane, size_t rows, uint32_t channels, uint
     }
     const uint32_t c_done = (isa & cpu::kIsaAvx2) ? to_channel_major_wide_avx2(plane, r_tall, rows, channels, column) : 0;
     to_channel_major_rest(plane, r_tall, rows, channels, column, c_done);
-#else  // the tiles above are SSE2 at least: the scalar reference elsewhere
-    detail::to_channel_major_scalar(plane, rows, channels, column);
+#else  // the tiles above are SSE2 at least: the portable tiles elsewhere
+    detail::to_channel_major_tiled(plane, rows, channels, column);
 #endif  // KVCORE_X86
 }
 
@@ -313,8 +378,8 @@ void to_row_major(const uint8_t* const* column, size_t rows, uint32_t channels, 
         if (r_wide > r_tall) to_row_major_rest(column, r_tall, r_wide, channels, plane, c16);
     }
     to_row_major_rest(column, r_wide, rows, channels, plane, 0);
-#else  // the tiles above are SSE2 at least: the scalar reference elsewhere
-    detail::to_row_major_scalar(column, rows, channels, plane);
+#else  // the tiles above are SSE2 at least: the portable tiles elsewhere
+    detail::to_row_major_tiled(column, rows, channels, plane);
 #endif  // KVCORE_X86
 }
 

@@ -26,6 +26,11 @@ namespace detail {
 size_t to_channel_major_tall_avx512(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column);
 size_t to_row_major_tall_avx512(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane);
 
+// The portable tiles of 8 rows x 8 channels (64-bit words), which CPUs other than
+// x86-64 run; the whole plane.
+void to_channel_major_tiled(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column);
+void to_row_major_tiled(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane);
+
 // The portable reference (tests compare the variants with it).
 void to_channel_major_scalar(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column);
 void to_row_major_scalar(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane);
