@@ -294,20 +294,26 @@ inline void transpose8x8(uint64_t* x) {
 constexpr size_t kTileRows = 64;
 constexpr uint32_t kTileStripe = 64;
 
+// Calls tile(r, c) for each 8 x 8 tile of rows [0, r8) x channels [0, c8), in that order.
+template <typename Tile>
+inline void for_each_tile(size_t r8, uint32_t c8, Tile tile) {
+    for (uint32_t c0 = 0; c0 < c8; c0 += kTileStripe)
+        for (size_t r0 = 0; r0 < r8; r0 += kTileRows)
+            for (uint32_t c = c0; c < std::min(c0 + kTileStripe, c8); c += 8)
+                for (size_t r = r0; r < std::min(r0 + kTileRows, r8); r += 8) tile(r, c);
+}
+
 }  // namespace
 
 void to_channel_major_tiled(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
     const size_t r8 = rows & ~size_t(7);
     const uint32_t c8 = channels & ~7u;
-    for (uint32_t c0 = 0; c0 < c8; c0 += kTileStripe)
-        for (size_t r0 = 0; r0 < r8; r0 += kTileRows)
-            for (uint32_t c = c0; c < std::min(c0 + kTileStripe, c8); c += 8)
-                for (size_t r = r0; r < std::min(r0 + kTileRows, r8); r += 8) {
-                    uint64_t x[8];
-                    for (unsigned k = 0; k < 8; ++k) x[k] = load64(plane + (r + k) * channels + c);
-                    transpose8x8(x);
-                    for (unsigned k = 0; k < 8; ++k) store64(column[c + k] + r, x[k]);
-                }
+    for_each_tile(r8, c8, [&](size_t r, uint32_t c) {
+        uint64_t x[8];
+        for (unsigned k = 0; k < 8; ++k) x[k] = load64(plane + (r + k) * channels + c);
+        transpose8x8(x);
+        for (unsigned k = 0; k < 8; ++k) store64(column[c + k] + r, x[k]);
+    });
     for (size_t r = 0; r < rows; ++r)  // what the tiles leave: the last rows, the last channels
         for (uint32_t c = r < r8 ? c8 : 0; c < channels; ++c) column[c][r] = plane[r * channels + c];
 }
@@ -315,15 +321,12 @@ void to_channel_major_tiled(const uint8_t* plane, size_t rows, uint32_t channels
 void to_row_major_tiled(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane) {
     const size_t r8 = rows & ~size_t(7);
     const uint32_t c8 = channels & ~7u;
-    for (uint32_t c0 = 0; c0 < c8; c0 += kTileStripe)
-        for (size_t r0 = 0; r0 < r8; r0 += kTileRows)
-            for (uint32_t c = c0; c < std::min(c0 + kTileStripe, c8); c += 8)
-                for (size_t r = r0; r < std::min(r0 + kTileRows, r8); r += 8) {
-                    uint64_t x[8];
-                    for (unsigned k = 0; k < 8; ++k) x[k] = load64(column[c + k] + r);
-                    transpose8x8(x);
-                    for (unsigned k = 0; k < 8; ++k) store64(plane + (r + k) * channels + c, x[k]);
-                }
+    for_each_tile(r8, c8, [&](size_t r, uint32_t c) {
+        uint64_t x[8];
+        for (unsigned k = 0; k < 8; ++k) x[k] = load64(column[c + k] + r);
+        transpose8x8(x);
+        for (unsigned k = 0; k < 8; ++k) store64(plane + (r + k) * channels + c, x[k]);
+    });
     for (size_t r = 0; r < rows; ++r)
         for (uint32_t c = r < r8 ? c8 : 0; c < channels; ++c) plane[r * channels + c] = column[c][r];
 }

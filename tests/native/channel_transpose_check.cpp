@@ -55,9 +55,12 @@ bool guards_intact(const std::vector<uint8_t>& buf, size_t rows, uint32_t channe
 using ToColumns = size_t (*)(const uint8_t*, size_t, uint32_t, uint8_t* const*);
 using ToRows = size_t (*)(const uint8_t* const*, size_t, uint32_t, uint8_t*);
 
-// One shape through one variant. tall_cm / tall_rm: call those tall tiles
-// directly (rows they leave undone are filled from the reference), else the dispatcher.
-bool check(size_t rows, uint32_t channels, std::mt19937& rng, ToColumns tall_cm, ToRows tall_rm) {
+// One shape through one variant. tiles_cm / tiles_rm: call those tiles directly
+// (the AVX-512 tall tiles, or the portable ones wrapped to report whole planes),
+// which must do rows [0, rows_done) of channels [0, channels_done) (the rest is
+// filled from the reference), else the dispatcher.
+bool check(size_t rows, uint32_t channels, std::mt19937& rng, ToColumns tiles_cm, ToRows tiles_rm,
+           size_t rows_done = 0, uint32_t channels_done = 0) {
     const size_t n = rows * channels;
     std::vector<uint8_t> plane(kPad + n + kPad);
     for (auto& b : plane) b = static_cast<uint8_t>(rng());
@@ -66,12 +69,11 @@ bool check(size_t rows, uint32_t channels, std::mt19937& rng, ToColumns tall_cm,
     Streams want = make_streams(rows, channels, rng), got = want;
     for (uint32_t c = 0; c < channels; ++c) got.column[c] = got.buf.data() + (want.column[c] - want.buf.data());
     shuffle::detail::to_channel_major_scalar(src, rows, channels, want.column.data());
-    if (tall_cm) {
-        const size_t done = tall_cm(src, rows, channels, got.column.data());
-        if (done != (rows & ~size_t(63))) return false;
-        for (size_t r = 0; r < rows; ++r)  // what the tiles leave: rows after `done`, channels after the 16s
+    if (tiles_cm) {
+        if (tiles_cm(src, rows, channels, got.column.data()) != rows_done) return false;
+        for (size_t r = 0; r < rows; ++r)  // what the tiles leave
             for (uint32_t c = 0; c < channels; ++c)
-                if (r >= done || c >= (channels & ~15u)) got.column[c][r] = src[r * channels + c];
+                if (r >= rows_done || c >= channels_done) got.column[c][r] = src[r * channels + c];
     } else {
         shuffle::to_channel_major(src, rows, channels, got.column.data());
     }
@@ -80,12 +82,11 @@ bool check(size_t rows, uint32_t channels, std::mt19937& rng, ToColumns tall_cm,
     std::vector<const uint8_t*> from(want.column.begin(), want.column.end());
     std::vector<uint8_t> back(kPad + n + kPad, kGuard);
     uint8_t* dst = back.data() + kPad;
-    if (tall_rm) {
-        const size_t done = tall_rm(from.data(), rows, channels, dst);
-        if (done != (rows & ~size_t(63))) return false;
+    if (tiles_rm) {
+        if (tiles_rm(from.data(), rows, channels, dst) != rows_done) return false;
         for (size_t r = 0; r < rows; ++r)
             for (uint32_t c = 0; c < channels; ++c)
-                if (r >= done || c >= (channels & ~15u)) dst[r * channels + c] = from[c][r];
+                if (r >= rows_done || c >= channels_done) dst[r * channels + c] = from[c][r];
     } else {
         shuffle::to_row_major(from.data(), rows, channels, dst);
     }
@@ -95,24 +96,14 @@ bool check(size_t rows, uint32_t channels, std::mt19937& rng, ToColumns tall_cm,
     return true;
 }
 
-// One shape through the portable tiles, whole planes.
-bool check_tiled(size_t rows, uint32_t channels, std::mt19937& rng) {
-    const size_t n = rows * channels;
-    std::vector<uint8_t> plane(kPad + n + kPad);
-    for (auto& b : plane) b = static_cast<uint8_t>(rng());
-    const uint8_t* src = plane.data() + kPad;
-    Streams want = make_streams(rows, channels, rng), got = want;
-    for (uint32_t c = 0; c < channels; ++c) got.column[c] = got.buf.data() + (want.column[c] - want.buf.data());
-    shuffle::detail::to_channel_major_scalar(src, rows, channels, want.column.data());
-    shuffle::detail::to_channel_major_tiled(src, rows, channels, got.column.data());
-    if (got.buf != want.buf || !guards_intact(got.buf, rows, channels)) return false;
-    std::vector<const uint8_t*> from(want.column.begin(), want.column.end());
-    std::vector<uint8_t> back(kPad + n + kPad, kGuard);
-    shuffle::detail::to_row_major_tiled(from.data(), rows, channels, back.data() + kPad);
-    if (std::memcmp(back.data() + kPad, src, n) != 0) return false;
-    for (size_t i = 0; i < kPad; ++i)
-        if (back[i] != kGuard || back[kPad + n + i] != kGuard) return false;
-    return true;
+// The portable tiles, as whole-plane variants of the tiles' signature.
+size_t tiled_to_columns(const uint8_t* plane, size_t rows, uint32_t channels, uint8_t* const* column) {
+    shuffle::detail::to_channel_major_tiled(plane, rows, channels, column);
+    return rows;
+}
+size_t tiled_to_rows(const uint8_t* const* column, size_t rows, uint32_t channels, uint8_t* plane) {
+    shuffle::detail::to_row_major_tiled(column, rows, channels, plane);
+    return rows;
 }
 
 }  // namespace
@@ -145,7 +136,8 @@ int main() {
 #if KVCORE_X86
                 const bool ok = v.direct_tall
                                     ? check(rows, channels, rng, shuffle::detail::to_channel_major_tall_avx512,
-                                            shuffle::detail::to_row_major_tall_avx512)
+                                            shuffle::detail::to_row_major_tall_avx512, rows & ~size_t(63),
+                                            channels & ~15u)
                                     : check(rows, channels, rng, nullptr, nullptr);
 #else  // no AVX-512 tiles in this build: the dispatcher alone
                 const bool ok = check(rows, channels, rng, nullptr, nullptr);
@@ -158,7 +150,7 @@ int main() {
     for (uint32_t channels : channel_counts)
         for (size_t rows : row_counts) {
             ++cases;
-            if (!check_tiled(rows, channels, rng) && bad++ < 20)
+            if (!check(rows, channels, rng, tiled_to_columns, tiled_to_rows, rows, channels) && bad++ < 20)
                 std::printf("MISMATCH portable tiles: rows=%zu channels=%u\n", rows, channels);
         }
     if (bad) {
