@@ -93,7 +93,7 @@ ValueCounts count_by_compare(const uint8_t* bytes, unsigned lo, unsigned hi, uin
     return {distinct, first_mode(count, distinct)};
 }
 #else
-// The same results in plain C++, for CPUs without SSE2.
+// The range in plain C++, for CPUs without SSE2 (which count every range by tables).
 void byte_range(const uint8_t* bytes, unsigned* lo, unsigned* hi) {
     unsigned l = 255, h = 0;
     for (unsigned k = 0; k < kValueCountBytes; ++k) {
@@ -103,18 +103,15 @@ void byte_range(const uint8_t* bytes, unsigned* lo, unsigned* hi) {
     *lo = l;
     *hi = h;
 }
-
-ValueCounts count_by_compare(const uint8_t* bytes, unsigned lo, unsigned hi, uint8_t* value, uint8_t* count) {
-    const unsigned distinct = count_by_table(bytes, lo, hi, value, count);
-    return {distinct, first_mode(count, distinct)};
-}
 #endif
 
 // SSE2 on x86-64 (its baseline); plain C++ elsewhere.
 ValueCounts value_counts_sse2(const uint8_t* bytes, uint8_t* value, uint8_t* count) {
     unsigned lo, hi;
     byte_range(bytes, &lo, &hi);
+#if KVCORE_X86
     if (hi - lo < kCompareRange) return count_by_compare(bytes, lo, hi, value, count);
+#endif
     const unsigned distinct = count_by_table(bytes, lo, hi, value, count);
     return {distinct, first_mode(count, distinct)};
 }
