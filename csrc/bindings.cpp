@@ -382,19 +382,38 @@ PyObject* trim_frame(PyObject* obj, size_t n, size_t cap) {
     return obj;
 }
 
+// The head a frame whose capacity passes kRecycleBelow is coded into when it
+// is estimated to fit (CompressJob::head): small enough that glibc serves it
+// from the heap once an earlier one has been freed (trim_frame). At 32 MiB
+// less 4 KiB glibc 2.36 still mapped every one afresh; at 8 KiB less it did not.
+// MiniLM's fp16 KV (37.7 MB, a 32 MB frame) compressed into a new bytes object
+// ran 1.16x slower than into a reused buffer when coded into a fresh mapping
+// (2026-12-06); MiniLM bf16 1.12x, its fp32 cast 1.06x.
+constexpr size_t kHeadBytes = kRecycleBelow - (size_t(64) << 10);
+
+PyObject* new_frame_bytes(size_t n) {
+    PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
+    if (raw == nullptr) throw py::error_already_set();
+    return raw;
+}
+
 // Compresses the jobs (outputs unset) into fresh bytes objects of
-// max_frame_size each, trimmed to the frames' sizes.
+// max_frame_size each, or their heads, trimmed to the frames' sizes.
 std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>& jobs,
                                          const kvcore::frame::EncodeOptions& options) {
     namespace fr = kvcore::frame;
-    std::vector<py::object> frames;
+    std::vector<py::object> frames, heads;
     for (fr::CompressJob& job : jobs) {
         job.cap = fr::max_frame_size(job.desc, options.block_bytes);  // jobs from compress_job: validated
-        PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(job.cap));
-        if (raw == nullptr) throw py::error_already_set();
-        frames.push_back(py::reinterpret_steal<py::object>(raw));
-        job.dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(raw));
+        frames.push_back(py::reinterpret_steal<py::object>(new_frame_bytes(job.cap)));
+        job.dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(frames.back().ptr()));
         job.fresh_dst = true;
+        heads.emplace_back();
+        if (job.cap > kHeadBytes) {
+            heads.back() = py::reinterpret_steal<py::object>(new_frame_bytes(kHeadBytes));
+            job.head = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(heads.back().ptr()));
+            job.head_bytes = kHeadBytes;
+        }
     }
     Status st;
     {
@@ -404,7 +423,9 @@ std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>
     check(st);
     std::vector<py::bytes> out;
     for (size_t i = 0; i < jobs.size(); ++i) {
-        PyObject* trimmed = trim_frame(frames[i].release().ptr(), jobs[i].written, jobs[i].cap);
+        const bool in_head = jobs[i].in_head;
+        py::object& frame = in_head ? heads[i] : frames[i];
+        PyObject* trimmed = trim_frame(frame.release().ptr(), jobs[i].written, in_head ? kHeadBytes : jobs[i].cap);
         if (trimmed == nullptr) throw py::error_already_set();
         out.push_back(py::reinterpret_steal<py::bytes>(trimmed));
     }

@@ -4,6 +4,7 @@ decompress_many writes frames side by side into interleaved runs of one buffer, 
 the shared thread pool. A data race there would corrupt frames only now and then; TSan
 sees it every time. Skipped when no C++ compiler with ThreadSanitizer is available."""
 
+import re
 import subprocess
 
 import pytest
@@ -17,14 +18,17 @@ def test_batch_calls_under_thread_sanitizer(tmp_path):
     run = subprocess.run([str(exe), "7", "300"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert run.stdout.startswith("ok: 300 batches")
+    counts = re.search(r"in their heads: (\d+), heads outgrown: (\d+)", run.stdout)
+    assert counts and all(int(c) > 0 for c in counts.groups()), run.stdout  # both outcomes occurred
 
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address"])
 def test_block_commits_place_every_block_in_order(tmp_path, sanitizer):
     """BlockCommits (how compress_many places blocks coded out of turn) with up to 8 threads
     claiming blocks in order, 1-4 spill buffers among them, random sizes (empty ones too) and
-    delays: every frame comes out as its blocks back to back, under the sanitizer, with no
-    deadlock (the timeout)."""
+    delays, half the frames starting in a head buffer of random size: every frame comes out as
+    its blocks back to back (split at its head's end), under the sanitizer, with no deadlock
+    (the timeout)."""
     sources = [str(ROOT / "csrc" / "frame" / "block_commit.cpp"), str(ROOT / "csrc" / "parallel" / "thread_pool.cpp")]
     exe = build_harness(tmp_path, "block_commits_check", sources, sanitizer=sanitizer)
     run = subprocess.run([str(exe), "11", "400"], capture_output=True, text=True, timeout=300)

@@ -45,3 +45,41 @@ def test_new_bytes_frames_of_one_capacity_kept_side_by_side():
                           timeout=300, cwd=tests)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("ok")
+
+
+LARGE_SCRIPT = """
+import sys, torch, kvcore
+sys.path.insert(0, sys.argv[1])
+import kvdata
+fp16 = kvdata.stacked("minilm_l6_kv_fp16.safetensors")  # 37.7 MB: a 32.0 MB dense frame
+bf16 = kvdata.stacked("minilm_l6_kv_bf16.safetensors")  # a 25 MB dense frame
+noise = torch.randint(-2**15, 2**15, (20 * 2**20,), dtype=torch.int16, generator=torch.Generator().manual_seed(5))
+cases = [(fp16, "dense"), (fp16, "max"), (fp16, "fast"), (bf16, "dense"), (noise.view(torch.bfloat16), "dense")]
+buf = bytearray(max(kvcore.max_frame_size(x.dtype, tuple(x.shape)) for x, _ in cases))
+kept = []
+for round in range(3):
+    for x, mode in cases:
+        frame = kvcore.compress(x, mode=mode)
+        assert type(frame) is bytes
+        assert frame == bytes(kvcore.compress(x, mode=mode, out=buf)), (round, mode)
+        assert torch.equal(kvcore.decompress(frame).view(torch.uint8), x.view(torch.uint8))
+        if round == 1:
+            kept.append((frame, x))
+for frame, x in kept:
+    assert torch.equal(kvcore.decompress(frame).view(torch.uint8), x.view(torch.uint8))
+print("ok", len(kept))
+"""
+
+
+def test_new_bytes_frames_of_tensors_past_32_mib():
+    """A tensor whose frame bound passes 32 MiB is coded into a head just under it where its
+    sampled entropy says the frame fits (dense and max modes; bindings.cpp, kHeadBytes), else
+    into a bytes object of the bound. In a fresh process: MiniLM's fp16 KV (37.7 MB, a 32.0 MB
+    frame) in dense, max and fast mode, its bf16 KV and 40 MB of noise (raw planes, a frame past
+    the head), three times over, some frames kept alive: the frames compress writes into a
+    reused buffer, decoded bit-exact."""
+    tests = str(Path(__file__).parent)
+    done = subprocess.run([sys.executable, "-c", LARGE_SCRIPT, tests], capture_output=True, text=True,
+                          timeout=300, cwd=tests)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("ok 5")

@@ -24,6 +24,17 @@ std::unique_ptr<AlignedBuffer> cached_buffer() {
 
 }  // namespace
 
+void FrameDest::write(uint64_t at, const uint8_t* src, uint64_t n) const {
+    if (head != nullptr && at < head_bytes) {
+        const uint64_t first = std::min(n, head_bytes - at);
+        std::memcpy(head + at, src, first);
+        at += first;
+        src += first;
+        n -= first;
+    }
+    if (n != 0) std::memcpy(dst + at, src, n);
+}
+
 BlockCommits::BlockCommits(size_t max_spills) : max_spills_(std::max<size_t>(1, max_spills)) {
     // Each list holds at most every spill buffer: reserved, so that done() and
     // copy_ready() never allocate (a block must reach them whatever happens).
@@ -38,10 +49,10 @@ BlockCommits::~BlockCommits() {
         if (cache.size() < hardware_threads()) cache.push_back(std::move(buf));
 }
 
-size_t BlockCommits::add_frame(uint8_t* dst, uint64_t first_offset, size_t n_blocks) {
+size_t BlockCommits::add_frame(const FrameDest& dest, uint64_t first_offset, size_t n_blocks) {
     std::lock_guard<std::mutex> lock(mutex_);
     Frame f;
-    f.dst = dst;
+    f.dest = dest;
     f.end = first_offset;
     f.sizes.assign(n_blocks, kUnknown);
     f.offsets.assign(n_blocks, 0);
@@ -49,13 +60,13 @@ size_t BlockCommits::add_frame(uint8_t* dst, uint64_t first_offset, size_t n_blo
     return frames_.size() - 1;
 }
 
-AlignedBuffer* BlockCommits::place(size_t i, size_t b, size_t bytes, uint64_t* at) {
+BlockCommits::Placement BlockCommits::place(size_t i, size_t b, size_t bytes) {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
         const Frame& f = frames_[i];
-        if (f.next == b) {
-            *at = f.end;
-            return nullptr;
+        const bool in_turn = f.next == b;
+        if (in_turn) {
+            if (uint8_t* p = f.dest.contiguous(f.end, bytes)) return {p, f.end, nullptr};
         }
         AlignedBuffer* buf = nullptr;
         Spilled ready;
@@ -63,9 +74,8 @@ AlignedBuffer* BlockCommits::place(size_t i, size_t b, size_t bytes, uint64_t* a
         if (!free_.empty()) {
             buf = free_.back();
             free_.pop_back();
-        } else if (owned_.size() < max_spills_) {
-            owned_.push_back(cached_buffer());
-            buf = owned_.back().get();
+        } else if (owned_.size() < max_spills_ || in_turn) {
+            buf = add_spill();
         } else if (take_ready(&ready, &ready_at)) {
             // Every buffer is taken: place a block whose offset is known and reuse its buffer.
             lock.unlock();
@@ -77,8 +87,18 @@ AlignedBuffer* BlockCommits::place(size_t i, size_t b, size_t bytes, uint64_t* a
         }
         if (lock.owns_lock()) lock.unlock();
         buf->ensure(bytes);
-        return buf;
+        return {nullptr, 0, buf};
     }
+}
+
+AlignedBuffer* BlockCommits::add_spill() {
+    // The lists hold at most every buffer: room for one more now keeps done()
+    // and copy_ready() from allocating.
+    pending_.reserve(owned_.size() + 1);
+    free_.reserve(owned_.size() + 1);
+    owned_.reserve(owned_.size() + 1);
+    owned_.push_back(cached_buffer());
+    return owned_.back().get();
 }
 
 BlockCommits::Placed BlockCommits::done(size_t i, size_t b, size_t size, AlignedBuffer* spill) {
@@ -137,7 +157,7 @@ bool BlockCommits::take_ready(Spilled* out, uint64_t* at) {
 
 void BlockCommits::copy(const Spilled& s, uint64_t at) {
     // The frame's bytes are written once: the offset is final and no other block overlaps it.
-    std::memcpy(frames_[s.frame].dst + at, s.buf->data(), s.size);
+    frames_[s.frame].dest.write(at, s.buf->data(), s.size);
 }
 
 }  // namespace kvcore::frame

@@ -11,9 +11,12 @@
 // buffers are bounded, so a thread still waits when all are taken by blocks
 // whose offsets are unknown.
 //
+// A frame may start in a separate head buffer (FrameDest): a block in turn whose
+// bytes would straddle the head's end is coded into a spill buffer too.
+//
 // Deadlock-free as long as tasks are claimed in (frame, block) order (the thread
 // pool's parallel_for does): the earliest unfinished block is then in turn, and a
-// block in turn never waits.
+// block in turn never waits (a straddling one takes a spill buffer past the bound).
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +30,22 @@
 
 namespace kvcore::frame {
 
+// Where a frame's bytes go: its first head_bytes to head when head is set, the
+// rest (or all of them) to the same offsets in dst.
+struct FrameDest {
+    uint8_t* dst = nullptr;
+    uint8_t* head = nullptr;
+    uint64_t head_bytes = 0;
+
+    // The address of bytes [at, at + n) when they lie in one buffer, else nullptr.
+    uint8_t* contiguous(uint64_t at, uint64_t n) const {
+        if (head == nullptr || at >= head_bytes) return dst + at;
+        return n <= head_bytes - at ? head + at : nullptr;
+    }
+    // Writes n bytes at offset `at`, split between the two buffers where they straddle.
+    void write(uint64_t at, const uint8_t* src, uint64_t n) const;
+};
+
 class BlockCommits {
 public:
     // At most max_spills spill buffers (at least 1) are in use at once.
@@ -36,13 +55,19 @@ public:
     BlockCommits& operator=(const BlockCommits&) = delete;
 
     // Registers a frame of n_blocks blocks whose first block starts first_offset
-    // bytes into dst; returns its index for the calls below.
-    size_t add_frame(uint8_t* dst, uint64_t first_offset, size_t n_blocks);
+    // bytes into it; returns its index for the calls below.
+    size_t add_frame(const FrameDest& dest, uint64_t first_offset, size_t n_blocks);
 
-    // Where to code block b of frame i: returns nullptr and sets *at to its
-    // offset in the frame when it is in turn, else a spill buffer of at least
+    // Where to code block b of frame i, of at most `bytes` bytes: either in place
+    // (in_place set, with `at` its offset in the frame), when it is in turn and
+    // those bytes lie in one of the frame's buffers, or a spill buffer of at least
     // `bytes` (waiting while none is free and the block is not in turn).
-    AlignedBuffer* place(size_t i, size_t b, size_t bytes, uint64_t* at);
+    struct Placement {
+        uint8_t* in_place = nullptr;
+        uint64_t at = 0;
+        AlignedBuffer* spill = nullptr;
+    };
+    Placement place(size_t i, size_t b, size_t bytes);
 
     struct Placed {
         uint64_t end;      // the end of the frame's blocks whose offsets are known
@@ -61,7 +86,7 @@ public:
 
 private:
     struct Frame {
-        uint8_t* dst;
+        FrameDest dest;
         uint64_t end;                   // end of blocks [0, next)
         size_t next = 0;                // blocks before it have known offsets
         std::vector<uint64_t> sizes;    // kUnknown until done
@@ -76,6 +101,8 @@ private:
 
     // Under mutex_: removes a pending block whose offset is known into *out.
     bool take_ready(Spilled* out, uint64_t* at);
+    // Under mutex_: one more spill buffer, whatever the bound (for a block in turn).
+    AlignedBuffer* add_spill();
     // Copies s's bytes to `at` in its frame (outside mutex_: only its taker holds s).
     void copy(const Spilled& s, uint64_t at);
 

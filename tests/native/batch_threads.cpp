@@ -2,7 +2,9 @@
 // of several frames at once (each frame commits its blocks in order while
 // other frames' blocks run), decompress_many decodes them side by side into
 // interleaved runs of one buffer, then again reporting each frame as it settles
-// (on_frame). Every batch must give compress()'s frames and decode bit-exactly,
+// (on_frame). Some frames are given a head (CompressJob::head) that the whole
+// frame fits in, or one byte short of it, or of a random size. Every batch must
+// give compress()'s frames and decode bit-exactly,
 // each frame complete when reported; ThreadSanitizer (or AddressSanitizer) reports any
 // race or bad access. Usage: batch_threads SEED ITERATIONS
 #include <algorithm>
@@ -18,6 +20,9 @@
 namespace fr = kvcore::frame;
 
 namespace {
+
+// Frames coded whole into their heads, and frames that outgrew the head they were coded into.
+size_t in_head_frames = 0, outgrown_heads = 0;
 
 bool fail(const char* what) {
     std::fprintf(stderr, "%s\n", what);
@@ -35,34 +40,53 @@ bool run_batch(std::mt19937_64& rng) {
     const uint64_t rows = rng() % 300;
     const size_t n = 1 + rng() % 6;
     std::vector<uint64_t> cols(n);
-    std::vector<std::vector<uint8_t>> src(n), dst(n);
+    std::vector<std::vector<uint8_t>> src(n), dst(n), heads(n), refs(n);
     std::vector<fr::CompressJob> jobs;
+    fr::EncodeOptions one = o;
+    one.threads = 1;
     for (size_t i = 0; i < n; ++i) {
         cols[i] = 1 + rng() % 70;
         fr::TensorDesc desc{dtype, {rows, cols[i]}};
         src[i].resize(rows * cols[i] * esize + 1);  // + 1: data() is never null
-        const unsigned spread = 1 + rng() % 8;      // few distinct bytes: every plane method
-        for (uint8_t& b : src[i]) b = uint8_t(rng() % spread * 17);
+        // Few distinct bytes (every plane method), or any (raw planes, frames past the estimate).
+        const unsigned spread = rng() % 4 ? 1 + rng() % 8 : 256;
+        for (uint8_t& b : src[i]) b = uint8_t(rng() % spread * (spread == 256 ? 1 : 17));
         dst[i].resize(fr::max_frame_size(desc, o.block_bytes));
         jobs.push_back({src[i].data(), rows * cols[i] * esize, desc, dst[i].data(), dst[i].size()});
+        refs[i].resize(jobs[i].cap);
+        size_t written = 0;
+        if (!fr::compress(jobs[i].src, jobs[i].nbytes, desc, one, refs[i].data(), refs[i].size(), &written).is_ok())
+            return fail("compress failed");
+        refs[i].resize(written);
+        const size_t pick = rng() % 4;
+        if (pick == 0) continue;  // no head
+        const size_t head = pick == 1 ? written : pick == 2 ? written - 1 : rng() % jobs[i].cap;
+        if (head >= jobs[i].cap) continue;
+        heads[i].resize(head + 1);  // + 1: data() is never null
+        jobs[i].head = heads[i].data();
+        jobs[i].head_bytes = head;
     }
     if (!fr::compress_many(jobs.data(), n, o).is_ok()) return fail("compress_many failed");
 
-    fr::EncodeOptions one = o;
-    one.threads = 1;
     std::vector<fr::FrameJob> decodes;
+    std::vector<uint8_t*> frames(n);
     size_t row_bytes = 0;  // of the shared output: every tensor's row, side by side
     for (size_t i = 0; i < n; ++i) row_bytes += cols[i] * esize;
     std::vector<uint8_t> shared(rows * row_bytes + 1);
     size_t at = 0;
     for (size_t i = 0; i < n; ++i) {
-        std::vector<uint8_t> ref(jobs[i].cap);
-        size_t written = 0;
-        if (!fr::compress(jobs[i].src, jobs[i].nbytes, jobs[i].desc, one, ref.data(), ref.size(), &written).is_ok() ||
-            written != jobs[i].written || std::memcmp(ref.data(), dst[i].data(), written) != 0)
+        const size_t written = jobs[i].written;
+        if (jobs[i].in_head && (jobs[i].head == nullptr || written > jobs[i].head_bytes))
+            return fail("a frame said to be in its head does not fit it");
+        frames[i] = jobs[i].in_head ? heads[i].data() : dst[i].data();
+        in_head_frames += jobs[i].in_head;
+        // The head holds the frame's first bytes (the magic first) only where it was coded into.
+        outgrown_heads += !jobs[i].in_head && jobs[i].head_bytes >= 4 &&
+                          std::memcmp(heads[i].data(), dst[i].data(), jobs[i].head_bytes) == 0;
+        if (written != refs[i].size() || std::memcmp(refs[i].data(), frames[i], written) != 0)
             return fail("a batch frame differs from compress()'s");
-        decodes.push_back({dst[i].data(), written, fr::OutputRuns{shared.data() + at, jobs[i].nbytes,
-                                                                   cols[i] * esize, row_bytes}});
+        decodes.push_back({frames[i], written, fr::OutputRuns{shared.data() + at, jobs[i].nbytes,
+                                                               cols[i] * esize, row_bytes}});
         at += cols[i] * esize;
     }
     if (!fr::decompress_many(decodes.data(), n, o.threads).is_ok()) return fail("decompress_many failed");
@@ -95,14 +119,14 @@ bool run_batch(std::mt19937_64& rng) {
     // and that one with an error (the others may be skipped, with the same error).
     if (rows == 0) return true;
     const size_t k = rng() % n;
-    dst[k][decodes[k].size - 1] ^= 0x5a;
+    frames[k][decodes[k].size - 1] ^= 0x5a;
     std::vector<std::atomic<int>> again(n);
     std::atomic<bool> damaged_ok{false};
     const kvcore::Status bad = fr::decompress_many(decodes.data(), n, o.threads, [&](size_t i, const kvcore::Status& s) {
         again[i].fetch_add(1);
         if (i == k && s.is_ok()) damaged_ok = true;
     });
-    dst[k][decodes[k].size - 1] ^= 0x5a;
+    frames[k][decodes[k].size - 1] ^= 0x5a;
     if (bad.is_ok() || damaged_ok) return fail("a damaged frame was not reported");
     for (size_t i = 0; i < n; ++i)
         if (again[i].load() != 1) return fail("with a damaged frame, a frame did not settle exactly once");
@@ -120,6 +144,7 @@ int main(int argc, char** argv) {
     const long iterations = std::strtol(argv[2], nullptr, 10);
     for (long it = 0; it < iterations; ++it)
         if (!run_batch(rng)) return 1;
-    std::printf("ok: %ld batches\n", iterations);
+    std::printf("ok: %ld batches (frames in their heads: %zu, heads outgrown: %zu)\n", iterations, in_head_frames,
+                outgrown_heads);
     return 0;
 }

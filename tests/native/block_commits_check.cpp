@@ -2,9 +2,11 @@
 // blocks: more threads than the machine has cores claim (frame, block) tasks in
 // order, as the thread pool's parallel_for does, and "code" each block (a random
 // size, a random delay, bytes that name the block) in place or into a spill
-// buffer, with as few as one spill buffer for all of them. Every frame must end
-// up as its blocks back to back, each where the sizes before it put it, and
-// nothing may deadlock. Built with ThreadSanitizer and with AddressSanitizer.
+// buffer, with as few as one spill buffer for all of them. Some frames start in a
+// head buffer of a random size (FrameDest), so blocks straddle its end. Every
+// frame must end up as its blocks back to back, each where the sizes before it
+// put it, split between head and frame at the head's end, and nothing may
+// deadlock. Built with ThreadSanitizer and with AddressSanitizer.
 // Usage: block_commits_check SEED ROUNDS
 #include <algorithm>
 #include <atomic>
@@ -35,7 +37,7 @@ bool run_round(std::mt19937_64& rng, size_t round) {
     const size_t n_frames = 1 + rng() % 5;
     const size_t header = rng() % 100;
     std::vector<std::vector<size_t>> sizes(n_frames);
-    std::vector<std::vector<uint8_t>> frames(n_frames);
+    std::vector<std::vector<uint8_t>> frames(n_frames), heads(n_frames);
     std::vector<std::pair<size_t, size_t>> tasks;  // (frame, block), frame-major
     fr::BlockCommits commits(max_spills);
     std::vector<size_t> ids(n_frames);
@@ -47,7 +49,13 @@ bool run_round(std::mt19937_64& rng, size_t round) {
             total += sizes[i].back();
         }
         frames[i].assign(total + 1, 0);
-        ids[i] = commits.add_frame(frames[i].data(), header, blocks);
+        fr::FrameDest dest{frames[i].data()};
+        if (rng() % 2 == 0) {  // a head ending anywhere, past the frame's end included
+            heads[i].assign(header + rng() % (total - header + 5000), 0);
+            dest.head = heads[i].data();
+            dest.head_bytes = heads[i].size();
+        }
+        ids[i] = commits.add_frame(dest, header, blocks);
         for (size_t b = 0; b < blocks; ++b) tasks.emplace_back(i, b);
     }
     std::vector<unsigned> delay_us(tasks.size());
@@ -59,10 +67,14 @@ bool run_round(std::mt19937_64& rng, size_t round) {
         for (size_t t; (t = next.fetch_add(1)) < tasks.size();) {
             const auto [i, b] = tasks[t];
             commits.copy_ready();
-            uint64_t at = 0;
-            kvcore::AlignedBuffer* spill = commits.place(ids[i], b, sizes[i][b] + 1, &at);
-            if (spill == nullptr && at + sizes[i][b] > frames[i].size()) bad = true;
-            uint8_t* out = spill != nullptr ? spill->data() : frames[i].data() + at;
+            const fr::BlockCommits::Placement to = commits.place(ids[i], b, sizes[i][b] + 1);
+            kvcore::AlignedBuffer* spill = to.spill;
+            if (spill == nullptr) {  // in place: its bytes and the extra one lie in one buffer
+                const bool in_head = !heads[i].empty() && to.at < heads[i].size();
+                const std::vector<uint8_t>& buf = in_head ? heads[i] : frames[i];
+                if (to.in_place != buf.data() + to.at || to.at + sizes[i][b] + 1 > buf.size()) bad = true;
+            }
+            uint8_t* out = spill != nullptr ? spill->data() : to.in_place;
             if (spill != nullptr && spill->size() < sizes[i][b] + 1) bad = true;
             if (bad) continue;
             for (size_t k = 0; k < sizes[i][b]; ++k) out[k] = block_byte(i, b, k);
@@ -80,13 +92,21 @@ bool run_round(std::mt19937_64& rng, size_t round) {
 
     for (size_t i = 0; i < n_frames; ++i) {
         size_t at = header;
+        const size_t head_bytes = heads[i].size();
         for (size_t b = 0; b < sizes[i].size(); ++b) {
-            for (size_t k = 0; k < sizes[i][b]; ++k)
-                if (frames[i][at + k] != block_byte(i, b, k)) return fail("a block's bytes are not where they belong", round);
+            for (size_t k = 0; k < sizes[i][b]; ++k) {
+                const size_t pos = at + k;
+                const uint8_t got = pos < head_bytes ? heads[i][pos] : frames[i][pos];
+                if (got != block_byte(i, b, k)) return fail("a block's bytes are not where they belong", round);
+            }
             at += sizes[i][b];
         }
+        if (std::any_of(frames[i].begin(), frames[i].begin() + std::min(head_bytes, frames[i].size()),
+                        [](uint8_t v) { return v != 0; }))
+            return fail("a byte of a frame's head was written to the frame", round);
         if (commits.end(ids[i]) != at) return fail("a frame's end is not the sum of its sizes", round);
-        if (std::any_of(frames[i].begin(), frames[i].begin() + header, [](uint8_t v) { return v != 0; }))
+        const std::vector<uint8_t>& first = head_bytes != 0 ? heads[i] : frames[i];
+        if (std::any_of(first.begin(), first.begin() + header, [](uint8_t v) { return v != 0; }))
             return fail("a block was written over the header", round);
     }
     return true;
