@@ -433,23 +433,45 @@ std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>
 }
 
 // The bytes object an asynchronous compression writes its frame into (no
-// copy, no zero-fill); take(n) trims it to the frame's size once done.
+// copy, no zero-fill), with a head as compress_to_bytes gives one; take(n)
+// keeps the one the frame is in, trimmed to the frame's size, once done.
 struct FrameOut {
-    PyObject* obj = nullptr;  // owned reference (released with the GIL held)
-    size_t capacity = 0;
-    explicit FrameOut(size_t cap) : capacity(cap) {
-        obj = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(cap));
-        if (obj == nullptr) throw py::error_already_set();
+    PyObject* obj = nullptr;   // owned references (released with the GIL held)
+    PyObject* head = nullptr;  // until the first take(); set where capacity passes kHeadBytes
+    size_t capacity = 0;       // obj's
+    size_t kept_capacity = 0;  // of the object take() keeps
+    // Set by the compression job (CompressJob::in_head) before it completes.
+    std::shared_ptr<std::atomic<bool>> in_head = std::make_shared<std::atomic<bool>>(false);
+    explicit FrameOut(size_t cap) : capacity(cap), kept_capacity(cap) {
+        obj = new_frame_bytes(cap);
+        if (cap > kHeadBytes) {
+            head = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(kHeadBytes));
+            if (head == nullptr) {
+                Py_DECREF(obj);
+                throw py::error_already_set();
+            }
+        }
     }
     FrameOut(const FrameOut&) = delete;
     FrameOut& operator=(const FrameOut&) = delete;
-    ~FrameOut() { Py_XDECREF(obj); }
+    ~FrameOut() {
+        Py_XDECREF(obj);
+        Py_XDECREF(head);
+    }
     uint8_t* data() const { return reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(obj)); }
+    uint8_t* head_data() const { return head ? reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(head)) : nullptr; }
     py::bytes take(size_t n) {
-        if (n > capacity) throw NativeError{Code::kInvalidArgument, "frame larger than its buffer"};
+        if (head != nullptr) {
+            if (in_head->load(std::memory_order_acquire)) {
+                std::swap(obj, head);
+                kept_capacity = kHeadBytes;
+            }
+            Py_CLEAR(head);
+        }
+        if (n > kept_capacity) throw NativeError{Code::kInvalidArgument, "frame larger than its buffer"};
         if (n != size_t(PyBytes_GET_SIZE(obj))) {
             if (Py_REFCNT(obj) != 1) return py::bytes(reinterpret_cast<const char*>(data()), n);
-            obj = trim_frame(obj, n, capacity);
+            obj = trim_frame(obj, n, kept_capacity);
             if (obj == nullptr) throw py::error_already_set();
         }
         return py::reinterpret_borrow<py::bytes>(obj);
@@ -1238,11 +1260,17 @@ PYBIND11_MODULE(_native, m) {
             options.threads = threads;
             const auto* src = reinterpret_cast<const uint8_t*>(addr);
             uint8_t* dst = out.data();
+            uint8_t* head = out.head_data();
             const size_t cap = out.capacity;
-            return km::submit([src, nbytes, desc, options, dst, cap](km::Completion& c) {
+            return km::submit([src, nbytes, desc, options, dst, head, cap, in_head = out.in_head](km::Completion& c) {
                 fr::CompressJob job{src, nbytes, desc, dst, cap};
                 job.fresh_dst = true;  // out's bytes object: nothing else sees it until take()
+                if (head != nullptr) {
+                    job.head = head;
+                    job.head_bytes = kHeadBytes;
+                }
                 const Status st = fr::compress_many(&job, 1, options);
+                in_head->store(job.in_head, std::memory_order_release);
                 c.set_result_size(job.written);
                 return st;
             });

@@ -62,6 +62,8 @@ for round in range(3):
         frame = kvcore.compress(x, mode=mode)
         assert type(frame) is bytes
         assert frame == bytes(kvcore.compress(x, mode=mode, out=buf)), (round, mode)
+        pending = kvcore.compress_async(x, mode=mode)
+        assert pending.result() == frame and pending.result() is pending.result()
         assert torch.equal(kvcore.decompress(frame).view(torch.uint8), x.view(torch.uint8))
         if round == 1:
             kept.append((frame, x))
@@ -74,10 +76,10 @@ print("ok", len(kept))
 def test_new_bytes_frames_of_tensors_past_32_mib():
     """A tensor whose frame bound passes 32 MiB is coded into a head just under it where its
     sampled entropy says the frame fits (dense and max modes; bindings.cpp, kHeadBytes), else
-    into a bytes object of the bound. In a fresh process: MiniLM's fp16 KV (37.7 MB, a 32.0 MB
-    frame) in dense, max and fast mode, its bf16 KV and 40 MB of noise (raw planes, a frame past
-    the head), three times over, some frames kept alive: the frames compress writes into a
-    reused buffer, decoded bit-exact."""
+    into a bytes object of the bound; compress_async likewise. In a fresh process: MiniLM's fp16
+    KV (37.7 MB, a 32.0 MB frame) in dense, max and fast mode, its bf16 KV and 40 MB of noise (raw
+    planes, a frame past the head), three times over, some frames kept alive: the frames compress
+    writes into a reused buffer, decoded bit-exact."""
     tests = str(Path(__file__).parent)
     done = subprocess.run([sys.executable, "-c", LARGE_SCRIPT, tests], capture_output=True, text=True,
                           timeout=300, cwd=tests)
