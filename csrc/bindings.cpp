@@ -397,23 +397,63 @@ PyObject* new_frame_bytes(size_t n) {
     return raw;
 }
 
+// The bytes object a compression writes its frame into (no copy, no
+// zero-fill), with a head where its capacity passes kHeadBytes; take() keeps
+// the one the frame is in, trimmed to the frame's size, once done.
+struct FrameOut {
+    py::object obj;
+    py::object head;  // until the first take()
+    size_t capacity = 0;       // obj's
+    size_t kept_capacity = 0;  // of the object take() keeps
+    // Set by an asynchronous compression job (CompressJob::in_head) before it completes.
+    std::shared_ptr<std::atomic<bool>> in_head = std::make_shared<std::atomic<bool>>(false);
+    explicit FrameOut(size_t cap)
+        : obj(py::reinterpret_steal<py::object>(new_frame_bytes(cap))), capacity(cap), kept_capacity(cap) {
+        if (cap > kHeadBytes) head = py::reinterpret_steal<py::object>(new_frame_bytes(kHeadBytes));
+    }
+    FrameOut(const FrameOut&) = delete;
+    FrameOut& operator=(const FrameOut&) = delete;
+    static uint8_t* data_of(const py::object& b) { return reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(b.ptr())); }
+    // Points job's output here: nothing else sees these objects until take().
+    void attach(kvcore::frame::CompressJob& job) const {
+        job.dst = data_of(obj);
+        job.cap = capacity;
+        job.fresh_dst = true;
+        if (head) {
+            job.head = data_of(head);
+            job.head_bytes = kHeadBytes;
+        }
+    }
+    py::bytes take(size_t n) { return take(n, in_head->load(std::memory_order_acquire)); }
+    py::bytes take(size_t n, bool frame_in_head) {
+        if (head) {
+            if (frame_in_head) {
+                std::swap(obj, head);
+                kept_capacity = kHeadBytes;
+            }
+            head = py::object();
+        }
+        if (n > kept_capacity) throw NativeError{Code::kInvalidArgument, "frame larger than its buffer"};
+        if (n != size_t(PyBytes_GET_SIZE(obj.ptr()))) {
+            if (Py_REFCNT(obj.ptr()) != 1) return py::bytes(reinterpret_cast<const char*>(data_of(obj)), n);
+            PyObject* trimmed = trim_frame(obj.release().ptr(), n, kept_capacity);
+            if (trimmed == nullptr) throw py::error_already_set();
+            obj = py::reinterpret_steal<py::object>(trimmed);
+        }
+        return py::reinterpret_borrow<py::bytes>(obj);
+    }
+};
+
 // Compresses the jobs (outputs unset) into fresh bytes objects of
 // max_frame_size each, or their heads, trimmed to the frames' sizes.
 std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>& jobs,
                                          const kvcore::frame::EncodeOptions& options) {
     namespace fr = kvcore::frame;
-    std::vector<py::object> frames, heads;
+    std::vector<std::unique_ptr<FrameOut>> outs;
     for (fr::CompressJob& job : jobs) {
-        job.cap = fr::max_frame_size(job.desc, options.block_bytes);  // jobs from compress_job: validated
-        frames.push_back(py::reinterpret_steal<py::object>(new_frame_bytes(job.cap)));
-        job.dst = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(frames.back().ptr()));
-        job.fresh_dst = true;
-        heads.emplace_back();
-        if (job.cap > kHeadBytes) {
-            heads.back() = py::reinterpret_steal<py::object>(new_frame_bytes(kHeadBytes));
-            job.head = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(heads.back().ptr()));
-            job.head_bytes = kHeadBytes;
-        }
+        // jobs from compress_job: validated
+        outs.push_back(std::make_unique<FrameOut>(fr::max_frame_size(job.desc, options.block_bytes)));
+        outs.back()->attach(job);
     }
     Status st;
     {
@@ -422,61 +462,9 @@ std::vector<py::bytes> compress_to_bytes(std::vector<kvcore::frame::CompressJob>
     }
     check(st);
     std::vector<py::bytes> out;
-    for (size_t i = 0; i < jobs.size(); ++i) {
-        const bool in_head = jobs[i].in_head;
-        py::object& frame = in_head ? heads[i] : frames[i];
-        PyObject* trimmed = trim_frame(frame.release().ptr(), jobs[i].written, in_head ? kHeadBytes : jobs[i].cap);
-        if (trimmed == nullptr) throw py::error_already_set();
-        out.push_back(py::reinterpret_steal<py::bytes>(trimmed));
-    }
+    for (size_t i = 0; i < jobs.size(); ++i) out.push_back(outs[i]->take(jobs[i].written, jobs[i].in_head));
     return out;
 }
-
-// The bytes object an asynchronous compression writes its frame into (no
-// copy, no zero-fill), with a head as compress_to_bytes gives one; take(n)
-// keeps the one the frame is in, trimmed to the frame's size, once done.
-struct FrameOut {
-    PyObject* obj = nullptr;   // owned references (released with the GIL held)
-    PyObject* head = nullptr;  // until the first take(); set where capacity passes kHeadBytes
-    size_t capacity = 0;       // obj's
-    size_t kept_capacity = 0;  // of the object take() keeps
-    // Set by the compression job (CompressJob::in_head) before it completes.
-    std::shared_ptr<std::atomic<bool>> in_head = std::make_shared<std::atomic<bool>>(false);
-    explicit FrameOut(size_t cap) : capacity(cap), kept_capacity(cap) {
-        obj = new_frame_bytes(cap);
-        if (cap > kHeadBytes) {
-            head = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(kHeadBytes));
-            if (head == nullptr) {
-                Py_DECREF(obj);
-                throw py::error_already_set();
-            }
-        }
-    }
-    FrameOut(const FrameOut&) = delete;
-    FrameOut& operator=(const FrameOut&) = delete;
-    ~FrameOut() {
-        Py_XDECREF(obj);
-        Py_XDECREF(head);
-    }
-    uint8_t* data() const { return reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(obj)); }
-    uint8_t* head_data() const { return head ? reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(head)) : nullptr; }
-    py::bytes take(size_t n) {
-        if (head != nullptr) {
-            if (in_head->load(std::memory_order_acquire)) {
-                std::swap(obj, head);
-                kept_capacity = kHeadBytes;
-            }
-            Py_CLEAR(head);
-        }
-        if (n > kept_capacity) throw NativeError{Code::kInvalidArgument, "frame larger than its buffer"};
-        if (n != size_t(PyBytes_GET_SIZE(obj))) {
-            if (Py_REFCNT(obj) != 1) return py::bytes(reinterpret_cast<const char*>(data()), n);
-            obj = trim_frame(obj, n, kept_capacity);
-            if (obj == nullptr) throw py::error_already_set();
-        }
-        return py::reinterpret_borrow<py::bytes>(obj);
-    }
-};
 
 // The decode jobs of a batch: frames[i] (buffer views kept in *keep) into outs[i] =
 // (address, bytes, run_bytes, run_stride).
@@ -1245,7 +1233,7 @@ PYBIND11_MODULE(_native, m) {
         // Asynchronous codec: the same frame::compress/decompress on the mover's threads.
         py::class_<FrameOut>(m, "FrameOut")
             .def(py::init<size_t>())
-            .def("take", &FrameOut::take)
+            .def("take", py::overload_cast<size_t>(&FrameOut::take))
             .def_readonly("capacity", &FrameOut::capacity);
         m.def("mover_compress_async", [](uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape,
                                          uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out, bool lanes) {
@@ -1258,17 +1246,9 @@ PYBIND11_MODULE(_native, m) {
                 throw NativeError{Code::kBufferTooSmall, "frame buffer below max_frame_size"};
             options.block_bytes = block_bytes;
             options.threads = threads;
-            const auto* src = reinterpret_cast<const uint8_t*>(addr);
-            uint8_t* dst = out.data();
-            uint8_t* head = out.head_data();
-            const size_t cap = out.capacity;
-            return km::submit([src, nbytes, desc, options, dst, head, cap, in_head = out.in_head](km::Completion& c) {
-                fr::CompressJob job{src, nbytes, desc, dst, cap};
-                job.fresh_dst = true;  // out's bytes object: nothing else sees it until take()
-                if (head != nullptr) {
-                    job.head = head;
-                    job.head_bytes = kHeadBytes;
-                }
+            fr::CompressJob job{reinterpret_cast<const uint8_t*>(addr), nbytes, std::move(desc), nullptr, 0};
+            out.attach(job);
+            return km::submit([job, options, in_head = out.in_head](km::Completion& c) mutable {
                 const Status st = fr::compress_many(&job, 1, options);
                 in_head->store(job.in_head, std::memory_order_release);
                 c.set_result_size(job.written);
