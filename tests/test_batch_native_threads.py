@@ -26,10 +26,11 @@ def test_batch_calls_under_thread_sanitizer(tmp_path):
 def test_block_commits_place_every_block_in_order(tmp_path, sanitizer):
     """BlockCommits (how compress_many places blocks coded out of turn) with up to 8 threads
     claiming blocks in order, 1-4 spill buffers among them, random sizes (empty ones too) and
-    delays, half the frames starting in a head buffer of random size: every frame comes out as
-    its blocks back to back (split at its head's end), under the sanitizer, with no deadlock
-    (the timeout)."""
-    sources = [str(ROOT / "csrc" / "frame" / "block_commit.cpp"), str(ROOT / "csrc" / "parallel" / "thread_pool.cpp")]
+    delays, half the frames starting in a head buffer of random size, half the rounds copying
+    spilled blocks with streaming stores: every frame comes out as its blocks back to back (split
+    at its head's end), under the sanitizer, with no deadlock (the timeout)."""
+    sources = [str(ROOT / "csrc" / p) for p in ("frame/block_commit.cpp", "parallel/thread_pool.cpp",
+                                                "copy/copy_engine.cpp", "cpu/cpu_features.cpp")]
     exe = build_harness(tmp_path, "block_commits_check", sources, sanitizer=sanitizer)
     run = subprocess.run([str(exe), "11", "400"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]

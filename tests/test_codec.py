@@ -190,7 +190,7 @@ def test_large_frames_into_new_bytes_are_those_of_one_thread(mode, block_bytes):
         assert_bit_exact(kvcore.decompress(one, threads=2), t)
 
 
-STREAMING_OUTPUT_BYTES = 32 << 20  # kStreamingOutputBytes in csrc/frame/codec.cpp (half the LLC where less)
+STREAMING_OUTPUT_BYTES = 32 << 20  # cpu::streaming_store_bytes() in csrc/cpu/cpu_features.cpp (half the LLC where less)
 
 
 def offset_bytes(rows: int, channels: int) -> torch.Tensor:
@@ -287,6 +287,24 @@ def test_outputs_of_32_mib_and_more_decode_bit_exact_with_streaming_stores(varia
     damaged[len(frame) // 2] ^= 0x10
     with pytest.raises(kvcore.CorruptFrameError):
         kvcore.decompress(bytes(damaged))
+
+
+@pytest.mark.parametrize("mode", ["dense", "fast"])
+def test_frames_of_32_mib_and_more_compressed_by_two_threads_are_those_of_one(variant, mode):
+    """Two threads spill nearly every block and copy it to its place once the blocks before it
+    are sized; for frames that do not stay cached the copies use streaming stores (copy_bytes).
+    Into a new bytes object, an aligned out= and a misaligned one, and as a compress_many batch
+    of small frames, every variant must write the frames one thread writes."""
+    t = large_tensor(torch.bfloat16)
+    one = kvcore.compress(t, mode=mode, threads=1)
+    assert len(one) >= STREAMING_OUTPUT_BYTES // 2  # past the threshold's estimate wherever the LLC sets it
+    assert kvcore.compress(t, mode=mode, threads=2) == one
+    spare = bytearray(kvcore.max_frame_size(t.dtype, tuple(t.shape)) + 1)
+    for out in (memoryview(spare)[:-1], memoryview(spare)[1:]):
+        assert bytes(kvcore.compress(t, mode=mode, threads=2, out=out)) == one
+    pieces = list(t.reshape(-1, 8, 128).chunk(64))
+    singles = [kvcore.compress(p, mode=mode, threads=1) for p in pieces]
+    assert kvcore.compress_many(pieces, mode=mode, threads=2) == singles
 
 
 @pytest.mark.parametrize("mode", ["dense", "fast"])

@@ -1,8 +1,8 @@
 #include "frame/block_commit.h"
 
 #include <algorithm>
-#include <cstring>
 
+#include "copy/copy_engine.h"
 #include "parallel/thread_pool.h"
 
 namespace kvcore::frame {
@@ -24,18 +24,19 @@ std::unique_ptr<AlignedBuffer> cached_buffer() {
 
 }  // namespace
 
-void FrameDest::write(uint64_t at, const uint8_t* src, uint64_t n) const {
+void FrameDest::write(uint64_t at, const uint8_t* src, uint64_t n, bool streaming) const {
     if (head != nullptr && at < head_bytes) {
         const uint64_t first = std::min(n, head_bytes - at);
-        std::memcpy(head + at, src, first);
+        copy::copy_bytes(head + at, src, first, streaming);
         at += first;
         src += first;
         n -= first;
     }
-    if (n != 0) std::memcpy(dst + at, src, n);
+    copy::copy_bytes(dst + at, src, n, streaming);
 }
 
-BlockCommits::BlockCommits(size_t max_spills) : max_spills_(std::max<size_t>(1, max_spills)) {
+BlockCommits::BlockCommits(size_t max_spills, bool streaming_copies)
+    : max_spills_(std::max<size_t>(1, max_spills)), streaming_copies_(streaming_copies) {
     // Each list holds at most every spill buffer: reserved, so that done() and
     // copy_ready() never allocate (a block must reach them whatever happens).
     pending_.reserve(max_spills_);
@@ -157,7 +158,7 @@ bool BlockCommits::take_ready(Spilled* out, uint64_t* at) {
 
 void BlockCommits::copy(const Spilled& s, uint64_t at) {
     // The frame's bytes are written once: the offset is final and no other block overlaps it.
-    frames_[s.frame].dest.write(at, s.buf->data(), s.size);
+    frames_[s.frame].dest.write(at, s.buf->data(), s.size, streaming_copies_);
 }
 
 }  // namespace kvcore::frame

@@ -42,14 +42,17 @@ struct FrameDest {
         if (head == nullptr || at >= head_bytes) return dst + at;
         return n <= head_bytes - at ? head + at : nullptr;
     }
-    // Writes n bytes at offset `at`, split between the two buffers where they straddle.
-    void write(uint64_t at, const uint8_t* src, uint64_t n) const;
+    // Writes n bytes at offset `at`, split between the two buffers where they
+    // straddle; with streaming (non-temporal) stores where `streaming`.
+    void write(uint64_t at, const uint8_t* src, uint64_t n, bool streaming = false) const;
 };
 
 class BlockCommits {
 public:
-    // At most max_spills spill buffers (at least 1) are in use at once.
-    explicit BlockCommits(size_t max_spills);
+    // At most max_spills spill buffers (at least 1) are in use at once. With
+    // streaming_copies, spilled blocks are copied to their frames with streaming
+    // stores (for frames too large to stay cached: see encode_frames).
+    explicit BlockCommits(size_t max_spills, bool streaming_copies = false);
     ~BlockCommits();  // hands its buffers to a process-wide cache for the next batch
     BlockCommits(const BlockCommits&) = delete;
     BlockCommits& operator=(const BlockCommits&) = delete;
@@ -113,6 +116,7 @@ private:
     std::vector<AlignedBuffer*> free_;
     std::vector<std::unique_ptr<AlignedBuffer>> owned_;
     const size_t max_spills_;
+    const bool streaming_copies_;
 };
 
 }  // namespace kvcore::frame

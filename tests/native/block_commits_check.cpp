@@ -3,7 +3,8 @@
 // order, as the thread pool's parallel_for does, and "code" each block (a random
 // size, a random delay, bytes that name the block) in place or into a spill
 // buffer, with as few as one spill buffer for all of them. Some frames start in a
-// head buffer of a random size (FrameDest), so blocks straddle its end. Every
+// head buffer of a random size (FrameDest), so blocks straddle its end, and half
+// the rounds copy spilled blocks with streaming stores (from 512 bytes on). Every
 // frame must end up as its blocks back to back, each where the sizes before it
 // put it, split between head and frame at the head's end, and nothing may
 // deadlock. Built with ThreadSanitizer and with AddressSanitizer.
@@ -39,7 +40,7 @@ bool run_round(std::mt19937_64& rng, size_t round) {
     std::vector<std::vector<size_t>> sizes(n_frames);
     std::vector<std::vector<uint8_t>> frames(n_frames), heads(n_frames);
     std::vector<std::pair<size_t, size_t>> tasks;  // (frame, block), frame-major
-    fr::BlockCommits commits(max_spills);
+    fr::BlockCommits commits(max_spills, rng() % 2 == 0);
     std::vector<size_t> ids(n_frames);
     for (size_t i = 0; i < n_frames; ++i) {
         const size_t blocks = rng() % 12;
