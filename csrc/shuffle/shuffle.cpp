@@ -196,6 +196,31 @@ void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransfor
 #endif  // KVCORE_X86
 }
 
+bool split_hashed(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes,
+                  Xxh3Stripes* hash) {
+#if KVCORE_X86
+    if (!(cpu::active_isa() & cpu::kIsaAvx512) || n == 0 || (elem_size != 1 && elem_size != 2 && elem_size != 4) ||
+        (t.residual != nullptr && (t.period == 0 || t.phase >= t.period)) || hash->fed != 0 ||
+        hash->len != uint64_t(n) * elem_size)
+        return false;
+    // As split: the elements before the planes' first whole line, then the kernel,
+    // which feeds the input's stripes whatever that head's length (it loads them
+    // from the input, not from its own vectors).
+    const size_t head = aligning_head(n, elem_size, planes);
+    if (head) detail::split_scalar(src, head, elem_size, t, planes);
+    uint8_t* rest[4];
+    for (unsigned p = 0; p < elem_size; ++p) rest[p] = planes[p] + head;
+    const PlaneTransform rt = detail::tail_transform(t, head);
+    const size_t done =
+        detail::split_hashed_avx512(src + head * elem_size, n - head, elem_size, rt, rest, src, hash);
+    detail::split_rest(src + head * elem_size, n - head, done, elem_size, rt, rest);
+    return true;
+#else
+    (void)src, (void)n, (void)elem_size, (void)t, (void)planes, (void)hash;
+    return false;
+#endif  // KVCORE_X86
+}
+
 void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst) {
     if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return;
 #if KVCORE_X86

@@ -44,6 +44,13 @@ enum class Stores : uint8_t { kCached, kStreaming };
 void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes,
            Stores stores = Stores::kCached);
 
+// split that also feeds hash the stripes of its input as it reads them, leaving
+// xxh3_stripes_finish fewer to read back: hash must be of exactly these n *
+// elem_size bytes, nothing fed yet. The AVX-512 variant feeds; false (nothing
+// split) where it is not active or the input is not one split() takes.
+bool split_hashed(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes,
+                  Xxh3Stripes* hash);
+
 // Inverse of split: dst receives n * elem_size bytes.
 void merge(const uint8_t* const* planes, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* dst);
 

@@ -10,7 +10,9 @@
 // Leftover elements (fewer than a block) go through the scalar reference.
 #include "common/arch.h"
 #if KVCORE_X86
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common/avx512_target.h"
 // (after avx512_target.h, which defines KV_AVX512)
@@ -58,24 +60,53 @@ struct CachedPlanes {
     KV_AVX512 void put(unsigned p, size_t i, __m512i v) const { st(planes[p] + i, v); }
 };
 
-template <bool Rot, bool Res, typename Out>
-KV_AVX512 size_t split1(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out) {
-    constexpr size_t B = 128;
-    const ResidualPattern res(t, n);
-    const size_t step = res.step(B);
-    size_t pos = 0, i = 0;
-    for (; i + B <= n; i += B) {
-        __m512i a = ld(src + i), b = ld(src + i + 64);
-        if (Rot) a = rotl8(a), b = rotl8(b);
-        if (Res) {
-            const uint8_t* r = res.bytes() + pos;
-            a = _mm512_sub_epi8(a, ld(r));
-            b = _mm512_sub_epi8(b, ld(r + 64));
-            res.advance(pos, step);
+// A split kernel also hands the stripes of its input, in order, to a Feed
+// (NoStripeFeed: none), `count` of them a step. They are loaded from the hashed
+// input at multiples of 64 bytes from its start (`stripes`), not taken from the
+// kernel's vectors, which start where aligning the planes' stores put them
+// (split_hashed_avx512); the kernel has just read those lines, so they are in L1.
+template <typename Feed>
+struct SplitFeed {
+    Feed feed;
+    const uint8_t* stripes = nullptr;  // the hashed input (unread with NoStripeFeed)
+    KV_AVX512 __m512i load() const { return feed.load(); }
+    KV_AVX512 void store(__m512i acc) const { feed.store(acc); }
+    // The `count` stripes that start `at` bytes into the hashed input.
+    KV_AVX512 __attribute__((always_inline)) __m512i add(__m512i acc, size_t at, unsigned count) {
+        if constexpr (!std::is_same_v<Feed, NoStripeFeed>) {
+            for (unsigned k = 0; k < count; ++k) acc = feed.add(acc, ld(stripes + at + 64 * k));
         }
-        out.put(0, i, a);
-        out.put(0, i + 64, b);
+        return acc;
     }
+    KV_AVX512 __attribute__((always_inline)) __m512i end_block(__m512i acc) { return feed.end_block(acc); }
+};
+
+template <bool Rot, bool Res, typename Out, typename Feed>
+KV_AVX512 size_t split1(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, SplitFeed<Feed>& fed_to) {
+    SplitFeed<Feed> feed = fed_to;  // locals stay in registers
+    constexpr size_t B = 128;
+    const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
+    const size_t step = res.step(B);
+    __m512i acc = feed.load();
+    size_t pos = 0, i = 0;
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
+            __m512i a = ld(src + i), b = ld(src + i + 64);
+            acc = feed.add(acc, i, 2);
+            if (Rot) a = rotl8(a), b = rotl8(b);
+            if (Res) {
+                const uint8_t* r = res.bytes() + pos;
+                a = _mm512_sub_epi8(a, ld(r));
+                b = _mm512_sub_epi8(b, ld(r + 64));
+                res.advance(pos, step);
+            }
+            out.put(0, i, a);
+            out.put(0, i + 64, b);
+        }
+        if (full) acc = feed.end_block(acc);
+    }
+    feed.store(acc);
+    fed_to = feed;
     return i;
 }
 
@@ -112,27 +143,35 @@ KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransfo
 
 // ---- 2-byte elements ----
 
-template <bool Rot, bool Res, typename Out>
-KV_AVX512 size_t split2(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out) {
+template <bool Rot, bool Res, typename Out, typename Feed>
+KV_AVX512 size_t split2(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, SplitFeed<Feed>& fed_to) {
+    SplitFeed<Feed> feed = fed_to;  // locals stay in registers
     constexpr size_t B = 64;
-    const ResidualPattern res(t, n);
+    const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
     const __m512i even = index_vector([](int j) { return 2 * j; });
     const __m512i odd = index_vector([](int j) { return 2 * j + 1; });
+    __m512i acc = feed.load();
     size_t pos = 0, i = 0;
-    for (; i + B <= n; i += B) {
-        const uint8_t* s = src + 2 * i;
-        __m512i a = ld(s), b = ld(s + 64);
-        if (Rot) a = rotl16(a), b = rotl16(b);
-        const __m512i lo = _mm512_permutex2var_epi8(a, even, b);
-        __m512i hi = _mm512_permutex2var_epi8(a, odd, b);
-        if (Res) {
-            hi = _mm512_sub_epi8(hi, ld(res.bytes() + pos));
-            res.advance(pos, step);
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
+            const uint8_t* s = src + 2 * i;
+            __m512i a = ld(s), b = ld(s + 64);
+            acc = feed.add(acc, 2 * i, 2);
+            if (Rot) a = rotl16(a), b = rotl16(b);
+            const __m512i lo = _mm512_permutex2var_epi8(a, even, b);
+            __m512i hi = _mm512_permutex2var_epi8(a, odd, b);
+            if (Res) {
+                hi = _mm512_sub_epi8(hi, ld(res.bytes() + pos));
+                res.advance(pos, step);
+            }
+            out.put(0, i, lo);
+            out.put(1, i, hi);
         }
-        out.put(0, i, lo);
-        out.put(1, i, hi);
+        if (full) acc = feed.end_block(acc);
     }
+    feed.store(acc);
+    fed_to = feed;
     return i;
 }
 
@@ -169,38 +208,46 @@ KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransfo
 
 // ---- 4-byte elements ----
 
-template <bool Rot, bool Res, typename Out>
-KV_AVX512 size_t split4(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out) {
+template <bool Rot, bool Res, typename Out, typename Feed>
+KV_AVX512 size_t split4(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, SplitFeed<Feed>& fed_to) {
+    SplitFeed<Feed> feed = fed_to;  // locals stay in registers
     constexpr size_t B = 64;
-    const ResidualPattern res(t, n);
+    const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
     // From two vectors (elements 0..31): bytes 0..31 = plane 0 (or 2), bytes 32..63 = plane 1 (or 3).
     const __m512i p01 = index_vector([](int j) { return j < 32 ? 4 * j : 4 * (j - 32) + 1; });
     const __m512i p23 = index_vector([](int j) { return j < 32 ? 4 * j + 2 : 4 * (j - 32) + 3; });
+    __m512i acc = feed.load();
     size_t pos = 0, i = 0;
-    for (; i + B <= n; i += B) {
-        const uint8_t* s = src + 4 * i;
-        __m512i v0 = ld(s), v1 = ld(s + 64), v2 = ld(s + 128), v3 = ld(s + 192);
-        if (Rot) {
-            v0 = _mm512_rol_epi32(v0, 1), v1 = _mm512_rol_epi32(v1, 1);
-            v2 = _mm512_rol_epi32(v2, 1), v3 = _mm512_rol_epi32(v3, 1);
+    for (bool full = true; full;) {
+        for (const size_t end = inner_end<B, 4, Feed>(i, n, &full); i < end; i += B) {
+            const uint8_t* s = src + 4 * i;
+            __m512i v0 = ld(s), v1 = ld(s + 64), v2 = ld(s + 128), v3 = ld(s + 192);
+            acc = feed.add(acc, 4 * i, 4);
+            if (Rot) {
+                v0 = _mm512_rol_epi32(v0, 1), v1 = _mm512_rol_epi32(v1, 1);
+                v2 = _mm512_rol_epi32(v2, 1), v3 = _mm512_rol_epi32(v3, 1);
+            }
+            const __m512i a01 = _mm512_permutex2var_epi8(v0, p01, v1), a23 = _mm512_permutex2var_epi8(v0, p23, v1);
+            const __m512i b01 = _mm512_permutex2var_epi8(v2, p01, v3), b23 = _mm512_permutex2var_epi8(v2, p23, v3);
+            // 0x44: low 256 bits of a, then low 256 bits of b; 0xEE: the high halves.
+            const __m512i q0 = _mm512_shuffle_i64x2(a01, b01, 0x44);
+            const __m512i q1 = _mm512_shuffle_i64x2(a01, b01, 0xEE);
+            const __m512i q2 = _mm512_shuffle_i64x2(a23, b23, 0x44);
+            __m512i q3 = _mm512_shuffle_i64x2(a23, b23, 0xEE);
+            if (Res) {
+                q3 = _mm512_sub_epi8(q3, ld(res.bytes() + pos));
+                res.advance(pos, step);
+            }
+            out.put(0, i, q0);
+            out.put(1, i, q1);
+            out.put(2, i, q2);
+            out.put(3, i, q3);
         }
-        const __m512i a01 = _mm512_permutex2var_epi8(v0, p01, v1), a23 = _mm512_permutex2var_epi8(v0, p23, v1);
-        const __m512i b01 = _mm512_permutex2var_epi8(v2, p01, v3), b23 = _mm512_permutex2var_epi8(v2, p23, v3);
-        // 0x44: low 256 bits of a, then low 256 bits of b; 0xEE: the high halves.
-        const __m512i q0 = _mm512_shuffle_i64x2(a01, b01, 0x44);
-        const __m512i q1 = _mm512_shuffle_i64x2(a01, b01, 0xEE);
-        const __m512i q2 = _mm512_shuffle_i64x2(a23, b23, 0x44);
-        __m512i q3 = _mm512_shuffle_i64x2(a23, b23, 0xEE);
-        if (Res) {
-            q3 = _mm512_sub_epi8(q3, ld(res.bytes() + pos));
-            res.advance(pos, step);
-        }
-        out.put(0, i, q0);
-        out.put(1, i, q1);
-        out.put(2, i, q2);
-        out.put(3, i, q3);
+        if (full) acc = feed.end_block(acc);
     }
+    feed.store(acc);
+    fed_to = feed;
     return i;
 }
 
@@ -293,12 +340,14 @@ struct StreamedPlanes {
     }
 };
 
-template <typename Out>
-KV_AVX512 size_t split_kernel(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, Out& out) {
+// The split kernel for elem_size and t's transform; returns the elements done.
+template <typename Out, typename Feed = NoStripeFeed>
+KV_AVX512 size_t split_kernel(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, Out& out,
+                              SplitFeed<Feed>& feed) {
     const bool rot = t.rotate, res = t.residual != nullptr;
-#define KV_SPLIT(fn)                                                                \
-    (rot ? (res ? fn<true, true>(src, n, t, out) : fn<true, false>(src, n, t, out)) \
-         : (res ? fn<false, true>(src, n, t, out) : fn<false, false>(src, n, t, out)))
+#define KV_SPLIT(fn)                                                                                          \
+    (rot ? (res ? fn<true, true, Out, Feed>(src, n, t, out, feed) : fn<true, false, Out, Feed>(src, n, t, out, feed)) \
+         : (res ? fn<false, true, Out, Feed>(src, n, t, out, feed) : fn<false, false, Out, Feed>(src, n, t, out, feed)))
     switch (elem_size) {
         case 1: return KV_SPLIT(split1);
         case 2: return KV_SPLIT(split2);
@@ -317,13 +366,25 @@ KV_AVX512 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, co
         return;
     }
     CachedPlanes out{planes};
-    split_rest(src, n, split_kernel(src, n, elem_size, t, out), elem_size, t, planes);
+    SplitFeed<NoStripeFeed> none;
+    split_rest(src, n, split_kernel(src, n, elem_size, t, out, none), elem_size, t, planes);
+}
+
+KV_AVX512 size_t split_hashed_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
+                                     uint8_t* const* planes, const uint8_t* input, Xxh3Stripes* hash) {
+    // Whole steps only, and no more stripes than the input's (len - 1) / 64 in-order ones.
+    const size_t step_bytes = elem_size == 4 ? 256 : 128;
+    const size_t steps = std::min<uint64_t>(uint64_t(n) * elem_size / step_bytes, hash->regular() * 64 / step_bytes);
+    CachedPlanes out{planes};
+    SplitFeed<StripeFeed> feed{StripeFeed(hash), input};
+    return split_kernel(src, steps * step_bytes / elem_size, elem_size, t, out, feed);
 }
 
 KV_AVX512 void split_streamed_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
                                      uint8_t* const* planes) {
     StreamedPlanes out(planes, elem_size);
-    const size_t done = split_kernel(src, n, elem_size, t, out);
+    SplitFeed<NoStripeFeed> none;
+    const size_t done = split_kernel(src, n, elem_size, t, out, none);
     _mm_sfence();
     // A plane's byte i belongs to element i: the bytes no whole line took are
     // among the first 64 elements and those from done - 64 on.

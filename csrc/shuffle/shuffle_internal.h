@@ -74,6 +74,11 @@ void merge_hashed_avx2(const uint8_t* const* planes, size_t n, unsigned elem_siz
                        uint8_t* dst, Xxh3Stripes* hash, bool streaming);
 
 void split_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes);
+// split_avx512's kernel on whole steps of [0, n) that also feeds hash (nothing fed
+// yet) the stripes of the hashed input, which starts at `input` (src or before it),
+// as many as the steps cover and at most its in-order ones; returns the elements done.
+size_t split_hashed_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
+                           uint8_t* const* planes, const uint8_t* input, Xxh3Stripes* hash);
 // split with streaming stores (shuffle.h: Stores::kStreaming), planes at any alignment.
 void split_streamed_avx512(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
                            uint8_t* const* planes);

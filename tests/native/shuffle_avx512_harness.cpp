@@ -4,7 +4,9 @@
 // unaligned buffers, and merge(split(x)) == x; the split with streaming stores
 // into planes at every offset in a cache line (the emulated streaming store
 // traps on an unaligned address); the hashing merge with cached and with
-// streaming stores. Exit status 0 when all match.
+// streaming stores; the hashing split after heads of several lengths (its
+// stripes then out of step with its vectors), against the scalar split and a
+// plain feed of the input's stripes. Exit status 0 when all match.
 // Built and run by tests/test_shuffle_avx512_emulated.py.
 #include <cstdio>
 #include <cstring>
@@ -14,6 +16,7 @@
 
 #include "checksum/xxh3_stripes.h"
 #include "shuffle/shuffle_internal.h"
+#include "stripe_feed_loop.h"
 
 using namespace kvcore::shuffle;
 
@@ -100,6 +103,40 @@ int main() {
                     bad++ < 20)
                     std::printf("MISMATCH hashed merge elem_size=%u n=%zu: streaming fed other stripes\n", es, n);
             }
+    // The hashing split, as shuffle::split_hashed runs it: `head` elements split
+    // first, the kernel from there feeding the stripes of the whole input.
+    for (unsigned es : {1u, 2u, 4u})
+        for (size_t n : {size_t(4096), size_t(65553), size_t(100003)})
+            for (bool rot : {false, true})
+                for (size_t head : {size_t(0), size_t(5), size_t(63)}) {
+                    std::vector<uint8_t> src(n * es), residual(384);
+                    for (auto& b : src) b = static_cast<uint8_t>(rng());
+                    for (auto& b : residual) b = static_cast<uint8_t>(rng());
+                    PlaneTransform t;
+                    t.rotate = rot;
+                    if (head == 5) t.residual = residual.data(), t.period = 384, t.phase = 100;
+                    std::vector<std::vector<uint8_t>> want(es, std::vector<uint8_t>(n)), got(es, std::vector<uint8_t>(n));
+                    uint8_t* pw[4];
+                    uint8_t* pg[4];
+                    uint8_t* rest[4];
+                    for (unsigned p = 0; p < es; ++p) pw[p] = want[p].data(), pg[p] = got[p].data(), rest[p] = pg[p] + head;
+                    detail::split_scalar(src.data(), n, es, t, pw);
+                    kvcore::Xxh3Stripes hash = {}, reference = {};
+                    hash.len = reference.len = n * es;
+                    detail::split_scalar(src.data(), head, es, t, pg);
+                    const PlaneTransform rt = detail::tail_transform(t, head);
+                    const uint8_t* from = src.data() + head * es;
+                    const size_t done = detail::split_hashed_avx512(from, n - head, es, rt, rest, src.data(), &hash);
+                    detail::split_rest(from, n - head, done, es, rt, rest);
+                    feed_stripes_avx512(&reference, src.data(), hash.fed);
+                    ++cases;
+                    const bool fed_ok = hash.fed > 0 && hash.fed <= hash.regular() &&
+                                        hash.fed == uint64_t(done) * es / 64 &&
+                                        std::memcmp(hash.acc, reference.acc, sizeof hash.acc) == 0;
+                    if ((want != got || !fed_ok) && bad++ < 20)
+                        std::printf("MISMATCH hashed split elem_size=%u n=%zu rotate=%d head=%zu: planes %s, stripes %s\n",
+                                    es, n, rot, head, want == got ? "ok" : "BAD", fed_ok ? "ok" : "BAD");
+                }
     std::printf("avx512 (emulated) vs scalar: %d cases, %d mismatches\n", cases, bad);
     return bad == 0 ? 0 : 1;
 }

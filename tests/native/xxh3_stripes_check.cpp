@@ -17,24 +17,13 @@
 
 #include <xxhash.h>
 
-#include "common/avx512_target.h"
-#include "checksum/xxh3_stripes_avx512.h"
+#include "stripe_feed_loop.h"
 #ifndef KVCORE_EMULATE_AVX512
 #define KV_AVX2 __attribute__((target("avx2")))
 #include "checksum/xxh3_stripes_avx2.h"
 #endif
 
 namespace {
-
-KV_AVX512 void feed_avx512(kvcore::Xxh3Stripes* s, const uint8_t* data, uint64_t stripes) {
-    kvcore::StripeFeed f(s);
-    __m512i acc = f.load();
-    for (uint64_t i = 0; i < stripes; ++i) {
-        acc = f.add(acc, _mm512_loadu_si512(data + 64 * i));
-        if ((i + 1) % kvcore::StripeFeed::kStripesPerBlock == 0) acc = f.end_block(acc);
-    }
-    f.store(acc);
-}
 
 #ifndef KVCORE_EMULATE_AVX512
 KV_AVX2 void feed_avx2(kvcore::Xxh3Stripes* s, const uint8_t* data, uint64_t stripes) {
@@ -58,9 +47,9 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1);
     std::vector<std::pair<const char*, Feed>> feeds;
 #ifdef KVCORE_EMULATE_AVX512
-    feeds.emplace_back("avx512 (emulated)", feed_avx512);
+    feeds.emplace_back("avx512 (emulated)", feed_stripes_avx512);
 #else
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) feeds.emplace_back("avx512", feed_avx512);
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) feeds.emplace_back("avx512", feed_stripes_avx512);
     if (__builtin_cpu_supports("avx2")) feeds.emplace_back("avx2", feed_avx2);
 #endif
     std::vector<size_t> lengths;
