@@ -291,7 +291,7 @@ Status encode_block(const uint8_t* src, uint64_t first, size_t n, const Header& 
     // The block's checksum, fed by the split where it can (the input's stripes,
     // from L1 as the split reads them). A separate XXH3 pass took 5.9% of MiniLM
     // bf16 and 6.4% of stories260K fp16 dense compress; fused, the split took 3.2
-    // and 6.0 points more (perf): 1.02-1.07x overall (docs/CHANGES.md).
+    // and 6.0 points more (perf); dense compress 0.99-1.07x (medians, docs/CHANGES.md).
     Xxh3Stripes hash;
     bool hashed = false;
     const uint8_t* planes[4];
