@@ -168,29 +168,49 @@ size_t aligning_head(size_t n, unsigned elem_size, uint8_t* const* planes) {
     return (kCacheLine - offset) % kCacheLine;
 }
 
+// What is left to split after the aligning head, which this splits (scalar).
+struct AlignedRest {
+    const uint8_t* src;
+    size_t n;
+    uint8_t* planes[4];
+    PlaneTransform t;  // continuing from the head's last element
+};
+
+AlignedRest split_aligning_head(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t,
+                                uint8_t* const* planes) {
+    const size_t head = aligning_head(n, elem_size, planes);
+    if (head) detail::split_scalar(src, head, elem_size, t, planes);
+    AlignedRest r{src + head * elem_size, n - head, {}, detail::tail_transform(t, head)};
+    for (unsigned p = 0; p < elem_size; ++p) r.planes[p] = planes[p] + head;
+    return r;
+}
+
 }  // namespace
 #endif  // KVCORE_X86
 
-// elem_size outside {1, 2, 4} or a residual with period 0 is a caller error
-// (the bindings reject it); these functions then write nothing.
+namespace {
+
+// Whether split has anything to do: elem_size outside {1, 2, 4} or a residual
+// with period 0 is a caller error (the bindings reject it).
+bool splittable(size_t n, unsigned elem_size, const PlaneTransform& t) {
+    return n != 0 && (t.residual == nullptr || (t.period != 0 && t.phase < t.period)) &&
+           (elem_size == 1 || elem_size == 2 || elem_size == 4);
+}
+
+}  // namespace
+
+// Where a caller error leaves nothing to split (splittable), these functions write nothing.
 void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes,
            Stores stores) {
-    if (n == 0 || (t.residual != nullptr && (t.period == 0 || t.phase >= t.period))) return;
-    if (elem_size != 1 && elem_size != 2 && elem_size != 4) return;
+    if (!splittable(n, elem_size, t)) return;
     const uint32_t isa = cpu::active_isa();
     if (!(isa & (cpu::kIsaAvx512 | cpu::kIsaAvx2))) return detail::split_scalar(src, n, elem_size, t, planes);
 #if KVCORE_X86
     if (stores == Stores::kStreaming && (isa & cpu::kIsaAvx512))
         return detail::split_streamed_avx512(src, n, elem_size, t, planes);
-    const size_t head = aligning_head(n, elem_size, planes);
-    if (head) detail::split_scalar(src, head, elem_size, t, planes);
-    uint8_t* rest[4];
-    for (unsigned p = 0; p < elem_size; ++p) rest[p] = planes[p] + head;
-    src += head * elem_size;
-    n -= head;
-    const PlaneTransform rt = detail::tail_transform(t, head);
-    if (isa & cpu::kIsaAvx512) return detail::split_avx512(src, n, elem_size, rt, rest);
-    detail::split_avx2(src, n, elem_size, rt, rest);
+    const AlignedRest r = split_aligning_head(src, n, elem_size, t, planes);
+    if (isa & cpu::kIsaAvx512) return detail::split_avx512(r.src, r.n, elem_size, r.t, r.planes);
+    detail::split_avx2(r.src, r.n, elem_size, r.t, r.planes);
 #else
     (void)stores;  // streaming stores are x86 only; no SIMD level is active elsewhere
 #endif  // KVCORE_X86
@@ -199,21 +219,14 @@ void split(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransfor
 bool split_hashed(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, uint8_t* const* planes,
                   Xxh3Stripes* hash) {
 #if KVCORE_X86
-    if (!(cpu::active_isa() & cpu::kIsaAvx512) || n == 0 || (elem_size != 1 && elem_size != 2 && elem_size != 4) ||
-        (t.residual != nullptr && (t.period == 0 || t.phase >= t.period)) || hash->fed != 0 ||
+    if (!(cpu::active_isa() & cpu::kIsaAvx512) || !splittable(n, elem_size, t) || hash->fed != 0 ||
         hash->len != uint64_t(n) * elem_size)
         return false;
-    // As split: the elements before the planes' first whole line, then the kernel,
-    // which feeds the input's stripes whatever that head's length (it loads them
-    // from the input, not from its own vectors).
-    const size_t head = aligning_head(n, elem_size, planes);
-    if (head) detail::split_scalar(src, head, elem_size, t, planes);
-    uint8_t* rest[4];
-    for (unsigned p = 0; p < elem_size; ++p) rest[p] = planes[p] + head;
-    const PlaneTransform rt = detail::tail_transform(t, head);
-    const size_t done =
-        detail::split_hashed_avx512(src + head * elem_size, n - head, elem_size, rt, rest, src, hash);
-    detail::split_rest(src + head * elem_size, n - head, done, elem_size, rt, rest);
+    // As split: the aligning head, then the kernel, which feeds the input's stripes
+    // whatever that head's length (it loads them from the input, not from its own vectors).
+    const AlignedRest r = split_aligning_head(src, n, elem_size, t, planes);
+    const size_t done = detail::split_hashed_avx512(r.src, r.n, elem_size, r.t, r.planes, src, hash);
+    detail::split_rest(r.src, r.n, done, elem_size, r.t, r.planes);
     return true;
 #else
     (void)src, (void)n, (void)elem_size, (void)t, (void)planes, (void)hash;

@@ -341,7 +341,7 @@ struct StreamedPlanes {
 };
 
 // The split kernel for elem_size and t's transform; returns the elements done.
-template <typename Out, typename Feed = NoStripeFeed>
+template <typename Out, typename Feed>
 KV_AVX512 size_t split_kernel(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, Out& out,
                               SplitFeed<Feed>& feed) {
     const bool rot = t.rotate, res = t.residual != nullptr;
