@@ -37,6 +37,19 @@ def test_block_commits_place_every_block_in_order(tmp_path, sanitizer):
     assert run.stdout.startswith("ok: 400 rounds")
 
 
+@pytest.mark.parametrize("sanitizer", ["thread", "address"])
+def test_recent_outputs_tell_cold_buffers_from_cached_ones(tmp_path, sanitizer):
+    """RecentOutputs (whether a small decode call's output has left the cache, so that it is
+    written with streaming stores): scripted cases of each rule, random histories against a
+    model that keeps every call (the bounded history must answer as it does), and four
+    threads asking and recording at once, under the sanitizer."""
+    sources = [str(ROOT / "csrc" / p) for p in ("frame/recent_outputs.cpp", "cpu/cpu_features.cpp")]
+    exe = build_harness(tmp_path, "recent_outputs_check", sources, sanitizer=sanitizer)
+    run = subprocess.run([str(exe), "5", "300"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.rstrip().endswith("ok: 300 rounds"), run.stdout
+
+
 def test_allocation_failures_end_in_an_error_not_an_abort_or_a_hang(tmp_path):
     """Allocations (operator new, aligned_alloc) fail after a random count while compress_many
     and decompress_many run on up to 4 pool threads: each call ends ok, with kOutOfMemory or

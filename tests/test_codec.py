@@ -341,6 +341,40 @@ def test_batches_of_32_mib_and_more_decode_bit_exact_with_streaming_stores(varia
         kvcore.decompress_many(frames[:2] + [bytes(bad)] + frames[3:], outputs())
 
 
+@pytest.mark.parametrize("mode", ["dense", "fast"])
+def test_frames_decoded_one_call_each_into_buffers_past_the_cache_decode_bit_exact(variant, mode):
+    """Small frames decoded one call each (a KV chunk restored layer by layer) stream their
+    output once the calls before show it has left the cache: more than the streaming threshold
+    of traffic since its buffer was last written (csrc/frame/recent_outputs.h; the rule
+    itself: tests/native/recent_outputs_check.cpp). Two
+    rounds over 48 frames of about 0.7 MiB (the second writes every buffer again after a
+    round's traffic) into contiguous buffers, misaligned views (cached stores there) and
+    strided token ranges, one thread and two: each frame must decode bit-exact, and a flipped
+    bit must still be caught."""
+    t = large_tensor(torch.bfloat16).reshape(-1, 8, 128)
+    pieces = list(t.chunk(48))
+    frames = [kvcore.compress(p, mode=mode) for p in pieces]
+
+    def output(i: int, p: torch.Tensor) -> torch.Tensor:
+        if i % 5 == 1:
+            return torch.empty(p.numel() + 1, dtype=p.dtype)[1:].view(p.shape)
+        if i % 7 == 2:
+            return torch.empty(p.shape[0], 2, *p.shape[1:], dtype=p.dtype)[:, 1]
+        return torch.empty_like(p)
+
+    outs = [output(i, p) for i, p in enumerate(pieces)]
+    assert sum(o.numel() * 2 for o in outs) > STREAMING_OUTPUT_BYTES
+    for _ in range(2):
+        for i, (f, o, p) in enumerate(zip(frames, outs, pieces)):
+            o.zero_()
+            kvcore.decompress(f, out=o, threads=1 + i % 2)
+            assert_bit_exact(o, p)
+    bad = bytearray(frames[3])
+    bad[len(bad) // 2] ^= 0x10
+    with pytest.raises(kvcore.CorruptFrameError):
+        kvcore.decompress(bytes(bad), out=outs[3])
+
+
 def runs_input(dtype: torch.dtype, rows: int, heads: int, dim: int) -> torch.Tensor:
     """[4, rows, heads, dim] of real KV (4 runs when decoded into a token range), or of
     offset_bytes."""

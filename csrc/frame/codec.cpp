@@ -22,6 +22,7 @@
 #include "frame/block_commit.h"
 #include "frame/format.h"
 #include "frame/plane_methods.h"
+#include "frame/recent_outputs.h"
 #include "lz/row_repeats.h"
 #include "parallel/thread_pool.h"
 #include "shuffle/shuffle.h"
@@ -956,6 +957,30 @@ struct PreparedFrame {
     shuffle::Stores stores = shuffle::Stores::kCached;  // how its blocks' merges write the output
 };
 
+// Whether a decode call writes its outputs with streaming stores: where they total
+// cpu::streaming_store_bytes() or more (see decompress_many), or where the calls
+// before it show they have left the cache (frame/recent_outputs.h; 512 KiB frames
+// of a KV chunk decoded one call each into 72 buffers by one thread: 1.07-1.11x,
+// ad hoc, 2026-12-06). A fresh output is not judged by history: its pages are
+// faulted in as it is written, or were freed by the caller just before. The call
+// is recorded in the history either way.
+bool stream_outputs(const FrameJob* jobs, size_t n, uint64_t out_bytes, uint64_t frames_bytes) {
+    if (out_bytes == 0) return false;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;  // all the outputs, as one range
+    bool fresh = false;
+    for (size_t i = 0; i < n; ++i) {
+        const OutputRuns& o = jobs[i].out;
+        if (o.bytes == 0) continue;
+        lo = std::min(lo, reinterpret_cast<uintptr_t>(o.base));
+        hi = std::max(hi, reinterpret_cast<uintptr_t>(o.base) + o.span());
+        fresh = fresh || jobs[i].fresh_out;
+    }
+    RecentOutputs& recent = recent_decode_outputs();
+    const bool stream = out_bytes >= cpu::streaming_store_bytes() || (!fresh && recent.cold(lo, hi));
+    recent.record(lo, hi, frames_bytes + out_bytes);
+    return stream;
+}
+
 Status prepare(const FrameJob& job, PreparedFrame* f) {
     size_t pos = 0;
     KVCORE_RETURN_IF_ERROR(parse_header(job.frame, job.size, &f->h, &pos));
@@ -978,13 +1003,16 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
     std::vector<PreparedFrame> frames(n);
     std::vector<std::pair<uint32_t, uint32_t>> tasks;  // (frame, block)
     BatchBuffers buffers;
-    uint64_t out_bytes = 0;
+    uint64_t out_bytes = 0, frames_bytes = 0;
     for (size_t i = 0; i < n; ++i) {
         KVCORE_RETURN_IF_ERROR(prepare(jobs[i], &frames[i]));
         for (uint32_t b = 0; b < frames[i].h.n_blocks; ++b) tasks.emplace_back(static_cast<uint32_t>(i), b);
         buffers.add(jobs[i].out, jobs[i].frame, jobs[i].size);
         out_bytes += jobs[i].out.bytes;
+        frames_bytes += jobs[i].size;
     }
+    // Blocks are written concurrently, and a frame must not change while it is read.
+    KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("decompress", "a frame"));
     // A decode call whose outputs total cpu::streaming_store_bytes() or more (one frame's or a batch's,
     // such as the 72 frames of a KV chunk) writes them with streaming (non-temporal)
     // stores wherever the one-pass merge writes them: they do not stay cached anyway,
@@ -999,11 +1027,9 @@ Status decompress_many(const FrameJob* jobs, size_t n, unsigned threads, const F
     // outputs of 18 MiB (MiniLM bf16 and fp16, first halves) and 30 MiB (stories260K
     // as fp32) streamed decoded 1.25-1.67x faster in fast mode and 1.12-1.24x in dense
     // mode; with the output read right after, 1.03-1.18x and 0.95-0.98x (2026-12-05).
-    if (out_bytes >= cpu::streaming_store_bytes())
+    if (stream_outputs(jobs, n, out_bytes, frames_bytes))
         for (PreparedFrame& f : frames) f.stores = shuffle::Stores::kStreaming;
     threads = threads_for(threads, out_bytes);
-    // Blocks are written concurrently, and a frame must not change while it is read.
-    KVCORE_RETURN_IF_ERROR(buffers.check_disjoint("decompress", "a frame"));
     for (const OutputRuns& o : buffers.outputs)
         if (o.contiguous()) advise_huge_pages(o.base, o.bytes);
     std::vector<std::optional<FaultAhead>> ahead(n);  // set for a fresh output decoded by several threads
