@@ -349,8 +349,8 @@ def test_frames_decoded_one_call_each_into_buffers_past_the_cache_decode_bit_exa
     itself: tests/native/recent_outputs_check.cpp). Two
     rounds over 48 frames of about 0.7 MiB (the second writes every buffer again after a
     round's traffic) into contiguous buffers, misaligned views (cached stores there) and
-    strided token ranges, one thread and two: each frame must decode bit-exact, and a flipped
-    bit must still be caught."""
+    strided token ranges, one thread and two, then small frames of odd sizes: each frame must
+    decode bit-exact, and a flipped bit must still be caught."""
     t = large_tensor(torch.bfloat16).reshape(-1, 8, 128)
     pieces = list(t.chunk(48))
     frames = [kvcore.compress(p, mode=mode) for p in pieces]
@@ -369,6 +369,13 @@ def test_frames_decoded_one_call_each_into_buffers_past_the_cache_decode_bit_exa
             o.zero_()
             kvcore.decompress(f, out=o, threads=1 + i % 2)
             assert_bit_exact(o, p)
+    # Right after that traffic, any buffer not among those counts as cold, however small:
+    # odd sizes into misaligned views (partial lines at both ends).
+    flat = t.reshape(-1)
+    for n in (1, 31, 65, 1000, 4097, 33333):
+        o = torch.zeros(n + 3, dtype=t.dtype)[3:]
+        kvcore.decompress(kvcore.compress(flat[:n], mode=mode), out=o)
+        assert_bit_exact(o, flat[:n])
     bad = bytearray(frames[3])
     bad[len(bad) // 2] ^= 0x10
     with pytest.raises(kvcore.CorruptFrameError):
