@@ -960,7 +960,7 @@ struct PreparedFrame {
 // Whether a decode call writes its outputs with streaming stores: where they total
 // cpu::streaming_store_bytes() or more (see decompress_many), or where the calls
 // before it show they have left the cache (frame/recent_outputs.h; 512 KiB frames
-// of a KV chunk decoded one call each into 72 buffers by one thread: 1.07-1.11x,
+// of a KV chunk decoded one call each into 72 buffers by one thread: 1.03-1.14x,
 // ad hoc, 2026-12-06). A fresh output is not judged by history: its pages are
 // faulted in as it is written, or were freed by the caller just before. The call
 // is recorded in the history either way.
