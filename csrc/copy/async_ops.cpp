@@ -1,9 +1,12 @@
 #include "copy/async_ops.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "parallel/thread_pool.h"
@@ -13,13 +16,29 @@ namespace {
 
 struct Notifications {
     std::mutex mutex;
-    std::condition_variable cv;
+    // Replaced in a forked child, where the parent's waiting thread still counts as a
+    // waiter (glibc then blocked the child's exit in the destructor, waiting for it).
+    std::unique_ptr<std::condition_variable> cv = std::make_unique<std::condition_variable>();
     std::deque<uint64_t> tokens;
     uint64_t wakeups = 0;
 };
 
 Notifications& notifications() {
     static Notifications n;
+    // The lock is held across fork(); the child's queue and waiters start empty (the
+    // parent's tokens and condition variable are left to it: the old one is leaked).
+    static const bool fork_handlers = [] {
+        pthread_atfork([] { notifications().mutex.lock(); }, [] { notifications().mutex.unlock(); },
+                       [] {
+                           Notifications& c = notifications();
+                           c.cv.release();
+                           c.cv = std::make_unique<std::condition_variable>();
+                           c.tokens.clear();
+                           c.mutex.unlock();
+                       });
+        return true;
+    }();
+    (void)fork_handlers;
     return n;
 }
 
@@ -29,7 +48,7 @@ void push_token(uint64_t token) {
         std::lock_guard<std::mutex> lock(n.mutex);
         n.tokens.push_back(token);
     }
-    n.cv.notify_all();
+    n.cv->notify_all();
 }
 
 ThreadPool& dispatcher() {
@@ -111,7 +130,7 @@ std::vector<uint64_t> poll_notifications(int64_t timeout_ms) {
     Notifications& n = notifications();
     std::unique_lock<std::mutex> lock(n.mutex);
     const uint64_t seen = n.wakeups;
-    n.cv.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0)),
+    n.cv->wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0)),
                   [&] { return !n.tokens.empty() || n.wakeups != seen; });
     std::vector<uint64_t> out(n.tokens.begin(), n.tokens.end());
     n.tokens.clear();
@@ -124,7 +143,7 @@ void wake_notifications() {
         std::lock_guard<std::mutex> lock(n.mutex);
         ++n.wakeups;
     }
-    n.cv.notify_all();
+    n.cv->notify_all();
 }
 
 }  // namespace kvcore::mover

@@ -1,5 +1,7 @@
 #include "frame/recent_outputs.h"
 
+#include <pthread.h>
+
 #include "cpu/cpu_features.h"
 
 namespace kvcore::frame {
@@ -25,6 +27,12 @@ void RecentOutputs::record(uintptr_t lo, uintptr_t hi, uint64_t bytes) {
 
 RecentOutputs& recent_decode_outputs() {
     static RecentOutputs recent(cpu::streaming_store_bytes());
+    static const bool fork_handlers = [] {
+        const auto unlock = [] { recent_decode_outputs().after_fork(); };
+        pthread_atfork([] { recent_decode_outputs().before_fork(); }, unlock, unlock);
+        return true;
+    }();
+    (void)fork_handlers;
     return recent;
 }
 

@@ -42,6 +42,11 @@ public:
     // Records a call: its output range and the bytes it moved through the cache.
     void record(uintptr_t lo, uintptr_t hi, uint64_t bytes);
 
+    // fork() handlers: the lock is held across fork(), so that a child never starts
+    // with it taken by a thread that does not exist there.
+    void before_fork() { mu_.lock(); }
+    void after_fork() { mu_.unlock(); }
+
 private:
     struct Call {
         uintptr_t lo = 0, hi = 0;
@@ -55,7 +60,7 @@ private:
 };
 
 // The history of this process's decode calls, with a window of
-// cpu::streaming_store_bytes().
+// cpu::streaming_store_bytes() (fork-safe: see before_fork).
 RecentOutputs& recent_decode_outputs();
 
 }  // namespace kvcore::frame

@@ -1,5 +1,7 @@
 #include "parallel/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -7,17 +9,83 @@
 
 namespace kvcore {
 
-ThreadPool::ThreadPool(unsigned n_workers) {
-    threads_.reserve(n_workers);
-    for (unsigned i = 0; i < n_workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+// The pools alive in the process, for the fork() handlers, which are registered
+// once. Constructing and destroying a pool takes `mutex`, and so does fork().
+struct LivePools {
+    std::mutex mutex;
+    std::vector<ThreadPool*> pools;
+
+    static LivePools& get() {
+        static LivePools live;
+        static const bool fork_handlers = [] {
+            pthread_atfork(
+                [] {
+                    LivePools& l = get();
+                    l.mutex.lock();
+                    for (ThreadPool* p : l.pools) p->before_fork();
+                },
+                [] {
+                    LivePools& l = get();
+                    for (ThreadPool* p : l.pools) p->after_fork_in_parent();
+                    l.mutex.unlock();
+                },
+                [] {
+                    LivePools& l = get();
+                    for (ThreadPool* p : l.pools) p->after_fork_in_child();
+                    l.mutex.unlock();
+                });
+            return true;
+        }();
+        (void)fork_handlers;
+        return live;
+    }
+};
+
+ThreadPool::ThreadPool(unsigned n_workers) : n_workers_(n_workers) {
+    LivePools& live = LivePools::get();
+    std::lock_guard<std::mutex> live_lock(live.mutex);
+    live.pools.push_back(this);
+    std::lock_guard<std::mutex> lock(mutex_);
+    start_workers();
+}
+
+void ThreadPool::start_workers() {
+    threads_.reserve(n_workers_);
+    for (unsigned i = 0; i < n_workers_; ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+void ThreadPool::before_fork() { mutex_.lock(); }
+
+void ThreadPool::after_fork_in_parent() { mutex_.unlock(); }
+
+void ThreadPool::after_fork_in_child() {
+    // The parent's workers do not exist here: their handles are left unjoined (a
+    // joinable std::thread may not be destroyed), the tasks queued for them are left
+    // unrun and undestroyed (they belong to the parent, and may hold objects that
+    // must not be released here), and the condition variable they waited on still
+    // counts them (glibc's notify can wait for such waiters). All three are leaked
+    // on purpose, once per fork.
+    std::make_unique<std::vector<std::thread>>(std::move(threads_)).release();
+    std::make_unique<std::deque<std::function<void()>>>(std::move(queue_)).release();
+    cv_.release();
+    cv_ = std::make_unique<std::condition_variable>();
+    threads_.clear();
+    queue_.clear();
+    restart_ = true;
+    mutex_.unlock();  // locked by before_fork in the thread that forked, which is this one
 }
 
 ThreadPool::~ThreadPool() {
     {
+        LivePools& live = LivePools::get();
+        std::lock_guard<std::mutex> live_lock(live.mutex);
+        live.pools.erase(std::find(live.pools.begin(), live.pools.end(), this));
+    }
+    {
         std::lock_guard<std::mutex> lock(mutex_);
         stopping_ = true;
     }
-    cv_.notify_all();
+    cv_->notify_all();
     for (auto& t : threads_) t.join();
 }
 
@@ -26,7 +94,7 @@ void ThreadPool::worker_loop() {
         std::function<void()> task;
         {
             std::unique_lock<std::mutex> lock(mutex_);
-            cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+            cv_->wait(lock, [this] { return stopping_ || !queue_.empty(); });
             if (queue_.empty()) return;  // stopping, and nothing left to run
             task = std::move(queue_.front());
             queue_.pop_front();
@@ -38,9 +106,13 @@ void ThreadPool::worker_loop() {
 void ThreadPool::submit(std::function<void()> task) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (restart_) {
+            restart_ = false;
+            start_workers();
+        }
         queue_.push_back(std::move(task));
     }
-    cv_.notify_one();
+    cv_->notify_one();
 }
 
 namespace {

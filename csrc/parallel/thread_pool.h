@@ -4,12 +4,19 @@
 // the workers and the calling thread; the caller always takes part, so a nested
 // call from inside a worker can never deadlock. `submit` queues a task for
 // asynchronous work (async copies, compress_async).
+//
+// fork(): a child process has only the thread that forked, so a pool's workers
+// are gone there. Until 2026-12-06 a task submitted in such a child never ran
+// (compress_async in a forked child never completed). Every pool now holds its
+// lock across fork() (no worker is then inside it) and, in the child, drops the
+// parent's workers and queued tasks and starts new workers on the next submit.
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,7 +30,7 @@ public:
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
 
-    unsigned workers() const { return static_cast<unsigned>(threads_.size()); }
+    unsigned workers() const { return n_workers_; }
 
     // Calls fn(i) for every i in [0, n) using at most `max_threads` threads
     // (the caller counts as one; 0 = all workers + caller). Returns when all are
@@ -35,12 +42,22 @@ public:
     void submit(std::function<void()> task);
 
 private:
-    void worker_loop();
+    friend struct LivePools;
+    // fork() handlers (LivePools calls them for every pool).
+    void before_fork();
+    void after_fork_in_parent();
+    void after_fork_in_child();
 
+    void worker_loop();
+    void start_workers();  // with mutex_ held
+
+    const unsigned n_workers_;
     std::mutex mutex_;
-    std::condition_variable cv_;
+    // Replaced in a forked child: the parent's workers still count as its waiters there.
+    std::unique_ptr<std::condition_variable> cv_ = std::make_unique<std::condition_variable>();
     std::deque<std::function<void()>> queue_;
     bool stopping_ = false;
+    bool restart_ = false;  // set in a forked child: workers start on the next submit
     std::vector<std::thread> threads_;
 };
 
