@@ -16,8 +16,8 @@ namespace {
 
 struct Notifications {
     std::mutex mutex;
-    // Replaced in a forked child, where the parent's waiting thread still counts as a
-    // waiter (glibc then blocked the child's exit in the destructor, waiting for it).
+    // Replaced in a forked child (renew_after_fork): the parent's polling thread
+    // still counted as its waiter there, and the child's exit blocked in its destructor.
     std::unique_ptr<std::condition_variable> cv = std::make_unique<std::condition_variable>();
     std::deque<uint64_t> tokens;
     uint64_t wakeups = 0;
@@ -25,14 +25,12 @@ struct Notifications {
 
 Notifications& notifications() {
     static Notifications n;
-    // The lock is held across fork(); the child's queue and waiters start empty (the
-    // parent's tokens and condition variable are left to it: the old one is leaked).
+    // The lock is held across fork(); the child's queue and waiters start empty.
     static const bool fork_handlers = [] {
         pthread_atfork([] { notifications().mutex.lock(); }, [] { notifications().mutex.unlock(); },
                        [] {
                            Notifications& c = notifications();
-                           c.cv.release();
-                           c.cv = std::make_unique<std::condition_variable>();
+                           renew_after_fork(c.cv);
                            c.tokens.clear();
                            c.mutex.unlock();
                        });

@@ -60,19 +60,21 @@ void ThreadPool::after_fork_in_parent() { mutex_.unlock(); }
 
 void ThreadPool::after_fork_in_child() {
     // The parent's workers do not exist here: their handles are left unjoined (a
-    // joinable std::thread may not be destroyed), the tasks queued for them are left
-    // unrun and undestroyed (they belong to the parent, and may hold objects that
-    // must not be released here), and the condition variable they waited on still
-    // counts them (glibc's notify can wait for such waiters). All three are leaked
-    // on purpose, once per fork.
+    // joinable std::thread may not be destroyed) and the tasks queued for them are
+    // left unrun and undestroyed (they belong to the parent, and may hold objects
+    // that must not be released here). Both are leaked on purpose, once per fork.
     std::make_unique<std::vector<std::thread>>(std::move(threads_)).release();
     std::make_unique<std::deque<std::function<void()>>>(std::move(queue_)).release();
-    cv_.release();
-    cv_ = std::make_unique<std::condition_variable>();
+    renew_after_fork(cv_);
     threads_.clear();
     queue_.clear();
     restart_ = true;
     mutex_.unlock();  // locked by before_fork in the thread that forked, which is this one
+}
+
+void renew_after_fork(std::unique_ptr<std::condition_variable>& cv) {
+    cv.release();
+    cv = std::make_unique<std::condition_variable>();
 }
 
 ThreadPool::~ThreadPool() {

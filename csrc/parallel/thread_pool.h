@@ -53,13 +53,19 @@ private:
 
     const unsigned n_workers_;
     std::mutex mutex_;
-    // Replaced in a forked child: the parent's workers still count as its waiters there.
+    // Replaced in a forked child (renew_after_fork).
     std::unique_ptr<std::condition_variable> cv_ = std::make_unique<std::condition_variable>();
     std::deque<std::function<void()>> queue_;
     bool stopping_ = false;
     bool restart_ = false;  // set in a forked child: workers start on the next submit
     std::vector<std::thread> threads_;
 };
+
+// For a forked child: a condition variable that the parent's threads waited on
+// still counts them as waiters there, and glibc's notify and destructor can wait
+// for them forever. The old one is leaked on purpose (destroying it is that wait)
+// and cv is replaced by a new one.
+void renew_after_fork(std::unique_ptr<std::condition_variable>& cv);
 
 // The process-wide pool, created on first use with one worker per hardware
 // thread minus one (the caller of parallel_for is the remaining thread).
