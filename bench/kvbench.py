@@ -182,7 +182,8 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
         "ratio = compressed/original; GB/s of original bytes = original_bytes / mean time "
         "(best = over the fastest round); single thread",
     ]
-    header = (f"{'data':<{wd}} {'dtype':<9} {'codec':<20} {'ratio':>7} {'comp GB/s':>10} {'decomp GB/s':>12}"
+    wc = max([20] + [len(c) for codecs in by.values() for c in codecs])
+    header = (f"{'data':<{wd}} {'dtype':<9} {'codec':<{wc}} {'ratio':>7} {'comp GB/s':>10} {'decomp GB/s':>12}"
               f" {'best comp':>10} {'best decomp':>12}")
     lines += [header, "-" * len(header)]
     for (data, dtype), codecs in by.items():
@@ -190,7 +191,7 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
             ratio = next(iter(dirs.values())).ratio
             c, d = dirs.get("compress"), dirs.get("decompress")
             lines.append(
-                f"{data:<{wd}} {dtype:<9} {codec:<20} {ratio:>7.4f} {_fmt(c and c.gbps):>10} {_fmt(d and d.gbps):>12}"
+                f"{data:<{wd}} {dtype:<9} {codec:<{wc}} {ratio:>7.4f} {_fmt(c and c.gbps):>10} {_fmt(d and d.gbps):>12}"
                 f" {_fmt(c and c.best_gbps):>10} {_fmt(d and d.best_gbps):>12}"
             )
         lines.append("")
@@ -229,6 +230,11 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
                 f, fb = _factor(a, b), _factor(a, b, best=True)
                 lines.append(f"  {tag:<{wt}} dense {direction} >= 3x zipnn: {_fmt(f, '.2f')}x "
                              f"[{_fmt(fb, '.2f')}x] -> {verdict(f, 3.0)}")
+            a, b = row(codecs, "kvcore-dense+out+layout", "compress"), row(codecs, "zipnn", "compress")
+            if a is not None:
+                f, fb = _factor(a, b), _factor(a, b, best=True)
+                lines.append(f"  {tag:<{wt}} dense compress into out= in the layout of another chunk "
+                             f"(compress(layout=)) vs zipnn: {_fmt(f, '.2f')}x [{_fmt(fb, '.2f')}x]")
         a, b = row(codecs, "kvcore-fast", "decompress"), row(codecs, "memcpy", "decompress")
         f, fb = _factor(a, b), _factor(a, b, best=True)
         lines.append(f"  {tag:<{wt}} fast decompress >= 0.5x memcpy: {_fmt(f, '.2f')}x "

@@ -41,8 +41,10 @@ def get_codec(name: str) -> Codec:
             why = kvcore_codec_available()
             if why:
                 pytest.skip(why)
-            mode, _, decoder = name.removeprefix("kvcore-").removesuffix("+out").partition("-")
-            _codecs[name] = KvcoreCodec(mode, threads=1, reuse_output=name.endswith("+out"), decoder=decoder or "any")
+            base, *options = name.removeprefix("kvcore-").split("+")
+            mode, _, decoder = base.partition("-")
+            _codecs[name] = KvcoreCodec(mode, threads=1, reuse_output="out" in options, decoder=decoder or "any",
+                                        reuse_layout="layout" in options)
         else:
             missing = missing_peers([name])
             if missing:
@@ -155,17 +157,22 @@ def test_threads(
 
 
 # "+out": compressed into a buffer reused per frame (out=), as the tier manager stores frames,
-# instead of a new bytes object per call as from every peer.
-FRAME_CODECS = ["kvcore-dense", "kvcore-fast", "kvcore-dense+out", "kvcore-fast+out", "memcpy", "zipnn",
-                "zstd-1+shuffle"]
+# instead of a new bytes object per call as from every peer. "+layout": each frame coded in the
+# layout kvcore.analyze chose for the same layer's K or V in another chunk (compress(layout=)).
+FRAME_CODECS = ["kvcore-dense", "kvcore-fast", "kvcore-dense+out", "kvcore-fast+out", "kvcore-dense+out+layout",
+                "memcpy", "zipnn", "zstd-1+shuffle"]
+
+
+def chunk_frames_of(chunk: torch.Tensor) -> list:
+    return [chunk[l, j].contiguous() for l in range(QWEN_CHUNK_SHAPE[0]) for j in range(2)]
 
 
 @pytest.fixture(scope="module", params=["bf16", "fp16"])
-def chunk_frames(request: Any) -> tuple[str, list]:
-    """The dtype and the 72 [256 tokens, 8 heads, 128 dims] frames (512 KiB each) of one chunk: the
-    unit a KV store codes, where a codec's fixed cost per call shows."""
-    chunk = qwen_chunk(dtype=request.param)
-    return request.param, [chunk[l, j].contiguous() for l in range(QWEN_CHUNK_SHAPE[0]) for j in range(2)]
+def chunk_frames(request: Any) -> tuple[str, list, list]:
+    """The dtype, the 72 [256 tokens, 8 heads, 128 dims] frames (512 KiB each) of one chunk (the
+    unit a KV store codes, where a codec's fixed cost per call shows), and those of another chunk."""
+    return (request.param, chunk_frames_of(qwen_chunk(dtype=request.param)),
+            chunk_frames_of(qwen_chunk(seed=1, dtype=request.param)))
 
 
 @pytest.mark.parametrize("direction", ["compress", "decompress"])
@@ -173,13 +180,14 @@ def chunk_frames(request: Any) -> tuple[str, list]:
 def test_chunk_frames(benchmark: Any, kv_results: list, chunk_frames: tuple[str, list], name: str,
                       direction: str) -> None:
     """One round codes every frame of the chunk, one call per frame, single thread."""
-    if name.endswith("+out") and direction == "decompress":
-        pytest.skip("decodes as the codec without +out does")
-    dtype, frames = chunk_frames
-    bound = []
-    for frame in frames:
-        codec = get_codec(name)
-        bound.append(codec.bind(frame))
+    if "+" in name and name.startswith("kvcore-") and direction == "decompress":
+        pytest.skip("decodes as the codec without +out or +layout does")
+    dtype, frames, earlier = chunk_frames
+    codec = get_codec(name)
+    if name.endswith("+layout"):
+        bound = [codec.bind(frame, like=before) for frame, before in zip(frames, earlier)]
+    else:
+        bound = [codec.bind(frame) for frame in frames]
     payloads = [b.compress() for b in bound]
     original = sum(b.original_bytes for b in bound)
     size = sum(b.size(p) for b, p in zip(bound, payloads))

@@ -150,6 +150,16 @@ kvcore::frame::CompressJob compress_job(uint64_t addr, uint64_t nbytes, uint8_t 
     return {in.data, in.size, std::move(desc), nullptr, 0};
 }
 
+// Each job's layout from layouts (empty, or one per job; a null one: chosen from
+// the job's tensor). The layouts outlive the native call: the caller holds the list.
+void set_layouts(std::vector<kvcore::frame::CompressJob>& jobs,
+                 const std::vector<std::shared_ptr<kvcore::frame::AnalyzedLayout>>& layouts) {
+    if (layouts.empty()) return;
+    if (layouts.size() != jobs.size())
+        throw NativeError{Code::kInvalidArgument, "layouts must be empty or one per tensor"};
+    for (size_t i = 0; i < jobs.size(); ++i) jobs[i].layout = layouts[i].get();
+}
+
 // Python's mode codes: 0 dense, 1 fast, 2 max (dense, with the signs coded by channel).
 kvcore::frame::EncodeOptions mode_options(uint8_t mode) {
     namespace fr = kvcore::frame;
@@ -917,19 +927,55 @@ PYBIND11_MODULE(_native, m) {
             return fr::max_frame_size(desc, block_bytes);
         },
         py::arg("dtype"), py::arg("shape"), py::arg("block_bytes") = 0);
+    py::class_<fr::AnalyzedLayout, std::shared_ptr<fr::AnalyzedLayout>>(
+        m, "Layout", "A tensor's layout as compress chose it (made by analyze), to code tensors of its kind with.")
+        .def_property_readonly("dtype", [](const fr::AnalyzedLayout& a) { return static_cast<int>(a.dtype); })
+        .def_property_readonly("channels", [](const fr::AnalyzedLayout& a) { return a.channels; })
+        .def_property_readonly("coding", [](const fr::AnalyzedLayout& a) { return fr::coding_name(a.coding); })
+        .def_property_readonly("rotate", [](const fr::AnalyzedLayout& a) { return a.layout.rotate; })
+        .def_property_readonly("residual",
+                               [](const fr::AnalyzedLayout& a) {
+                                   const auto& r = a.layout.residual;
+                                   return r.empty() ? py::object(py::none())
+                                                    : py::object(py::bytes(reinterpret_cast<const char*>(r.data()),
+                                                                           r.size()));
+                               })
+        .def_property_readonly("plane_entropy", [](const fr::AnalyzedLayout& a) { return a.layout.plane_entropy; });
+    m.def(
+        "analyze",
+        [](const std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>& src, uint8_t mode, bool deflate) {
+            const auto& [addr, nbytes, dtype, shape] = src;
+            const fr::CompressJob job = compress_job(addr, nbytes, dtype, shape, 0);
+            fr::EncodeOptions options = mode_options(mode);
+            options.deflate = deflate;
+            auto out = std::make_shared<fr::AnalyzedLayout>();
+            Status st;
+            {
+                py::gil_scoped_release release;
+                st = fr::analyze(job.src, job.nbytes, job.desc, options, out.get());
+            }
+            check(st);
+            return out;
+        },
+        py::arg("src"), py::arg("mode") = 0, py::arg("deflate") = false,
+        "The layout compress would choose for src = (address, bytes, dtype code, shape) in this mode (deflate:\n"
+        "with a DEFLATE backend).");
     m.def(
         "compress_batch",
         [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs, uint8_t mode,
-           uint8_t backend, bool deflate, bool lanes, uint32_t block_bytes, const py::object& threads) {
+           uint8_t backend, bool deflate, bool lanes, uint32_t block_bytes, const py::object& threads,
+           const std::vector<std::shared_ptr<fr::AnalyzedLayout>>& layouts) {
             std::vector<fr::CompressJob> jobs;
             for (const auto& [addr, nbytes, dtype, shape] : srcs)
                 jobs.push_back(compress_job(addr, nbytes, dtype, shape, block_bytes));
+            set_layouts(jobs, layouts);
             return compress_to_bytes(jobs, encode_options(mode, backend, deflate, lanes, block_bytes, threads));
         },
         py::arg("srcs"), py::arg("mode") = 0, py::arg("backend") = 0, py::arg("deflate") = false,
         py::arg("lanes") = false, py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
+        py::arg("layouts") = std::vector<std::shared_ptr<fr::AnalyzedLayout>>{},
         "Compresses every srcs[i] = (address, bytes, dtype code, shape) in one call, the blocks of all of them\n"
-        "spread over the threads; returns the frames.");
+        "spread over the threads; returns the frames. layouts: empty, or one Layout (or None) per source.");
     m.def(
         "decompress_into",
         [](const py::buffer& frame, uint64_t out_addr, uint64_t out_bytes, uint64_t run_bytes, uint64_t run_stride,
@@ -1236,7 +1282,8 @@ PYBIND11_MODULE(_native, m) {
             .def("take", py::overload_cast<size_t>(&FrameOut::take))
             .def_readonly("capacity", &FrameOut::capacity);
         m.def("mover_compress_async", [](uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape,
-                                         uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out, bool lanes) {
+                                         uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out, bool lanes,
+                                         std::shared_ptr<kvcore::frame::AnalyzedLayout> layout) {
             namespace fr = kvcore::frame;
             fr::EncodeOptions options = mode_options(mode);
             options.lanes = lanes;
@@ -1246,16 +1293,20 @@ PYBIND11_MODULE(_native, m) {
                 throw NativeError{Code::kBufferTooSmall, "frame buffer below max_frame_size"};
             options.block_bytes = block_bytes;
             options.threads = threads;
+            check(fr::check_layout(layout.get(), desc, options));
             fr::CompressJob job{reinterpret_cast<const uint8_t*>(addr), nbytes, std::move(desc), nullptr, 0};
+            job.layout = layout.get();
             out.attach(job);
-            return km::submit([job, options, in_head = out.in_head](km::Completion& c) mutable {
+            // The task holds the layout until it has coded with it.
+            return km::submit([job, options, in_head = out.in_head, layout](km::Completion& c) mutable {
                 const Status st = fr::compress_many(&job, 1, options);
                 in_head->store(job.in_head, std::memory_order_release);
                 c.set_result_size(job.written);
                 return st;
             });
         }, py::arg("addr"), py::arg("nbytes"), py::arg("dtype"), py::arg("shape"), py::arg("mode"),
-           py::arg("block_bytes"), py::arg("threads"), py::arg("out"), py::arg("lanes") = false);
+           py::arg("block_bytes"), py::arg("threads"), py::arg("out"), py::arg("lanes") = false,
+           py::arg("layout") = nullptr);
         m.def("mover_decompress_async", [](uint64_t frame, uint64_t size, uint64_t dst, uint64_t dst_size,
                                            unsigned threads, bool fresh) {
             const kvcore::frame::FrameJob job{reinterpret_cast<const uint8_t*>(frame), size,
@@ -1567,7 +1618,8 @@ PYBIND11_MODULE(_native, m) {
             "compress_batch_into",
             [](const std::vector<std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>>& srcs,
                const std::vector<py::buffer>& outs, uint8_t mode, uint8_t backend, bool deflate, bool lanes,
-               uint32_t block_bytes, const py::object& threads) {
+               uint32_t block_bytes, const py::object& threads,
+               const std::vector<std::shared_ptr<fr::AnalyzedLayout>>& layouts) {
                 if (srcs.size() != outs.size()) throw NativeError{Code::kInvalidArgument, "srcs and outs differ in length"};
                 std::vector<py::buffer_info> keep(outs.size());
                 std::vector<fr::CompressJob> jobs;
@@ -1578,6 +1630,7 @@ PYBIND11_MODULE(_native, m) {
                     jobs.back().dst = dst.data;
                     jobs.back().cap = dst.size;
                 }
+                set_layouts(jobs, layouts);
                 const fr::EncodeOptions options = encode_options(mode, backend, deflate, lanes, block_bytes, threads);
                 Status st;
                 {
@@ -1593,7 +1646,9 @@ PYBIND11_MODULE(_native, m) {
             },
             py::arg("srcs"), py::arg("outs"), py::arg("mode") = 0, py::arg("backend") = 0, py::arg("deflate") = false,
             py::arg("lanes") = false, py::arg("block_bytes") = 0, py::arg("threads") = py::none(),
+            py::arg("layouts") = std::vector<std::shared_ptr<fr::AnalyzedLayout>>{},
             "Compresses every srcs[i] = (address, bytes, dtype code, shape) into the start of outs[i] (at least\n"
-            "max_frame_size bytes), the blocks of all of them spread over the threads; returns the frames' sizes.");
+            "max_frame_size bytes), the blocks of all of them spread over the threads; returns the frames' sizes.\n"
+            "layouts: empty, or one Layout (or None) per source.");
     }
 }

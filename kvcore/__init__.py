@@ -10,7 +10,7 @@ True
 
 from . import _isa, qat
 from ._isa import isa_variant, set_disabled_isa
-from .codec import compress, compress_many, decompress, decompress_many, frame_desc, frame_info, max_frame_size
+from .codec import Layout, analyze, compress, compress_many, decompress, decompress_many, frame_desc, frame_info, max_frame_size
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _error_names
 from .features import features
@@ -32,6 +32,8 @@ _isa._apply_environment()
 __version__ = "0.1.0"
 
 __all__ = [
+    "analyze",
+    "Layout",
     "compress",
     "compress_many",
     "decompress",

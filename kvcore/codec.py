@@ -97,6 +97,7 @@ def compress(
     backend: Optional[str] = None,
     out: Optional[Any] = None,
     decoder: str = "any",
+    layout: Optional["Layout"] = None,
 ) -> Union[bytes, memoryview]:
     """Compress a tensor losslessly into a self-describing frame.
 
@@ -130,6 +131,9 @@ def compress(
     Zen 4; docs/FORMAT.md, huffman tag 4). Other CPUs read and write them too: with AVX2 at
     0.86-1.02x the speed of default frames, without it (any non-x86 CPU) at 0.28-0.66x
     (measured with AVX-512 masked off; README).
+    layout: code x in a layout that analyze() chose for an earlier tensor of its kind (same
+    dtype and channels, same mode and backend; InvalidArgumentError otherwise) instead of
+    analysing x: see analyze().
 
     >>> import torch, kvcore
     >>> x = torch.zeros(64, 8, dtype=torch.float16)  # 1 KiB of one value
@@ -144,11 +148,99 @@ def compress(
     """
     t = _source(x)
     options = _encode_options(mode, threads, block_bytes, backend, decoder)
+    if layout is not None:
+        options["layouts"] = _native_layouts([layout], 1)
     if out is None:
         return _native.compress_batch([tensor_source(t)], **options)[0]
     view = _writable_bytes(out)
     (n,) = _native.compress_batch_into([tensor_source(t)], [view], **options)
     return view[:n]
+
+
+class Layout:
+    """How compress() codes one kind of tensor: the bit layout (plain or rotated), the
+    per-channel residual if any, and which byte planes are worth entropy coding, as
+    analyze() chose them from a sample of one tensor. Passed back to compress(layout=)
+    or compress_many(layouts=), it skips that analysis (about a fifth of compressing a
+    512 KiB KV frame) for later tensors of the same dtype and channel count.
+
+    Frames coded in any layout decode the same way, bit-exact; a layout that no longer
+    fits the data only makes frames larger. Read-only attributes: dtype, channels, mode
+    ("dense", "fast", "max" or "DEFLATE" for a backend), rotate, residual (bytes, one per
+    channel, or None) and plane_entropy (estimated bits per byte of each plane).
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: Any) -> None:
+        if not isinstance(native, _native.Layout):
+            raise InvalidArgumentError("a Layout comes from kvcore.analyze()")
+        self._native = native
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch_dtype(self._native.dtype)
+
+    @property
+    def channels(self) -> int:
+        return self._native.channels
+
+    @property
+    def mode(self) -> str:
+        return self._native.coding
+
+    @property
+    def rotate(self) -> bool:
+        return self._native.rotate
+
+    @property
+    def residual(self) -> Optional[bytes]:
+        return self._native.residual
+
+    @property
+    def plane_entropy(self) -> list[float]:
+        return list(self._native.plane_entropy)
+
+    def __reduce__(self) -> Any:
+        # Coded choices are checked only against the tensors they were made for: a layout
+        # read back from storage would be one more untrusted input to validate.
+        raise TypeError("kvcore.Layout is not picklable: analyze() a tensor in the process that compresses")
+
+    def __repr__(self) -> str:
+        return (f"kvcore.Layout(dtype={self.dtype}, channels={self.channels}, mode={self.mode!r}, "
+                f"rotate={self.rotate}, residual={self.residual is not None})")
+
+
+def analyze(x: TensorLike, *, mode: str = "dense", backend: Optional[str] = None) -> Layout:
+    """The layout compress(x, mode=mode, backend=backend) would choose for x, to code
+    later tensors of the same kind with: compress(y, layout=...) skips the analysis and
+    gives the same frame for x itself. A layer's K or V keeps its statistics from one
+    chunk of tokens to the next, so a KV store analyses a layer's first chunk (and again
+    now and then) and codes the later ones in that layout.
+
+    >>> import torch, kvcore
+    >>> k0, k1 = torch.randn(2, 256, 8, 128).to(torch.bfloat16)  # two chunks of one layer's K
+    >>> layout = kvcore.analyze(k0)
+    >>> kvcore.compress(k0, layout=layout) == kvcore.compress(k0)
+    True
+    >>> frame = kvcore.compress(k1, layout=layout)
+    >>> torch.equal(kvcore.decompress(frame).view(torch.int16), k1.view(torch.int16))
+    True
+    """
+    t = _source(x)
+    options = _encode_options(mode, None, None, backend, "any")
+    return Layout(_native.analyze(tensor_source(t), mode=options["mode"], deflate=options["deflate"]))
+
+
+def _native_layouts(layouts: Any, n: int) -> list:
+    """The native handles of n layouts (each a Layout or None)."""
+    layouts = _sequence(layouts, "layouts")
+    if len(layouts) != n:
+        raise InvalidArgumentError(f"layouts must hold one Layout (or None) per tensor: {len(layouts)} for {n}")
+    for lay in layouts:
+        if lay is not None and not isinstance(lay, Layout):
+            raise InvalidArgumentError(f"layouts must be kvcore.Layout objects or None, got {type(lay).__name__}")
+    return [None if lay is None else lay._native for lay in layouts]
 
 
 def _writable_bytes(out: Any) -> memoryview:
@@ -177,12 +269,14 @@ def compress_many(
     block_bytes: Optional[int] = None,
     backend: Optional[str] = None,
     decoder: str = "any",
+    layouts: Optional[Sequence[Optional[Layout]]] = None,
 ) -> list[bytes]:
     """Compress every tensor of xs, each into its own frame, in one native call.
 
     The same frames as ``[compress(x, ...) for x in xs]``, but the blocks of all the
     tensors are spread over the threads at once, so many small tensors (the layers of
-    a KV chunk) keep every core busy. Arguments as for compress.
+    a KV chunk) keep every core busy. Arguments as for compress; layouts: one Layout
+    (or None: analysed) per tensor.
 
     >>> import torch, kvcore
     >>> layers = [torch.full((4, 8), float(i), dtype=torch.bfloat16) for i in range(3)]
@@ -192,6 +286,8 @@ def compress_many(
     """
     options = _encode_options(mode, threads, block_bytes, backend, decoder)
     ts = [_source(x) for x in _sequence(xs, "xs")]  # held for the whole native call
+    if layouts is not None:
+        options["layouts"] = _native_layouts(layouts, len(ts))
     return _native.compress_batch([tensor_source(t) for t in ts], **options)
 
 

@@ -21,7 +21,8 @@ from native_build import ROOT, build_sanitized_package, sanitizer_preload
 # Test files whose code paths are native; none of them starts a Python subprocess
 # (a child would lose the preloaded runtimes' order).
 SUITES = ["test_codec.py", "test_corruption.py", "test_api_arguments.py", "test_deflate_frame.py",
-          "test_codec_async.py", "test_copy.py", "test_fuzz.py", "test_layout_analysis.py"]
+          "test_codec_async.py", "test_copy.py", "test_fuzz.py", "test_layout_analysis.py",
+          "test_layout_reuse.py"]
 
 
 @pytest.mark.slow

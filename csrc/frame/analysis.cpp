@@ -379,6 +379,17 @@ uint32_t channel_count(const std::vector<uint64_t>& shape) {
     return 1;
 }
 
+bool same_coding(const LayoutCoding& a, const LayoutCoding& b) {
+    return a.channel_coded == b.channel_coded && a.signs_coded == b.signs_coded &&
+           a.fixed_width_coded == b.fixed_width_coded && a.rotated_preferred == b.rotated_preferred;
+}
+
+const char* coding_name(const LayoutCoding& coding) {
+    if (coding.signs_coded) return "max";
+    if (coding.channel_coded) return "dense";
+    return coding.fixed_width_coded ? "fast" : "DEFLATE";
+}
+
 Layout choose_layout(const uint8_t* src, uint64_t n_elems, DType dtype, uint32_t channels,
                      const LayoutCoding& coding) {
     const unsigned esize = dtype_size(dtype);

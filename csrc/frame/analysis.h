@@ -52,6 +52,20 @@ struct LayoutCoding {
     bool rotated_preferred = false;
 };
 
+bool same_coding(const LayoutCoding& a, const LayoutCoding& b);
+// The mode a coding belongs to, for messages: "dense", "max", "fast" or "DEFLATE".
+const char* coding_name(const LayoutCoding& coding);
+
+// A layout chosen for one tensor, kept to code later tensors of the same kind
+// with (CompressJob::layout): it holds the dtype, channel count and coding it
+// was chosen for, which those tensors' must match.
+struct AnalyzedLayout {
+    DType dtype = DType::kUInt8;
+    uint32_t channels = 0;
+    LayoutCoding coding;
+    Layout layout;
+};
+
 // A plane whose estimated order-0 entropy is at least this many bits per byte is
 // stored raw (mantissa bytes).
 constexpr double kIncompressibleBits = 7.9;

@@ -31,33 +31,40 @@ class KvcoreCodec(Codec):
     """``kvcore.compress(x, mode=..., threads=...)``; decompression decodes into a preallocated
     tensor with ``out=`` (how a KV cache restores a block). With ``reuse_output`` compression
     writes into a buffer kept for the input (``out=``, how the tier manager stores a frame)
-    instead of returning a new ``bytes``; its name then ends in ``+out``."""
+    instead of returning a new ``bytes``; its name then ends in ``+out``. With ``reuse_layout``
+    it codes in the layout ``kvcore.analyze`` chose, when bound, for the tensor ``like`` (the
+    same layer in the chunk before; default: the input itself), as a KV store codes chunk
+    after chunk; its name then ends in ``+layout``."""
 
     kind = "kvcore"
 
     def __init__(self, mode: str = "dense", threads: Optional[int] = 1, reuse_output: bool = False,
-                 decoder: str = "any"):
+                 decoder: str = "any", reuse_layout: bool = False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         self.mode, self.threads, self.reuse_output, self.decoder = mode, threads, reuse_output, decoder
+        self.reuse_layout = reuse_layout
         for_decoder = "" if decoder == "any" else f"-{decoder}"
-        self.name = f"kvcore-{mode}{for_decoder}" + ("+out" if reuse_output else "")
+        self.name = (f"kvcore-{mode}{for_decoder}" + ("+out" if reuse_output else "") +
+                     ("+layout" if reuse_layout else ""))
         into = ", compress into a reused buffer" if reuse_output else ""
+        laid = ", in a layout analysed beforehand" if reuse_layout else ""
         coded_for = "" if decoder == "any" else f", decoder={decoder!r}"
-        self.description = f"kvcore {mode} mode{coded_for}, threads={threads}{into}, decompress into out="
+        self.description = f"kvcore {mode} mode{coded_for}, threads={threads}{into}{laid}, decompress into out="
 
-    def bind(self, data: torch.Tensor) -> Bound:
+    def bind(self, data: torch.Tensor, like: Optional[torch.Tensor] = None) -> Bound:
         import kvcore
 
         src = data.contiguous()
         out = torch.empty_like(src)
         mode, threads, decoder = self.mode, self.threads, self.decoder
         frame_buf = bytearray(kvcore.max_frame_size(src.dtype, tuple(src.shape))) if self.reuse_output else None
+        layout = kvcore.analyze(src if like is None else like, mode=mode) if self.reuse_layout else None
 
         def compress() -> Any:
             if frame_buf is not None:  # a view of the frame in frame_buf, valid until the next call
-                return kvcore.compress(src, mode=mode, threads=threads, out=frame_buf, decoder=decoder)
-            return kvcore.compress(src, mode=mode, threads=threads, decoder=decoder)
+                return kvcore.compress(src, mode=mode, threads=threads, out=frame_buf, decoder=decoder, layout=layout)
+            return kvcore.compress(src, mode=mode, threads=threads, decoder=decoder, layout=layout)
 
         def decompress(frame: bytes) -> torch.Tensor:
             return kvcore.decompress(frame, out=out, threads=threads)

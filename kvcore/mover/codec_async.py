@@ -20,8 +20,7 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
+from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _native
 from .._args import decoder_arg, mode_arg
@@ -29,12 +28,15 @@ from .copy import _threads
 from .future import Future
 from .regions import region
 
+if TYPE_CHECKING:
+    from ..codec import Layout
+
 __all__ = ["compress_async", "decompress_async"]
 
 
 def compress_async(
     x: Any, *, mode: str = "dense", threads: Optional[int] = None, block_bytes: Optional[int] = None,
-    decoder: str = "any"
+    decoder: str = "any", layout: Optional[Layout] = None
 ) -> Future:
     """kvcore.compress(x, ...) as a Future whose result is the frame (bytes).
 
@@ -52,8 +54,9 @@ def compress_async(
     code = codec.code_of(t.dtype)
     shape = [int(d) for d in t.shape]
     out = _native.FrameOut(_native.max_frame_size(code, shape, block_bytes))
+    (native_layout,) = codec._native_layouts([layout], 1)
     native = _native.mover_compress_async(
-        *codec.tensor_span(t), code, shape, mode_code, block_bytes, _threads(threads), out, lanes
+        *codec.tensor_span(t), code, shape, mode_code, block_bytes, _threads(threads), out, lanes, native_layout
     )
     return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
 
