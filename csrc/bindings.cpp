@@ -1283,10 +1283,14 @@ PYBIND11_MODULE(_native, m) {
             .def_readonly("capacity", &FrameOut::capacity);
         m.def("mover_compress_async", [](uint64_t addr, uint64_t nbytes, uint8_t dtype, std::vector<uint64_t> shape,
                                          uint8_t mode, uint32_t block_bytes, unsigned threads, FrameOut& out, bool lanes,
-                                         std::shared_ptr<kvcore::frame::AnalyzedLayout> layout) {
+                                         std::shared_ptr<kvcore::frame::AnalyzedLayout> layout, uint8_t backend,
+                                         bool deflate) {
             namespace fr = kvcore::frame;
+            if (backend > 2) throw NativeError{Code::kInvalidArgument, "unknown backend"};
             fr::EncodeOptions options = mode_options(mode);
             options.lanes = lanes;
+            options.backend = static_cast<fr::Backend>(backend);
+            options.deflate = deflate;
             fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
             check(fr::validate_desc(desc, nbytes, block_bytes));
             if (out.capacity < fr::max_frame_size(desc, block_bytes))
@@ -1306,7 +1310,7 @@ PYBIND11_MODULE(_native, m) {
             });
         }, py::arg("addr"), py::arg("nbytes"), py::arg("dtype"), py::arg("shape"), py::arg("mode"),
            py::arg("block_bytes"), py::arg("threads"), py::arg("out"), py::arg("lanes") = false,
-           py::arg("layout") = nullptr);
+           py::arg("layout") = nullptr, py::arg("backend") = 0, py::arg("deflate") = false);
         m.def("mover_decompress_async", [](uint64_t frame, uint64_t size, uint64_t dst, uint64_t dst_size,
                                            unsigned threads, bool fresh) {
             const kvcore::frame::FrameJob job{reinterpret_cast<const uint8_t*>(frame), size,

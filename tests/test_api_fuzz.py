@@ -42,6 +42,7 @@ def junk() -> list:
         torch.randn(2, 2, 64, 2, 8).to(torch.bfloat16), torch.empty(2, 2, 16, 2, 8, dtype=torch.float16),
         torch.empty(2, 3, 64, 2, 8, dtype=torch.bfloat16),
         X.float().to_sparse(), torch.empty(64, 4, 8, device="meta"), torch._neg_view(X.float()),
+        kvcore.analyze(X), kvcore.analyze(X.float(), mode="fast"), [kvcore.analyze(X)], [None, kvcore.analyze(X)],
     ]
 
 
@@ -81,8 +82,9 @@ def calls(tmp_path_factory):
         return lambda *a, **k: getattr(kvcore.compress_async(torch.randn(16, 16)), method)(*a, **k)
 
     table = {  # name: (callable, most positional arguments, keyword names)
-        "compress": (kvcore.compress, 1, ["mode", "threads", "block_bytes", "backend", "out"]),
-        "compress_many": (kvcore.compress_many, 1, ["mode", "threads", "block_bytes", "backend"]),
+        "compress": (kvcore.compress, 1, ["mode", "threads", "block_bytes", "backend", "out", "layout"]),
+        "compress_many": (kvcore.compress_many, 1, ["mode", "threads", "block_bytes", "backend", "layouts"]),
+        "analyze": (kvcore.analyze, 1, ["mode", "backend"]),
         "decompress": (kvcore.decompress, 1, ["out", "threads"]),
         "decompress_many": (kvcore.decompress_many, 2, ["threads", "on_done"]),
         "frame_desc": (kvcore.frame_desc, 1, []),
@@ -92,7 +94,8 @@ def calls(tmp_path_factory):
         "copy_many": (settle(kvcore.copy_many), 1, ["engine", "threads"]),
         "gather": (settle(kvcore.gather), 1, ["indices", "out", "engine", "threads"]),
         "scatter": (settle(kvcore.scatter), 2, ["indices", "engine", "threads"]),
-        "compress_async": (settle(kvcore.compress_async), 1, ["mode", "threads", "block_bytes"]),
+        "compress_async": (settle(kvcore.compress_async), 1, ["mode", "threads", "block_bytes", "backend",
+                                                              "layout"]),
         "decompress_async": (settle(kvcore.decompress_async), 1, ["out", "threads"]),
         "PinnedPool": (kvcore.PinnedPool, 1, ["huge_pages", "numa_node", "alignment", "max_segments"]),
         "PinnedPool.alloc": (pool.alloc, 1, ["timeout"]),

@@ -33,6 +33,26 @@ def test_async_frames_equal_sync_frames(kv, mode):
     assert torch.equal(back.view(torch.int16), kv.view(torch.int16))
 
 
+@pytest.mark.parametrize("backend", ["software", "auto"])
+def test_async_deflate_frames_equal_sync_frames(kv, backend):
+    """backend= codes DEFLATE planes from the mover's threads, as compress does (ISA-L here;
+    "auto" without QAT hardware falls back to it)."""
+    frame = kvcore.compress_async(kv, backend=backend).result()
+    assert frame == kvcore.compress(kv, backend=backend)
+    assert kvcore.frame_info(frame)["methods"]["deflate"]["planes"] > 0
+    assert torch.equal(kvcore.decompress_async(frame).result().view(torch.int16), kv.view(torch.int16))
+
+
+def test_async_qat_backend_without_qat_fails_as_compress_does(kv):
+    kvcore.qat.unload()
+    if kvcore.features()["qat"]["hardware"]:
+        pytest.skip("this machine has QAT")
+    with pytest.raises(kvcore.UnsupportedError, match="QAT backend requested but not available"):
+        kvcore.compress_async(kv, backend="qat").result()
+    with pytest.raises(kvcore.InvalidArgumentError, match="backend must be"):
+        kvcore.compress_async(kv, backend="gpu")
+
+
 @pytest.mark.parametrize("mode", ["dense", "fast"])
 def test_large_async_frames_on_two_threads(kv, mode):
     """A frame of several MiB into a new bytes object, and a new tensor decoded from it, by two

@@ -121,6 +121,16 @@ def test_qat_written_frame_decodes_without_qat(double):  # noqa: F811
     assert kvcore.frame_info(soft)["methods"].keys() == kvcore.frame_info(frame)["methods"].keys()
 
 
+def test_compress_async_codes_on_qat_from_the_movers_threads(double):  # noqa: F811
+    t = kv_tensor()
+    kvcore.qat.reset_counters()
+    frame = kvcore.compress_async(t, backend="qat").result(timeout=60)
+    assert kvcore.qat.status()["counters"]["hw_compress_calls"] > 0
+    assert frame == kvcore.compress(t, backend="qat")
+    kvcore.qat.unload()
+    assert same(kvcore.decompress(frame), t)
+
+
 def test_every_corruption_is_caught():
     t = kv_tensor()[:512]
     frame = kvcore.compress(t, backend="software")

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _native
-from .._args import decoder_arg, mode_arg
 from .copy import _threads
 from .future import Future
 from .regions import region
@@ -36,27 +35,27 @@ __all__ = ["compress_async", "decompress_async"]
 
 def compress_async(
     x: Any, *, mode: str = "dense", threads: Optional[int] = None, block_bytes: Optional[int] = None,
-    decoder: str = "any", layout: Optional[Layout] = None
+    backend: Optional[str] = None, decoder: str = "any", layout: Optional[Layout] = None
 ) -> Future:
     """kvcore.compress(x, ...) as a Future whose result is the frame (bytes).
 
-    Arguments as for kvcore.compress. ``x`` is held (not copied) until the
+    Arguments as for kvcore.compress (backend="qat" codes on QAT from the mover's
+    threads, as compress does from the caller's). ``x`` is held (not copied) until the
     frame is done: do not modify it meanwhile. A CUDA tensor is first copied
     to the host (synchronously); copy it into a PinnedBuffer with
     kvcore.copy_async to overlap that step too.
     """
     from .. import codec
 
-    mode_code = mode_arg(mode)
-    lanes = decoder_arg(decoder)
-    block_bytes = codec._block_bytes(block_bytes)
+    options = codec._encode_options(mode, threads, block_bytes, backend, decoder)
     t = codec._as_cpu_tensor(x).contiguous()
     code = codec.code_of(t.dtype)
     shape = [int(d) for d in t.shape]
-    out = _native.FrameOut(_native.max_frame_size(code, shape, block_bytes))
+    out = _native.FrameOut(_native.max_frame_size(code, shape, options["block_bytes"]))
     (native_layout,) = codec._native_layouts([layout], 1)
     native = _native.mover_compress_async(
-        *codec.tensor_span(t), code, shape, mode_code, block_bytes, _threads(threads), out, lanes, native_layout
+        *codec.tensor_span(t), code, shape, options["mode"], options["block_bytes"], _threads(threads), out,
+        options["lanes"], native_layout, options["backend"], options["deflate"]
     )
     return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
 
