@@ -10,7 +10,8 @@ True
 
 from . import _isa, qat
 from ._isa import isa_variant, set_disabled_isa
-from .codec import Layout, analyze, compress, compress_many, decompress, decompress_many, frame_desc, frame_info, max_frame_size
+from .codec import (Layout, analyze, compress, compress_many, decompress, decompress_many, frame_desc, frame_info,
+                    max_frame_size)
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _error_names
 from .features import features

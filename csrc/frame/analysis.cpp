@@ -379,6 +379,15 @@ uint32_t channel_count(const std::vector<uint64_t>& shape) {
     return 1;
 }
 
+LayoutCoding layout_coding(const EncodeOptions& o) {
+    LayoutCoding coding;
+    coding.channel_coded = o.mode == Mode::kDense && !o.deflate;
+    coding.signs_coded = coding.channel_coded && o.max_ratio;
+    coding.rotated_preferred = coding.channel_coded && !o.max_ratio;
+    coding.fixed_width_coded = o.mode == Mode::kFast && !o.deflate;
+    return coding;
+}
+
 bool same_coding(const LayoutCoding& a, const LayoutCoding& b) {
     return a.channel_coded == b.channel_coded && a.signs_coded == b.signs_coded &&
            a.fixed_width_coded == b.fixed_width_coded && a.rotated_preferred == b.rotated_preferred;

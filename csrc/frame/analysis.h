@@ -52,6 +52,8 @@ struct LayoutCoding {
     bool rotated_preferred = false;
 };
 
+// The coding of the planes under these options, which a layout is chosen for.
+LayoutCoding layout_coding(const EncodeOptions& options);
 bool same_coding(const LayoutCoding& a, const LayoutCoding& b);
 // The mode a coding belongs to, for messages: "dense", "max", "fast" or "DEFLATE".
 const char* coding_name(const LayoutCoding& coding);

@@ -702,37 +702,6 @@ bool codes_into_head(const CompressJob& job, const EncodeOptions& o, const Layou
     return header_size(h) + estimated_blocks_bytes(job, layout) <= double(job.head_bytes);
 }
 
-// The coding a layout is chosen for: as encode_block codes the planes.
-LayoutCoding layout_coding(const EncodeOptions& o) {
-    LayoutCoding coding;
-    coding.channel_coded = o.mode == Mode::kDense && !o.deflate;
-    coding.signs_coded = coding.channel_coded && o.max_ratio;
-    coding.rotated_preferred = coding.channel_coded && !o.max_ratio;
-    coding.fixed_width_coded = o.mode == Mode::kFast && !o.deflate;
-    return coding;
-}
-
-}  // namespace
-
-Status check_layout(const AnalyzedLayout* layout, const TensorDesc& desc, const EncodeOptions& o) {
-    if (layout == nullptr) return Status::ok();
-    const AnalyzedLayout& a = *layout;
-    if (a.dtype != desc.dtype) return invalid("the layout was analysed for a tensor of another dtype");
-    // An empty tensor is coded without blocks, whatever its channels (and the layout is not used).
-    const uint32_t channels = channel_count(desc.shape);
-    const bool empty = std::find(desc.shape.begin(), desc.shape.end(), uint64_t(0)) != desc.shape.end();
-    if (a.channels != channels && !empty)
-        return invalid("the layout was analysed for a tensor of " + std::to_string(a.channels) +
-                       " channels (its last two dimensions), not " + std::to_string(channels));
-    const LayoutCoding coding = layout_coding(o);
-    if (!same_coding(a.coding, coding))
-        return invalid(std::string("the layout was analysed for ") + coding_name(a.coding) + " coding, not " +
-                       coding_name(coding));
-    return Status::ok();
-}
-
-namespace {
-
 Status check_job(const CompressJob& job, const EncodeOptions& o) {
     KVCORE_RETURN_IF_ERROR(validate_desc(job.desc, job.nbytes, o.block_bytes));
     KVCORE_RETURN_IF_ERROR(check_layout(job.layout, job.desc, o));
@@ -915,12 +884,31 @@ Status compress_many(CompressJob* jobs, size_t n, const EncodeOptions& options) 
     const LayoutCoding coding = layout_coding(o);
     default_pool().parallel_for(n, o.threads, [&](size_t i) {
         const CompressJob& j = jobs[i];
-        layouts[i] = j.layout != nullptr && j.nbytes != 0 ? j.layout->layout
-                                         : choose_layout(j.src, j.nbytes / dtype_size(j.desc.dtype), j.desc.dtype,
-                                                         channel_count(j.desc.shape), coding);
+        if (j.layout != nullptr && j.nbytes != 0)
+            layouts[i] = j.layout->layout;
+        else
+            layouts[i] = choose_layout(j.src, j.nbytes / dtype_size(j.desc.dtype), j.desc.dtype,
+                                       channel_count(j.desc.shape), coding);
     });
     KVCORE_RETURN_IF_ERROR(encode_frames(jobs, n, o, layouts));
     return encode_rotated_if_smaller(jobs, n, o, layouts);
+}
+
+Status check_layout(const AnalyzedLayout* layout, const TensorDesc& desc, const EncodeOptions& o) {
+    if (layout == nullptr) return Status::ok();
+    const AnalyzedLayout& a = *layout;
+    if (a.dtype != desc.dtype) return invalid("the layout was analysed for a tensor of another dtype");
+    // An empty tensor is coded without blocks, whatever its channels (and the layout is not used).
+    const uint32_t channels = channel_count(desc.shape);
+    const bool empty = std::find(desc.shape.begin(), desc.shape.end(), uint64_t(0)) != desc.shape.end();
+    if (a.channels != channels && !empty)
+        return invalid("the layout was analysed for a tensor of " + std::to_string(a.channels) +
+                       " channels (its last one or two dimensions), not " + std::to_string(channels));
+    const LayoutCoding coding = layout_coding(o);
+    if (!same_coding(a.coding, coding))
+        return invalid(std::string("the layout was analysed for ") + coding_name(a.coding) + " coding, not " +
+                       coding_name(coding));
+    return Status::ok();
 }
 
 Status analyze(const uint8_t* src, size_t nbytes, const TensorDesc& desc, const EncodeOptions& o,
