@@ -945,14 +945,15 @@ PYBIND11_MODULE(_native, m) {
         "analyze",
         [](const std::tuple<uint64_t, uint64_t, uint8_t, std::vector<uint64_t>>& src, uint8_t mode, bool deflate) {
             const auto& [addr, nbytes, dtype, shape] = src;
-            const fr::CompressJob job = compress_job(addr, nbytes, dtype, shape, 0);
+            const MutableView in = address_view(addr, nbytes);
+            const fr::TensorDesc desc{static_cast<fr::DType>(dtype), shape};
             fr::EncodeOptions options = mode_options(mode);
             options.deflate = deflate;
             auto out = std::make_shared<fr::AnalyzedLayout>();
             Status st;
             {
                 py::gil_scoped_release release;
-                st = fr::analyze(job.src, job.nbytes, job.desc, options, out.get());
+                st = fr::analyze(in.data, in.size, desc, options, out.get());  // validates desc against the size
             }
             check(st);
             return out;
@@ -1286,17 +1287,12 @@ PYBIND11_MODULE(_native, m) {
                                          std::shared_ptr<kvcore::frame::AnalyzedLayout> layout, uint8_t backend,
                                          bool deflate) {
             namespace fr = kvcore::frame;
-            if (backend > 2) throw NativeError{Code::kInvalidArgument, "unknown backend"};
-            fr::EncodeOptions options = mode_options(mode);
-            options.lanes = lanes;
-            options.backend = static_cast<fr::Backend>(backend);
-            options.deflate = deflate;
+            fr::EncodeOptions options = encode_options(mode, backend, deflate, lanes, block_bytes, py::none());
+            options.threads = threads;
             fr::TensorDesc desc{static_cast<fr::DType>(dtype), std::move(shape)};
             check(fr::validate_desc(desc, nbytes, block_bytes));
             if (out.capacity < fr::max_frame_size(desc, block_bytes))
                 throw NativeError{Code::kBufferTooSmall, "frame buffer below max_frame_size"};
-            options.block_bytes = block_bytes;
-            options.threads = threads;
             check(fr::check_layout(layout.get(), desc, options));
             fr::CompressJob job{reinterpret_cast<const uint8_t*>(addr), nbytes, std::move(desc), nullptr, 0};
             job.layout = layout.get();
