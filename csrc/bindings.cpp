@@ -491,6 +491,16 @@ std::vector<kvcore::frame::FrameJob> frame_jobs(const std::vector<py::buffer>& f
     return jobs;
 }
 
+// Whether a frame decodes to out_bytes bytes of dtype code `dtype` (reads its
+// header; raises CorruptFrameError where that is bad).
+bool output_matches(const ByteView& frame, int dtype, uint64_t out_bytes) {
+    kvcore::frame::TensorDesc desc;
+    check(kvcore::frame::read_desc(frame.data, frame.size, &desc));
+    uint64_t elems = 1;  // (parse_header checked the product: at most 2^60)
+    for (const uint64_t d : desc.shape) elems *= d;
+    return static_cast<int>(desc.dtype) == dtype && elems * kvcore::frame::dtype_size(desc.dtype) == out_bytes;
+}
+
 // A decompress_many batch running on the mover's threads: it holds the frames'
 // buffer views and waits for the batch before they are released, so dropping
 // it early never leaves native code reading freed memory.
@@ -980,9 +990,10 @@ PYBIND11_MODULE(_native, m) {
     m.def(
         "decompress_into",
         [](const py::buffer& frame, uint64_t out_addr, uint64_t out_bytes, uint64_t run_bytes, uint64_t run_stride,
-           const py::object& threads, bool fresh) {
+           const py::object& threads, bool fresh, int dtype) {
             py::buffer_info keep_in;
             const ByteView in = read_view(frame, keep_in);
+            if (dtype >= 0 && !output_matches(in, dtype, out_bytes)) return false;
             const fr::FrameJob job{in.data, in.size, output_runs(out_addr, out_bytes, run_bytes, run_stride), fresh};
             const unsigned n_threads = thread_count(threads);
             Status st;
@@ -991,11 +1002,14 @@ PYBIND11_MODULE(_native, m) {
                 st = fr::decompress_many(&job, 1, n_threads);
             }
             check(st);
+            return true;
         },
         py::arg("frame"), py::arg("out_addr"), py::arg("out_bytes"), py::arg("run_bytes") = 0,
-        py::arg("run_stride") = 0, py::arg("threads") = py::none(), py::arg("fresh") = false,
+        py::arg("run_stride") = 0, py::arg("threads") = py::none(), py::arg("fresh") = false, py::arg("dtype") = -1,
         "Decodes a frame into out_bytes at out_addr: contiguous, or (run_bytes > 0) runs of run_bytes that\n"
-        "start run_stride bytes apart. fresh: the output was just allocated, and nothing else uses it yet.");
+        "start run_stride bytes apart. fresh: the output was just allocated, and nothing else uses it yet.\n"
+        "dtype >= 0: the output's dtype code; a frame of another dtype or size is not decoded, and False\n"
+        "is returned (so the caller need not read the header first to check its output).");
     m.def(
         "decompress_batch",
         [](const std::vector<py::buffer>& frames, const std::vector<std::array<uint64_t, 4>>& outs,
@@ -1049,6 +1063,18 @@ PYBIND11_MODULE(_native, m) {
         py::arg("frames"), py::arg("outs"), py::arg("threads") = py::none(),
         "decompress_batch on the mover's threads: returns at once with a DecodeBatch whose frames settle in\n"
         "about frame order, each as soon as its blocks are decoded and verified.");
+    m.def(
+        "first_mismatch",
+        [](const std::vector<py::buffer>& frames, const std::vector<std::pair<int, uint64_t>>& outs) -> int64_t {
+            if (frames.size() != outs.size()) throw NativeError{Code::kInvalidArgument, "frames and outs differ in length"};
+            for (size_t i = 0; i < frames.size(); ++i) {
+                py::buffer_info keep;
+                if (!output_matches(read_view(frames[i], keep), outs[i].first, outs[i].second)) return int64_t(i);
+            }
+            return -1;
+        },
+        py::arg("frames"), py::arg("outs"),
+        "The first i whose frames[i] does not decode to outs[i] = (dtype code, bytes), or -1 (reads the headers).");
     m.def("frame_desc", [](const py::buffer& frame) {
         py::buffer_info keep;
         const ByteView in = read_view(frame, keep);

@@ -15,6 +15,8 @@ MAX_INT = 2**63 - 1
 def int_arg(value: Any, name: str, minimum: int = 0) -> int:
     """value as an int of at least ``minimum`` and at most MAX_INT (an int or numpy
     integer, not a bool or float)."""
+    if type(value) is int and minimum <= value <= MAX_INT:  # (the common case, without the ABC check)
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= value <= MAX_INT:
         raise InvalidArgumentError(f"{name} must be an int >= {minimum} (and below 2**63), got {value!r}")
     return int(value)
@@ -87,7 +89,7 @@ def check_tensor_memory(t: Any, what: str) -> None:
     if t.layout != torch.strided or t.is_nested or t.is_quantized:
         kind = "nested" if t.is_nested else "quantized" if t.is_quantized else str(t.layout)
         raise InvalidArgumentError(f"{what}: a {kind} tensor has no plain element memory")
-    if t.device.type == "meta":
+    if t.is_meta:
         raise InvalidArgumentError(f"{what}: a meta tensor holds no data")
     if t.is_neg() or t.is_conj():
         raise InvalidArgumentError(

@@ -10,14 +10,14 @@ True
 """
 
 import math
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, NoReturn, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from . import _native
 from ._args import check_plain_buffer, check_tensor_memory, decoder_arg, int_arg, mode_arg, optional_int_arg
-from .dtypes import code_of, torch_dtype, torch_dtype_of_numpy
+from .dtypes import code_of, code_or_zero, torch_dtype, torch_dtype_of_numpy
 from .errors import InvalidArgumentError, OutOfMemoryError
 from .runs import output_runs
 
@@ -27,9 +27,11 @@ FrameLike = Union[bytes, bytearray, memoryview, np.ndarray, torch.Tensor, Any]  
 TensorLike = Union[torch.Tensor, np.ndarray]
 
 
-def _frame_view(frame: FrameLike) -> memoryview:
+def _frame_view(frame: FrameLike) -> Union[bytes, memoryview]:
     """A frame's bytes: any C-contiguous buffer (bytes, bytearray, memoryview, numpy
     array) or a contiguous CPU tensor (such as a pinned buffer's)."""
+    if type(frame) is bytes:  # the common case: the native calls take bytes as they are
+        return frame
     if isinstance(frame, torch.Tensor):
         check_tensor_memory(frame, "frame")
         if not frame.is_cpu or not frame.is_contiguous():
@@ -56,7 +58,9 @@ def _sequence(xs: Any, what: str) -> list:
 
 def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
-        t = x.detach().resolve_neg().resolve_conj()  # materialised, as non-contiguous input is
+        t = x.detach() if x.requires_grad else x
+        if t.is_neg() or t.is_conj():
+            t = t.resolve_neg().resolve_conj()  # materialised, as non-contiguous input is
         check_tensor_memory(t, "x")
         if not t.is_cpu:
             t = t.cpu()
@@ -351,9 +355,16 @@ def decompress(
     True
     """
     frame = _frame_view(frame)
-    fresh = out is None
-    out = _output_for(frame, out, runs=True)
-    _native.decompress_into(frame, *_destination(out), threads=_threads(threads), fresh=fresh)
+    n_threads = _threads(threads)
+    if out is not None:
+        # The native call checks out's dtype and size against the header as it reads it,
+        # which saves a separate header read here (a third of a small frame's call).
+        dest = _destination(_checked_out(out, runs=True))
+        if not _native.decompress_into(frame, *dest, n_threads, False, code_or_zero(out.dtype)):
+            _raise_mismatch(frame, out)
+        return out
+    out = _output_for(frame, None, runs=True)
+    _native.decompress_into(frame, *_destination(out), n_threads, True)
     return out
 
 
@@ -397,8 +408,13 @@ def decompress_many(
     if on_done is not None and not callable(on_done):
         raise InvalidArgumentError(f"on_done must be callable, got {type(on_done).__name__}")
     # The checked outs stay referenced by the list for the whole native call.
-    checked = [_output_for(f, o, runs=True) for f, o in zip(frames, outs)]
+    checked = [_checked_out(o, runs=True) for o in outs]
     destinations = [_destination(o) for o in checked]
+    # One native call reads every header (a Python-level frame_desc per frame cost more
+    # than decoding a small one); what does not match then raises its message.
+    bad = _native.first_mismatch(frames, [(code_or_zero(o.dtype), d[1]) for o, d in zip(checked, destinations)])
+    if bad >= 0:
+        _raise_mismatch(frames[bad], checked[bad])
     if on_done is None:
         _native.decompress_batch(frames, destinations, threads=_threads(threads))
         return
@@ -414,14 +430,34 @@ def decompress_many(
 
 def _destination(out: torch.Tensor) -> tuple[int, int, int, int]:
     """(address, bytes, run_bytes, run_stride) of a checked output, for the native calls."""
-    addr, nbytes = out.data_ptr(), out.numel() * out.element_size()
-    return (addr, nbytes, *output_runs(out))
+    return (out.data_ptr(), out.nbytes, *output_runs(out))
 
 
 def output_for(frame: FrameLike, out: Optional[torch.Tensor]) -> torch.Tensor:
     """The tensor a frame decodes into: out (contiguous) after checking it fits, or a
     new one."""
     return _output_for(frame, out, runs=False)
+
+
+def _checked_out(out: Any, *, runs: bool) -> torch.Tensor:
+    """out after the checks that need no frame: a CPU tensor of plain memory, contiguous
+    (or, with runs, made of equal contiguous runs at one stride)."""
+    if not isinstance(out, torch.Tensor):
+        raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    check_tensor_memory(out, "out")
+    if not out.is_cpu:
+        raise InvalidArgumentError("out must be a CPU tensor")
+    if not out.is_contiguous() and not (runs and out.numel() and output_runs(out) is not None):
+        raise InvalidArgumentError("out must be a contiguous CPU tensor" + (
+            ", or a view of equal contiguous runs at one stride (such as out[:, a:b] of a contiguous tensor)"
+            if runs else ""))
+    return out
+
+
+def _raise_mismatch(frame: FrameLike, out: torch.Tensor) -> NoReturn:
+    """Raises what makes out unfit for frame, where the native check found its dtype or size wrong."""
+    _output_for(frame, out, runs=True)
+    raise InvalidArgumentError("out does not match the frame")  # (not reached: both checks agree)
 
 
 def _output_for(frame: FrameLike, out: Optional[torch.Tensor], *, runs: bool) -> torch.Tensor:
@@ -432,15 +468,7 @@ def _output_for(frame: FrameLike, out: Optional[torch.Tensor], *, runs: bool) ->
         except RuntimeError as e:  # the allocator's refusal (a frame may hold far more than its own size)
             nbytes = math.prod(shape) * dtype.itemsize
             raise OutOfMemoryError(f"cannot allocate {nbytes} bytes for the decoded tensor {tuple(shape)}: {e}") from None
-    if not isinstance(out, torch.Tensor):
-        raise InvalidArgumentError(f"out must be a torch.Tensor, got {type(out).__name__}")
-    check_tensor_memory(out, "out")
-    if not out.is_cpu:
-        raise InvalidArgumentError("out must be a CPU tensor")
-    if not out.is_contiguous() and not (runs and out.numel() and output_runs(out) is not None):
-        raise InvalidArgumentError("out must be a contiguous CPU tensor" + (
-            ", or a view of equal contiguous runs at one stride (such as out[:, a:b] of a contiguous tensor)"
-            if runs else ""))
+    _checked_out(out, runs=runs)
     if out.dtype != dtype:
         raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
     if out.numel() != math.prod(shape):

@@ -35,6 +35,11 @@ def code_of(dtype: torch.dtype) -> int:
         raise InvalidArgumentError(f"kvcore does not code {dtype}; supported: {', '.join(SUPPORTED)}") from None
 
 
+def code_or_zero(dtype: torch.dtype) -> int:
+    """The frame code of dtype, or 0 (no frame's) for one kvcore does not code."""
+    return _TORCH_TO_CODE.get(dtype, 0)
+
+
 def torch_dtype(code: int) -> torch.dtype:
     return _CODE_TO_TORCH[code]
 

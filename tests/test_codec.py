@@ -566,11 +566,46 @@ def test_numpy_input_and_out_buffer():
 def test_out_buffer_mismatch_is_rejected():
     frame = kvcore.compress(torch.ones(4, 4, dtype=torch.bfloat16))
     with pytest.raises(kvcore.InvalidArgumentError):
-        kvcore.decompress(frame, out=torch.empty(4, 4, dtype=torch.float16))
-    with pytest.raises(kvcore.InvalidArgumentError):
-        kvcore.decompress(frame, out=torch.empty(15, dtype=torch.bfloat16))
-    with pytest.raises(kvcore.InvalidArgumentError):
         kvcore.decompress(frame, out=torch.empty(4, 4, dtype=torch.bfloat16).t())  # not runs at one stride
+
+
+# Outputs whose dtype or size does not match a [4, 4] bfloat16 frame (the decode call
+# reads the header itself: nothing may be written to them).
+MISMATCHED_OUTS = [
+    (lambda: torch.full((4, 4), 7.0, dtype=torch.float16), "out has dtype torch.float16"),  # same bytes
+    (lambda: torch.full((8, 2), 7, dtype=torch.uint8), "out has dtype torch.uint8"),
+    (lambda: torch.full((4, 4), 7.0, dtype=torch.float64), "out has dtype torch.float64"),  # no kvcore dtype
+    (lambda: torch.full((15,), 7.0, dtype=torch.bfloat16), "out has 15 elements"),
+    (lambda: torch.full((17,), 7.0, dtype=torch.bfloat16), "out has 17 elements"),
+    (lambda: torch.full((0,), 7.0, dtype=torch.bfloat16), "out has 0 elements"),
+    (lambda: torch.full((4, 8), 7.0, dtype=torch.bfloat16)[:, :2], "out has 8 elements"),  # runs
+]
+
+
+@pytest.mark.parametrize("make_out, message", MISMATCHED_OUTS)
+def test_mismatched_out_is_refused_before_anything_is_written(make_out, message):
+    frame = kvcore.compress(torch.ones(4, 4, dtype=torch.bfloat16))
+    frames = [kvcore.compress(torch.zeros(2, dtype=torch.bfloat16)), frame]
+    for view in (bytes, bytearray, memoryview, lambda f: torch.frombuffer(bytearray(f), dtype=torch.uint8)):
+        out = make_out()
+        before = out.clone()
+        with pytest.raises(kvcore.InvalidArgumentError, match=message):
+            kvcore.decompress(view(frame), out=out)
+        assert torch.equal(out, before)
+        first = torch.full((2,), 5.0, dtype=torch.bfloat16)
+        with pytest.raises(kvcore.InvalidArgumentError, match=message):
+            kvcore.decompress_many([view(f) for f in frames], [first, out])
+        assert torch.equal(out, before) and (first == 5).all()  # not even the matching frame decoded
+
+
+def test_a_corrupt_header_is_reported_before_the_out_check():
+    frame = bytearray(kvcore.compress(torch.ones(4, 4, dtype=torch.bfloat16)))
+    frame[0] ^= 1  # the magic
+    for out in (torch.empty(4, 4, dtype=torch.bfloat16), torch.empty(3, dtype=torch.float64)):
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress(frame, out=out)
+        with pytest.raises(kvcore.CorruptFrameError):
+            kvcore.decompress_many([frame], [out])
 
 
 def test_bad_arguments_raise_kvcore_errors():
