@@ -358,7 +358,7 @@ def decompress(
     n_threads = _threads(threads)
     if out is not None:
         # The native call checks out's dtype and size against the header as it reads it,
-        # which saves a separate header read here (a third of a small frame's call).
+        # which saves reading it here first (0.7 us of a 32 KiB frame's 11 us call).
         dest = _destination(_checked_out(out, runs=True))
         if not _native.decompress_into(frame, *dest, n_threads, False, code_or_zero(out.dtype)):
             _raise_mismatch(frame, out)
