@@ -1089,14 +1089,15 @@ def test_layouts_that_are_not_runs_at_one_stride_are_refused():
 def test_overlap_checks_agree_with_byte_marking():
     """Random output layouts (runs at a stride) and frames placed in one buffer: decompress_many
     refuses exactly the calls where an output shares a byte with another output or a frame,
-    and otherwise writes every output and nothing else."""
+    and otherwise writes every output and nothing else. Up to eight outputs, any of whose
+    frames may sit in the buffer, so that each frame is compared with several outputs."""
     rng = np.random.default_rng(5)
     refused = accepted = 0
-    for _ in range(400):
+    for _ in range(600):
         buf = torch.zeros(4096, dtype=torch.uint8)
         mark = np.zeros(4096, dtype=np.int32)
         outs, frames, wants = [], [], []
-        for _ in range(int(rng.integers(1, 4))):
+        for _ in range(int(rng.integers(1, 9))):
             run = int(rng.integers(1, 64))
             stride = run + int(rng.integers(0, 200))
             nruns = int(rng.integers(1, 9))
@@ -1107,14 +1108,17 @@ def test_overlap_checks_agree_with_byte_marking():
             want = torch.from_numpy(rng.integers(0, 4, (nruns, run), dtype=np.uint8))
             wants.append(want)
             frames.append(kvcore.compress(want))
-        inside = rng.random() < 0.5  # the first frame sits in the buffer itself
-        if inside:
-            at = int(rng.integers(0, 4096 - len(frames[0])))
-            buf[at:at + len(frames[0])] = torch.frombuffer(bytearray(frames[0]), dtype=torch.uint8)
-            frames[0] = buf[at:at + len(frames[0])].numpy()
-            overlaps_frame = bool(mark[at:at + len(frames[0])].any())
-        else:
-            overlaps_frame = False
+        overlaps_frame = False
+        holds_frame = np.zeros(4096, dtype=bool)  # frames in the buffer do not overlap one another
+        for i in range(len(frames)):
+            if rng.random() < 0.4:
+                at = int(rng.integers(0, 4096 - len(frames[i])))
+                if holds_frame[at:at + len(frames[i])].any():
+                    continue
+                holds_frame[at:at + len(frames[i])] = True
+                buf[at:at + len(frames[i])] = torch.frombuffer(bytearray(frames[i]), dtype=torch.uint8)
+                frames[i] = buf[at:at + len(frames[i])].numpy()
+                overlaps_frame |= bool(mark[at:at + len(frames[i])].any())
         clash = bool((mark > 1).any()) or overlaps_frame
         before = buf.clone()
         if clash:

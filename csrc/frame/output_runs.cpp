@@ -50,10 +50,25 @@ Status BatchBuffers::check_disjoint(const char* call, const char* input_kind) co
             }
         }
     }
-    for (const auto& [lo, hi] : inputs)
-        for (size_t i = 0; i < n; ++i)
-            if (outs[i].touches(lo, hi))
+    // Each input against the outputs that start before its end, latest first, while
+    // one of them may still reach its start (reach[k]: the furthest end among the
+    // first k + 1 in order). A batch of many small frames into as many outputs then
+    // compares each input with the few outputs near it, where comparing every pair
+    // took 11% of decoding 1152 frames of 32 KiB.
+    std::vector<uintptr_t> starts(order.size()), reach(order.size());
+    uintptr_t furthest = 0;
+    for (size_t k = 0; k < order.size(); ++k) {
+        starts[k] = start(order[k]);
+        furthest = std::max(furthest, starts[k] + outs[order[k]].span());
+        reach[k] = furthest;
+    }
+    for (const auto& [lo, hi] : inputs) {
+        if (hi <= lo) continue;
+        for (size_t k = size_t(std::lower_bound(starts.begin(), starts.end(), hi) - starts.begin());
+             k > 0 && reach[k - 1] > lo; --k)
+            if (outs[order[k - 1]].touches(lo, hi))
                 return invalid(std::string(call) + ": an output overlaps " + input_kind);
+    }
     return Status::ok();
 }
 
