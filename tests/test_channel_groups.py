@@ -9,6 +9,7 @@ import torch
 import kvcore
 
 import frame_layout
+import kvdata
 
 GROUPED = 6  # plane method number
 RANK_ROWS = 512
@@ -64,3 +65,27 @@ def check_groups(x: np.ndarray) -> None:
     got = [(payload[2 + c // 2] >> (4 * (c & 1))) & 15 for c in range(channels)]
     assert got == expected_groups(x, groups)
     assert torch.equal(kvcore.decompress(frame), t)
+
+
+def grouped_planes(frame: bytes) -> int:
+    return sum(p[2] == GROUPED for p in frame_layout.block_planes(bytes(frame)))
+
+
+@pytest.mark.parametrize("rows", [16, 31])
+def test_dense_mode_groups_short_planes_only_where_channels_differ_widely(rows):
+    """Planes of 16-31 rows: dense mode tries channel groups only where the channels' means
+    account for at least half of the symbols' variance (csrc/frame/plane_methods.cpp), max mode
+    always. Two populations of channels 20 binades apart: both modes group, into the same frame.
+    Real KV (rows from the middle of every MiniLM and stories260K tensor): dense mode does not group."""
+    g = torch.Generator().manual_seed(rows)
+    scale = torch.where(torch.arange(256) % 2 == 0, 1e-3, 1e3).reshape(4, 64)
+    apart = (torch.randn(rows, 4, 64, generator=g) * scale).to(torch.bfloat16)
+    dense, most = kvcore.compress(apart), kvcore.compress(apart, mode="max")
+    assert grouped_planes(dense) == 1 and dense == most
+    assert torch.equal(kvcore.decompress(dense), apart)
+    tensors = [*kvdata.stacked("minilm_l6_kv_bf16.safetensors"), *kvdata.stacked("stories260k_text_kv_bf16.safetensors")]
+    for t in tensors:  # [tokens, heads, dim] each
+        x = t[1000:1000 + rows].contiguous()
+        dense = kvcore.compress(x)
+        assert grouped_planes(dense) == 0
+        assert torch.equal(kvcore.decompress(dense), x)

@@ -317,6 +317,27 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
     return Status::ok();
 }
 
+bool channels_differ_widely(const uint8_t* plane, size_t rows, uint32_t channels, const uint32_t* hist) {
+    if (channels < 2 || rows < kMinRows) return false;
+    // With N symbols of sum T and sum of squares Q, and channel sums S_c, the
+    // channel means' variance over the symbols' is (C sum S_c^2 - T^2) / (N Q - T^2);
+    // both terms are at least 0 (Cauchy-Schwarz), and their products need 128 bits.
+    using Wide = unsigned __int128;
+    uint64_t total = 0, squares = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        total += uint64_t(hist[s]) * s;
+        squares += uint64_t(hist[s]) * s * s;
+    }
+    std::vector<uint32_t> sums(channels, 0);
+    add_rows(plane, rows, 1, channels, sums.data());
+    Wide channel_squares = 0;
+    for (uint32_t c = 0; c < channels; ++c) channel_squares += uint64_t(sums[c]) * sums[c];
+    const Wide n = Wide(rows) * channels;
+    const Wide all = n * squares - Wide(total) * total;
+    const Wide between = channels * channel_squares - Wide(total) * total;
+    return all > 0 && 2 * between >= all;
+}
+
 Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst) {
     if (channels < 2) return corrupt("grouped plane: needs at least two channels");
     if (size < 2) return corrupt("grouped plane: payload too short");

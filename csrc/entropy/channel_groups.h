@@ -49,6 +49,13 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
                       double lanes_allowance, uint32_t* hist, bool* exact, uint8_t* dst, size_t cap,
                       size_t* written);
 
+// Whether the channels of rows x channels symbols (row-major; hist: their exact
+// counts) differ widely: at least the rows grouped_encode ranks channels on, and
+// channel means that account for at least half of the symbols' variance. Dense
+// mode tries groups on planes of few rows only then (frame/plane_methods.cpp).
+// Computed in integers: the same answer on every machine.
+bool channels_differ_widely(const uint8_t* plane, size_t rows, uint32_t channels, const uint32_t* hist);
+
 // Decodes exactly rows x channels symbols into dst.
 Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst);
 
