@@ -343,6 +343,22 @@ def test_histogram(variant):
     assert _native.byte_histogram(data)[9] == 70000
 
 
+@pytest.mark.parametrize("n", [1023, 1024, 1087, 64 * 255, 64 * 255 + 65, 64 * 510 + 7, 100003])
+def test_histogram_of_narrow_windows(variant, n):
+    """Planes whose values span few values (counted by compare where AVX-512 is on): windows
+    of 1-25 values, unsigned, signed (wrapping through 0) and at the top of the byte range,
+    across the counters' flush every 255 vectors; and a plane narrow in its first KiB only."""
+    rng = np.random.default_rng(n)
+    for lo in (0, 100, 250, 231):
+        for width in (1, 2, 8, 9, 16, 17, 24, 25):
+            data = ((rng.geometric(0.3, n).clip(1, width) - 1 + lo) % 256).astype(np.uint8)
+            data[rng.integers(0, n, 3)] = [lo, (lo + width - 1) % 256, (lo + width // 2) % 256]
+            assert _native.byte_histogram(data) == np.bincount(data, minlength=256).tolist(), (lo, width)
+    data = (rng.geometric(0.3, n).clip(1, 8) + 100).astype(np.uint8)
+    data[-1] = 7  # far outside the first KiB's window
+    assert _native.byte_histogram(data) == np.bincount(data, minlength=256).tolist()
+
+
 def _check_weights(data: np.ndarray) -> bool:
     weights, exact = _native.byte_histogram_estimate(data)
     counts = np.bincount(data, minlength=256)

@@ -49,6 +49,11 @@ constexpr size_t kSampleTaken = 16;
 #if KVCORE_X86
 constexpr unsigned kMaxBatched = 32;
 constexpr unsigned kPresentBatch = 8;
+// Exact counts take the AVX-512 window count (histogram_avx512.cpp) where the
+// plane's values span at most kWindowValues values (its cost grows with them),
+// judged first on its first kWindowProbe bytes.
+constexpr unsigned kWindowValues = 24;
+constexpr size_t kWindowProbe = 1024;
 #endif
 
 // Eight count tables: runs of one value (common in skewed planes) would otherwise
@@ -281,6 +286,15 @@ void find_values_avx2(const uint8_t* src, size_t n, const uint8_t* cand, unsigne
 
 void histogram(const uint8_t* src, size_t n, uint32_t* hist) {
 #if KVCORE_X86
+    // A plane whose first KiB spans few values is looked at whole; where all of it
+    // does, the AVX-512 window count replaces the table count: 16 KiB of 17-24
+    // values (the bfloat16 exponent plane of a 16-token KV page: 14-24) in 2.8 us
+    // against 5.8, of up to 8 values in 1.2 (Zen 4, best of 3000 calls).
+    if ((cpu::active_isa() & cpu::kIsaAvx512) && n >= kWindowProbe &&
+        values_of(range_avx2(src, kWindowProbe)).width <= kWindowValues) {
+        const Window w = values_of(range_avx2(src, n));
+        if (w.width <= kWindowValues) return detail::count_window_avx512(src, n, w.lo, w.width, hist);
+    }
     if (use_avx2())
         histogram_bmi2(src, n, hist);
     else
