@@ -165,6 +165,7 @@ def _factor(a: Optional[Row], b: Optional[Row], best: bool = False) -> Optional[
 
 THREADS_DATA = "threads-64MB"
 CHUNK_FRAMES_DATA = "qwen-chunk/frames"  # 72 frames of 512 KiB, one call each (test_chunk_frames), bf16 and fp16
+PAGES_DATA = "qwen-chunk/pages"  # 16-token pages of 32 KiB (bf16), one call each or one batch (test_page_frames)
 
 
 def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> list[str]:

@@ -18,8 +18,8 @@ import torch
 
 import kvcore
 
-from kvbench import (CHUNK_FRAMES_DATA, QWEN_CHUNK_SHAPE, THREADS_DATA, KVInput, Paired, Row, kv_inputs, load_input,
-                     qwen_chunk, record)
+from kvbench import (CHUNK_FRAMES_DATA, PAGES_DATA, QWEN_CHUNK_SHAPE, THREADS_DATA, KVInput, Paired, Row, kv_inputs,
+                     load_input, qwen_chunk, record)
 from kvcore.bench.codecs import MODES, KvcoreCodec, frame_summary, kvcore_codec_available
 from kvcore.bench.peers import PEER_NAMES, Bound, Codec, missing_peers, peer_codecs
 
@@ -188,11 +188,50 @@ def test_chunk_frames(benchmark: Any, kv_results: list, chunk_frames: tuple[str,
         bound = [codec.bind(frame, like=before) for frame, before in zip(frames, earlier)]
     else:
         bound = [codec.bind(frame) for frame in frames]
+    time_frames(benchmark, kv_results, CHUNK_FRAMES_DATA, dtype, name, direction, bound)
+
+
+# vLLM's unit of KV: a page of 16 tokens of one layer's K or V (32 KiB of bf16 for Qwen3-8B).
+# "+batch": every page in one call each way (compress_many, decompress_many into outputs).
+PAGE_TOKENS = 16
+PAGE_LAYERS = 9  # of the chunk's 36: 288 pages a round, so that zipnn's ~0.2 ms a page fits the suite's minutes
+PAGE_CODECS = ["kvcore-dense", "kvcore-fast", "kvcore-dense+out", "kvcore-dense+batch", "memcpy", "zipnn",
+               "zstd-1+shuffle"]
+
+
+@pytest.fixture(scope="module", params=["bf16", "fp16"])
+def page_frames(request: Any) -> tuple[str, list]:
+    """The dtype and the 16-token pages of the first PAGE_LAYERS layers of one chunk."""
+    chunk = qwen_chunk(dtype=request.param)
+    return request.param, [chunk[l, j, t:t + PAGE_TOKENS].contiguous() for l in range(PAGE_LAYERS)
+                           for j in range(2) for t in range(0, QWEN_CHUNK_SHAPE[2], PAGE_TOKENS)]
+
+
+@pytest.mark.parametrize("direction", ["compress", "decompress"])
+@pytest.mark.parametrize("name", PAGE_CODECS)
+def test_page_frames(benchmark: Any, kv_results: list, page_frames: tuple[str, list], name: str,
+                     direction: str) -> None:
+    """One round codes every page, one call per page (kvcore "+batch": one call for all), single
+    thread: where the fixed cost of a call and of a frame's tables and header shows."""
+    if name == "kvcore-dense+out" and direction == "decompress":
+        pytest.skip("decodes as kvcore-dense does")
+    dtype, pages = page_frames
+    if name.endswith("+batch"):
+        bound = [get_codec(name.removesuffix("+batch")).bind_many(pages)]
+    else:
+        codec = get_codec(name)
+        bound = [codec.bind(page) for page in pages]
+    time_frames(benchmark, kv_results, PAGES_DATA, dtype, name, direction, bound)
+
+
+def time_frames(benchmark: Any, kv_results: list, data: str, dtype: str, name: str, direction: str,
+                bound: list[Bound]) -> None:
+    """Times one round of coding every bound input (decompression checked bit-exact first)."""
     payloads = [b.compress() for b in bound]
     original = sum(b.original_bytes for b in bound)
     size = sum(b.size(p) for b, p in zip(bound, payloads))
-    benchmark.group = f"{CHUNK_FRAMES_DATA} {dtype} {direction}"
-    benchmark.extra_info.update(codec=name, data=CHUNK_FRAMES_DATA, dtype=dtype, frames=len(bound),
+    benchmark.group = f"{data} {dtype} {direction}"
+    benchmark.extra_info.update(codec=name, data=data, dtype=dtype, frames=len(bound),
                                 original_bytes=original, compressed_bytes=size, ratio=round(size / original, 6))
     if direction == "compress":
         benchmark.pedantic(lambda: [b.compress() for b in bound], rounds=MAX_ROUNDS, iterations=1)
@@ -200,7 +239,7 @@ def test_chunk_frames(benchmark: Any, kv_results: list, chunk_frames: tuple[str,
         assert all(b.equal(b.decompress(p)) for b, p in zip(bound, payloads)), f"{name}: not bit-exact"
         benchmark.pedantic(lambda: [b.decompress(p) for b, p in zip(bound, payloads)], rounds=MAX_ROUNDS,
                            iterations=1)
-    record(kv_results, benchmark, Row(CHUNK_FRAMES_DATA, dtype, name, direction, original, size))
+    record(kv_results, benchmark, Row(data, dtype, name, direction, original, size))
 
 
 # The issue's speed targets: (kvcore codec, reference, direction, how many times the reference's

@@ -69,16 +69,40 @@ class KvcoreCodec(Codec):
         def decompress(frame: bytes) -> torch.Tensor:
             return kvcore.decompress(frame, out=out, threads=threads)
 
-        def equal(result: Any) -> bool:
-            if not isinstance(result, torch.Tensor):
-                return False
-            if result.dtype != src.dtype or result.shape != src.shape:
-                return False
-            a = result.contiguous().reshape(-1).view(torch.uint8)
-            b = src.reshape(-1).view(torch.uint8)
-            return bool(torch.equal(a, b))
+        return Bound(self, src.numel() * src.element_size(), compress, decompress, len,
+                     lambda result: _same_bits(result, src))
 
-        return Bound(self, src.numel() * src.element_size(), compress, decompress, len, equal)
+    def bind_many(self, data: list[torch.Tensor]) -> Bound:
+        """The codec bound to many tensors coded in one call each way (``kvcore.compress_many``,
+        ``kvcore.decompress_many`` into preallocated outputs), as an engine stores and restores
+        the pages of one step; a payload is the list of frames."""
+        import kvcore
+
+        srcs = [x.contiguous() for x in data]
+        outs = [torch.empty_like(x) for x in srcs]
+        mode, threads, decoder = self.mode, self.threads, self.decoder
+
+        def compress() -> list[bytes]:
+            return kvcore.compress_many(srcs, mode=mode, threads=threads, decoder=decoder)
+
+        def decompress(frames: list[bytes]) -> list[torch.Tensor]:
+            kvcore.decompress_many(frames, outs, threads=threads)
+            return outs
+
+        def equal(results: Any) -> bool:
+            return len(results) == len(srcs) and all(_same_bits(r, x) for r, x in zip(results, srcs))
+
+        return Bound(self, sum(x.numel() * x.element_size() for x in srcs), compress, decompress,
+                     lambda frames: sum(map(len, frames)), equal)
+
+
+def _same_bits(result: Any, src: torch.Tensor) -> bool:
+    """Whether result is a tensor of src's dtype, shape and bits."""
+    if not isinstance(result, torch.Tensor):
+        return False
+    if result.dtype != src.dtype or result.shape != src.shape:
+        return False
+    return bool(torch.equal(result.contiguous().reshape(-1).view(torch.uint8), src.reshape(-1).view(torch.uint8)))
 
 
 def frame_summary(frame: bytes) -> dict[str, Any]:
