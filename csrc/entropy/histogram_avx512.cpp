@@ -75,9 +75,13 @@ KV_AVX512 void count_window_avx512(const uint8_t* src, size_t n, uint8_t lo, uns
                 for (unsigned j = 0; j < kPerPass; ++j)
                     acc[j] = _mm512_mask_add_epi8(acc[j], _mm512_cmpeq_epi8_mask(x, want[j]), acc[j], one);
             }
-            for (unsigned j = 0; j < kPerPass && first + j < width; ++j)
-                hist[uint8_t(lo + first + j)] +=
-                    uint32_t(_mm512_reduce_add_epi64(_mm512_sad_epu8(acc[j], _mm512_setzero_si512())));
+            for (unsigned j = 0; j < kPerPass && first + j < width; ++j) {
+                alignas(64) uint64_t lane[8];  // the counters summed by eights
+                _mm512_store_si512(lane, _mm512_sad_epu8(acc[j], _mm512_setzero_si512()));
+                uint64_t sum = 0;
+                for (const uint64_t x : lane) sum += x;
+                hist[uint8_t(lo + first + j)] += uint32_t(sum);
+            }
         }
     }
     for (size_t i = 64 * vectors; i < n; ++i) ++hist[src[i]];

@@ -1,7 +1,9 @@
 // Checks the AVX-512 presence scan of entropy/histogram (find_values_avx512)
 // against the scalar one: planes of 0 to 5000 bytes at odd offsets, rare values
 // planted at the start, the end and the last vector's tail, candidate sets of 1
-// to 256 values (repeats included). Runs natively where the CPU has AVX-512
+// to 256 values (repeats included). And its window count (count_window_avx512)
+// against counting byte by byte: windows of 1 to 40 values, wrapping past 255,
+// planes up to past two counter flushes (255 vectors). Runs natively where the CPU has AVX-512
 // (tests/test_huffman.py) or compiled against emulated intrinsics
 // (KVCORE_EMULATE_AVX512, test_shuffle_avx512_emulated.py). Prints "ok: N cases".
 #include <cstdio>
@@ -36,6 +38,22 @@ int main() {
                 for (unsigned j = 0; j < k; ++j)
                     if (want[j] != got[j]) {
                         if (bad++ < 20) std::printf("MISMATCH n=%zu k=%u trial=%d value=%u\n", n, k, trial, cand[j]);
+                        break;
+                    }
+            }
+    for (size_t n : {size_t(0), size_t(5), size_t(64), size_t(1001), size_t(64 * 255), size_t(64 * 510 + 77)})
+        for (unsigned width : {1u, 8u, 9u, 24u, 40u})
+            for (unsigned lo : {0u, 120u, 250u}) {
+                std::vector<uint8_t> buf(n + 3);
+                const uint8_t* src = buf.data() + 3;
+                for (size_t i = 0; i < n; ++i) buf[3 + i] = static_cast<uint8_t>(lo + rng() % width);
+                uint32_t want[256] = {}, got[256];
+                for (size_t i = 0; i < n; ++i) ++want[src[i]];
+                count_window_avx512(src, n, static_cast<uint8_t>(lo), width, got);
+                ++cases;
+                for (unsigned v = 0; v < 256; ++v)
+                    if (want[v] != got[v]) {
+                        if (bad++ < 20) std::printf("MISMATCH count n=%zu width=%u lo=%u value=%u\n", n, width, lo, v);
                         break;
                     }
             }
