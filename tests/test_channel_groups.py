@@ -72,11 +72,12 @@ def grouped_planes(frame: bytes) -> int:
 
 
 @pytest.mark.parametrize("rows", [16, 31])
-def test_dense_mode_groups_short_planes_only_where_channels_differ_widely(rows):
+def test_dense_mode_groups_short_planes_only_where_groups_may_pay(rows):
     """Planes of 16-31 rows: dense mode tries channel groups only where the channels' means
-    account for at least half of the symbols' variance (csrc/frame/plane_methods.cpp), max mode
-    always. Two populations of channels 20 binades apart: both modes group, into the same frame.
-    Real KV (rows from the middle of every MiniLM and stories260K tensor): dense mode does not group."""
+    explain enough of the symbols' variance to pay for the map (csrc/entropy/channel_groups.cpp,
+    channel_groups_may_pay), max mode always. Two populations of channels 20 binades apart:
+    both modes group, into the same frame. Real KV (rows from the middle of every MiniLM and
+    stories260K tensor): dense mode does not group."""
     g = torch.Generator().manual_seed(rows)
     scale = torch.where(torch.arange(256) % 2 == 0, 1e-3, 1e3).reshape(4, 64)
     apart = (torch.randn(rows, 4, 64, generator=g) * scale).to(torch.bfloat16)

@@ -93,15 +93,15 @@ constexpr double kNearFullField = 1.0 / 8;
 // keep their tables). Max mode charges nothing.
 constexpr double kTableDecodeBits = 2048;
 // Dense mode tries channel groups on planes of at least this many rows, and on
-// fewer only where the channels differ widely (entropy::channels_differ_widely).
-// The map alone costs 4 bits a channel, a quarter of a bit a symbol at 16 rows:
-// no plane of 16-31 rows was grouped among the 1152 16-row pages (16 tokens of
-// one layer's K or V) of the bench's Qwen3-8B-shaped chunk, bf16 or fp16, or the
-// 16-31-row frames of the kvdata files, and the trial (ranking, transposing and
-// counting the channels) took about a third of compressing such a page. The
-// pages' channel means account for 6-38% of their exponents' variance; in
-// synthetic 16-row tensors whose channels differ by a factor of 16 to 10^6 in
-// scale (63-98%), groups saved 3-5%. Max mode tries from 16 rows.
+// fewer only where they may pay for their map (entropy::channel_groups_may_pay),
+// which alone costs 4 bits a channel, a quarter of a bit a symbol at 16 rows. The
+// trial (ranking, transposing and counting the channels) took about a third of
+// compressing a 16-token page of one layer's K or V; no such page of the bench's
+// Qwen3-8B-shaped chunk (1024 channels), bf16 or fp16, nor a 16-31-row frame cut
+// from the kvdata files, was grouped. Frames of 4096 channels (four of the chunk's
+// layers side by side) were, at 24 and 31 rows, where the channel means explained
+// 19-27% of their exponents' variance, and are tried as before; the pages' 6-38%
+// at 16 rows mostly are not. Max mode tries from 16 rows.
 constexpr size_t kDenseGroupedMinRows = 32;
 // With EncodeOptions::lanes, dense mode codes a Huffman stream with the
 // lane-interleaved code (huffman.h) where that is at most this share larger
@@ -126,10 +126,10 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
     const bool whole_rows = policy.mode == Mode::kDense && policy.channels > 1 && n % policy.channels == 0;
     bool grouped = whole_rows && (policy.max_ratio || n / policy.channels >= kDenseGroupedMinRows);
     if (whole_rows && !grouped) {
-        // Counted exactly, as the grouped coder counts such short planes (fine groups
-        // under 8 KiB): where it is not tried, the frames are the ones it coded.
+        // Counted exactly, as the grouped coder counts such short planes in fine groups
+        // under 8 KiB (all but the widest): not tried, they code as they did.
         entropy::histogram(plane, n, hist);
-        grouped = entropy::channels_differ_widely(plane, n / policy.channels, policy.channels, hist);
+        grouped = entropy::channel_groups_may_pay(plane, n / policy.channels, policy.channels, hist);
     }
     const double lanes_allowance = !policy.lanes ? -1.0 : policy.max_ratio ? 0.0 : kLanesAllowance;
     Status st = make_status(Code::kBufferTooSmall, "not tried");
