@@ -483,7 +483,7 @@ def _top_plane_tables(frame: bytes, n: int) -> tuple[int, int]:
         inner = 1 + 8 * payload[0] * -(-n // 64)  # the bit count, then its packed bits
         method, payload = payload[inner], payload[inner + 1:]
     if method == METHODS["grouped"]:
-        assert payload[0] == 8  # fine groups; payload[1] coarse ones
+        assert payload[0] == 0x80 | 8  # a packed map of 8 fine groups (256 rows); payload[1] coarse ones
         return payload[1], size
     assert method == METHODS["huffman"]
     return 1, size

@@ -8,6 +8,7 @@ Skipped when no C++ compiler with sanitizers is available.
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,7 +16,7 @@ import kvcore
 
 import frame_layout
 import kvdata
-from native_build import build_harness, codec_sources
+from native_build import ROOT, build_harness, codec_sources
 
 pytestmark = pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
 
@@ -30,7 +31,7 @@ def seed_frames(tmp_path: Path) -> list[str]:
     minilm = kvdata.stacked("minilm_l6_kv_fp16.safetensors")[2:3, :256].contiguous()  # plain by the estimate
     lanes = kvdata.stacked("stories260k_text_kv_bf16.safetensors")[:, :256].contiguous()
     frames = {
-        "dense": kvcore.compress(t, block_bytes=4096),  # grouped Huffman planes
+        "dense": kvcore.compress(t, block_bytes=4096),  # Huffman and rows planes
         "max": kvcore.compress(t, mode="max", block_bytes=4096),  # signs planes
         "fast": kvcore.compress(t, mode="fast", block_bytes=4096),
         "fp32": kvcore.compress(t[:2].float(), block_bytes=4096),
@@ -55,7 +56,13 @@ def seed_frames(tmp_path: Path) -> list[str]:
         "fp8-rotated": kvcore.compress(wide.to(torch.float8_e4m3fn), block_bytes=16384),
         "fp16-rotated": kvcore.compress(minilm, block_bytes=32768),
     }
+    # Written before the compact Huffman header and packed group maps (tag 3 streams, 4-bit maps)
+    with np.load(ROOT / "tests" / "data" / "huffman_tag3.npz") as f:
+        for name in ("minilm_bf16_max", "apart_bf16_dense"):
+            frames[f"legacy-{name}"] = f[f"frame:{name}"].tobytes()
     assert all(kvcore.frame_info(frames[k])["layout"]["rotate"] for k in ("fp8-rotated", "fp16-rotated"))
+    group_maps = {k: {p[3][0] >> 7 for p in frame_layout.block_planes(bytes(f)) if p[2] == 6} for k, f in frames.items()}
+    assert group_maps["grouped"] == {1} and group_maps["legacy-apart_bf16_dense"] == {0}
     assert frames["lanes"] != kvcore.compress(lanes, block_bytes=65536)
     # Blocks whose planes share one row table, which decode as whole element rows
     assert all(frame_layout.shared_row_blocks(bytes(frames[k])) for k in ("rows", "rows-fast", "rows-coded"))

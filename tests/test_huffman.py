@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -21,10 +22,11 @@ from conftest import KVDATA, ROOT
 from isa_variants import VARIANTS, use_variant
 
 PIECE = 128 * 1024
-STREAMS = 6  # tag 3: six segments, each coded last symbol first
-SIZES = 4 * (STREAMS - 1)  # the stream sizes after the code lengths
-HEADER_MAX = 1 + 32 + 128 + SIZES  # tag, symbol bitmap, 256 length nibbles, stream sizes
+STREAMS = 6  # tags 3 and 5: six segments, each coded last symbol first
+SIZES = 4 * (STREAMS - 1)  # tag 3's stream sizes after the code lengths
+HEADER_MAX = 1 + 32 + 128 + SIZES  # tag 3: tag, symbol bitmap, 256 length nibbles, stream sizes
 LEGACY = ROOT / "tests" / "data" / "huffman_tag2.npz"  # tag 2 streams and a frame, written at 9859826
+LEGACY3 = ROOT / "tests" / "data" / "huffman_tag3.npz"  # tag 3 streams and frames, written at fcd1875
 
 
 @pytest.fixture(params=VARIANTS)
@@ -110,9 +112,8 @@ def test_real_planes_size_near_entropy(planes):
         for start in range(0, len(plane), PIECE):
             piece = plane[start : start + PIECE]
             counts = np.bincount(piece, minlength=256)
-            m = int((counts > 0).sum())
-            header = 1 + 32 + (m + 1) // 2 + SIZES
-            size = len(_native.huffman_encode(piece.tobytes()))
+            stream = _native.huffman_encode(piece.tobytes())
+            header, size = _header(stream, len(piece)).end, len(stream)
             h = entropy_bits(counts) / 8
             assert size - header >= h - 1e-6, name  # no code beats the entropy
             assert size - header <= huffman_bits(counts) / 8 * slack + STREAMS, name
@@ -522,29 +523,51 @@ def test_random_garbage(variant):
         size = rng.randint(0, 300)
         garbage = bytearray(rng.getrandbits(8) for _ in range(size))
         if garbage and rng.random() < 0.7:
-            garbage[0] = rng.choice([2, 3])  # Huffman tags: exercise the header and stream checks
+            garbage[0] = rng.choice([2, 3, 5])  # Huffman tags: exercise the header and stream checks
         _decode_or_corrupt(bytes(garbage), rng.choice([0, 1, 5, 100, 1000, 5000]))
 
 
-def test_header_fields_checked(variant):
-    stream, n = _small_stream()
+@pytest.mark.parametrize("tag", [5, 3])
+def test_header_fields_checked(variant, tag):
+    """The compact header (tag 5, what the encoder writes here) and the bitmap one (tag 3,
+    from the legacy file)."""
+    if tag == 5:
+        stream, n = _small_stream()
+    else:
+        legacy = _legacy(LEGACY3)
+        stream, n = legacy["stream:five_symbols_64"].tobytes(), legacy["raw:five_symbols_64"].size
     b = bytearray(stream)
-    m = sum(bin(x).count("1") for x in b[1:33])
-    sizes_at = 1 + 32 + (m + 1) // 2
+    head = _header(stream, n)
+    assert head.tag == tag
+    w, mod = head.size_width, 1 << (8 * head.size_width)
     # Stream sizes that overrun the input or shift the streams.
     for k in range(STREAMS - 1):
-        for delta in (1, -1, 1 << 20, -(1 << 31) & 0xFFFFFFFF):
+        at = head.sizes_at + w * k
+        for delta in (1, -1, 1 << 20, -(1 << 31)):
             c = bytearray(b)
-            v = int.from_bytes(c[sizes_at + 4 * k : sizes_at + 4 * k + 4], "little")
-            c[sizes_at + 4 * k : sizes_at + 4 * k + 4] = ((v + delta) & 0xFFFFFFFF).to_bytes(4, "little")
+            v = int.from_bytes(c[at : at + w], "little")
+            if (v + delta) % mod == v:
+                continue
+            c[at : at + w] = ((v + delta) % mod).to_bytes(w, "little")
             with pytest.raises(kvcore.CorruptFrameError):
                 _native.huffman_decode(bytes(c), n)
     # A length nibble of 0 or above the limit, or an incomplete code.
+    first_nibble = 3 if tag == 5 else 33
     for nib in (0x0, 0xC, 0xF):
         c = bytearray(b)
-        c[33] = (c[33] & 0xF0) | nib
+        c[first_nibble] = (c[first_nibble] & 0xF0) | nib
         with pytest.raises(kvcore.CorruptFrameError):
             _native.huffman_decode(bytes(c), n)
+    if tag == 5:
+        # Another range for the same lengths (one longer, starting one earlier or ending one
+        # later, with the nibbles shifted to match) spells the code a second way: refused.
+        lengths = head.lengths
+        first, span = b[1], b[2] + 1
+        for first2, span2 in ((first - 1) % 256, span + 1), (first, span + 1):
+            c = bytearray([5, first2, span2 - 1]) + _nibbles([lengths.get((first2 + i) % 256, 0) for i in range(span2)])
+            c += b[head.sizes_at:]
+            with pytest.raises(kvcore.CorruptFrameError):
+                _native.huffman_decode(bytes(c), n)
 
 
 def test_decode_into_checks_buffers(variant):
@@ -601,11 +624,41 @@ def _reference_limited_cost(counts: list[int], limit: int) -> int:
     return sum(a * b for a, b in zip(w, lengths))
 
 
+class Header(NamedTuple):
+    tag: int
+    lengths: dict[int, int]  # code length by symbol
+    sizes_at: int  # where the stream sizes start
+    size_width: int  # bytes a stream size
+    end: int  # where stream 0 starts
+
+
+def _nibbles(values: list[int]) -> bytes:
+    padded = values + [0] * (len(values) % 2)
+    return bytes(padded[i] | padded[i + 1] << 4 for i in range(0, len(padded), 2))
+
+
+def _header(stream: bytes, n: int) -> Header:
+    """The header of a tag 2, 3 or 5 stream for n symbols, as the comment at the top of
+    csrc/entropy/huffman.cpp and docs/FORMAT.md describe it."""
+    tag = stream[0]
+    streams = 4 if tag == 2 else STREAMS
+    if tag == 5:
+        first, span = stream[1], stream[2] + 1
+        lengths = {(first + i) % 256: (stream[3 + i // 2] >> (4 * (i % 2))) & 15 for i in range(span)}
+        lengths = {s: v for s, v in lengths.items() if v}
+        sizes_at = 3 + (span + 1) // 2
+        longest = -(-n // streams)
+        width = max(1, ((11 * longest + 7) // 8).bit_length() + 7 >> 3)
+    else:
+        bitmap = stream[1:33]
+        symbols = [s for s in range(256) if bitmap[s >> 3] >> (s & 7) & 1]
+        lengths = {s: (stream[33 + j // 2] >> (4 * (j % 2))) & 15 for j, s in enumerate(symbols)}
+        sizes_at, width = 33 + (len(symbols) + 1) // 2, 4
+    return Header(tag, lengths, sizes_at, width, sizes_at + width * (streams - 1))
+
+
 def _header_lengths(stream: bytes) -> dict[int, int]:
-    bitmap = stream[1:33]
-    symbols = [s for s in range(256) if bitmap[s >> 3] >> (s & 7) & 1]
-    nibbles = stream[33:]
-    return {s: (nibbles[j >> 1] >> (4 * (j & 1))) & 15 for j, s in enumerate(symbols)}
+    return _header(stream, 0).lengths
 
 
 def test_code_lengths_are_optimal_under_the_limit():
@@ -715,19 +768,19 @@ def _reference_decode(stream: bytes, n: int) -> bytes:
     """The layout documented at the top of csrc/entropy/huffman.cpp, read bit by bit:
     tag 3 codes each of six segments last symbol first, tag 2 each of four first symbol
     first; canonical codes by (length, symbol), MSB-first, zero pad to a byte."""
-    tag = stream[0]
-    streams = {3: 6, 2: 4}[tag]
-    lengths = _header_lengths(stream)
-    m = len(lengths)
+    head = _header(stream, n)
+    tag, lengths = head.tag, head.lengths
+    streams = 4 if tag == 2 else STREAMS
     by_code = {}
     code, prev_len = 0, 0
     for sym, length in sorted(lengths.items(), key=lambda kv: (kv[1], kv[0])):
         code <<= length - prev_len
         by_code[(length, code)] = sym
         code, prev_len = code + 1, length
-    pos = 1 + 32 + (m + 1) // 2
-    sizes = [int.from_bytes(stream[pos + 4 * k : pos + 4 * k + 4], "little") for k in range(streams - 1)]
-    pos += 4 * (streams - 1)
+    w = head.size_width
+    sizes = [int.from_bytes(stream[head.sizes_at + w * k : head.sizes_at + w * (k + 1)], "little")
+             for k in range(streams - 1)]  # fmt: skip
+    pos = head.end
     sizes.append(len(stream) - pos - sum(sizes))
     out = []
     for k in range(streams):
@@ -742,7 +795,7 @@ def _reference_decode(stream: bytes, n: int) -> bytes:
                 segment.append(by_code[(length, code)])
                 code, length = 0, 0
         assert set(bits[at:]) <= {"0"} and len(bits) - at < 8  # only the zero pad is left
-        out += segment[::-1] if tag == 3 else segment
+        out += segment if tag == 2 else segment[::-1]
     return bytes(out)
 
 
@@ -756,15 +809,15 @@ def test_stream_layout_is_the_documented_one(variant, n):
                  rng.integers(0, 256, n, dtype=np.uint8)):
         raw = data.tobytes()
         stream = _native.huffman_encode(raw)
-        assert stream[0] == 3 or (n == 2 and stream[0] == 1), stream[0]
-        if stream[0] == 3:
+        assert stream[0] in (3, 5) or (n == 2 and stream[0] == 1), stream[0]
+        if stream[0] != 1:
             assert _reference_decode(stream, n) == raw
 
 
-def _legacy() -> dict[str, np.ndarray]:
-    if not LEGACY.is_file():
-        pytest.fail(f"{LEGACY} is missing")
-    with np.load(LEGACY) as f:
+def _legacy(path=LEGACY) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        pytest.fail(f"{path} is missing")
+    with np.load(path) as f:
         return {k: f[k] for k in f.files}
 
 
@@ -809,3 +862,51 @@ def test_frame_written_with_forward_streams_still_decodes():
     assert back.dtype == torch.bfloat16
     assert back.view(torch.int16).numpy().view(np.uint8).reshape(-1).tobytes() == \
         legacy["frame_raw:minilm_bf16_dense"].tobytes()
+
+
+def test_bitmap_streams_written_before_still_decode(variant):
+    """Tag 3 streams (a 32-byte symbol bitmap, 4-byte stream sizes), which the encoder wrote
+    before the compact header (tag 5), at fcd1875: the planes of huffman_tag2.npz."""
+    legacy = _legacy(LEGACY3)
+    names = [k[4:] for k in legacy if k.startswith("raw:")]
+    assert len(names) == 6
+    for name in names:
+        raw, stream = legacy[f"raw:{name}"].tobytes(), legacy[f"stream:{name}"].tobytes()
+        assert stream[0] == 3
+        assert _native.huffman_decode(stream, len(raw)) == raw, name
+        assert _reference_decode(stream, len(raw)) == raw, name
+
+
+@pytest.mark.parametrize("name", ["minilm_bf16_dense", "minilm_bf16_max", "apart_bf16_dense"])
+def test_frames_written_with_bitmap_headers_still_decode(name):
+    """Frames written at fcd1875 (tag 3 streams; the max-mode and the synthetic frames hold a
+    grouped plane with 4-bit group maps and 4-byte stream sizes): they decode to the bytes
+    kept beside them."""
+    torch = pytest.importorskip("torch")
+    legacy = _legacy(LEGACY3)
+    frame, x = legacy[f"frame:{name}"].tobytes(), name.rsplit("_", 1)[0]
+    methods = kvcore.frame_info(frame)["methods"]
+    assert ("grouped" in methods) == (name != "minilm_bf16_dense")
+    back = kvcore.decompress(frame)
+    assert tuple(back.shape) == tuple(legacy[f"frame_shape:{x}"]) and back.dtype == torch.bfloat16
+    assert back.view(torch.int16).numpy().view(np.uint8).reshape(-1).tobytes() == legacy[f"frame_raw:{x}"].tobytes()
+
+
+@pytest.mark.parametrize("symbols", [[7, 9], [250, 3], list(range(256)), [0, 128], [0, 85, 170], [1, 40, 80, 120, 200]])
+def test_encoder_writes_the_smaller_header(variant, symbols):
+    """Tag 5 (range map, sizes in as few bytes as the longest stream needs) where its header is
+    not larger than tag 3's (symbol bitmap, 4-byte sizes), else tag 3: both decode."""
+    rng = np.random.default_rng(len(symbols))
+    for n in (100, 5000, 70000):
+        data = rng.choice(np.array(symbols, np.uint8), n, p=np.arange(1, len(symbols) + 1) / sum(range(len(symbols) + 1)))
+        stream = round_trip(data)
+        head = _header(stream, n)
+        present = sorted(set(data.tolist()))
+        gaps = [(present[(i + 1) % len(present)] - s - 1) % 256 for i, s in enumerate(present)]
+        span = 256 - max(gaps) if len(present) < 256 else 256
+        compact = 3 + (span + 1) // 2 + (STREAMS - 1) * max(1, ((11 * -(-n // STREAMS) + 7) // 8).bit_length() + 7 >> 3)
+        bitmap = 1 + 32 + (len(present) + 1) // 2 + SIZES
+        assert head.tag == (5 if compact <= bitmap else 3), (n, compact, bitmap)
+        assert head.end == min(compact, bitmap)
+        assert set(head.lengths) == set(present)
+        assert _reference_decode(stream, n) == data.tobytes()

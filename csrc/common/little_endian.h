@@ -18,6 +18,15 @@ inline uint32_t get_u32(const uint8_t* p) {
     for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
     return v;
 }
+// An unsigned field of `bytes` bytes (1..8).
+inline void put_le(uint8_t* p, uint64_t v, unsigned bytes) {
+    for (unsigned i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint64_t get_le(const uint8_t* p, unsigned bytes) {
+    uint64_t v = 0;
+    for (unsigned i = bytes; i-- > 0;) v = (v << 8) | p[i];
+    return v;
+}
 inline uint64_t get_u64(const uint8_t* p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];

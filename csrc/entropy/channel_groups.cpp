@@ -58,7 +58,24 @@ void add_rows(const uint8_t* plane, size_t rows, size_t step, uint32_t channels,
 #endif
 }
 
-size_t map_bytes(uint32_t channels) { return (size_t(channels) + 1) / 2; }
+// The G byte's flag for a packed map (payload layout in channel_groups.h).
+constexpr uint8_t kPackedMap = 0x80;
+
+// Bits of a channel's group in a packed map of `groups` groups: 1, 2 or 3.
+unsigned map_width(unsigned groups) { return groups <= 2 ? 1 : groups <= 4 ? 2 : 3; }
+
+size_t map_bytes(uint32_t channels, bool packed, unsigned groups) {
+    return packed ? (size_t(channels) * map_width(groups) + 7) / 8 : (size_t(channels) + 1) / 2;
+}
+
+// Bytes of each stream size: 4 beside a 4-bit map; beside a packed one the fewest
+// that hold 2 n + 256, more than any huffman payload of n symbols takes.
+unsigned size_width(size_t symbols, bool packed) {
+    if (!packed) return 4;
+    unsigned w = 1;
+    while ((2 * uint64_t(symbols) + 256) >> (8 * w)) ++w;
+    return w;
+}
 
 // column[c] = where channel c's symbols start in the channel-major buffer, whose
 // streams lie `stride` bytes apart.
@@ -95,8 +112,18 @@ void order_channels(const uint8_t* group, uint32_t channels, unsigned groups, ui
     for (uint32_t c = 0; c < channels; ++c) slot[c] = start[group[c]]++;
 }
 
+// Planes of fewer rows get a map of the k coarse groups (G = K) rather than of the
+// fine ones (G = kMaxChannelGroups), for its fewer bits a channel (1 against 3 for
+// K = 2: 1/8 bit a symbol at 16 rows), at the cost of transposing the plane again
+// in the coarse groups' order; on longer planes the map costs little.
+constexpr size_t kCoarseMapRows = 128;
+
+unsigned mapped_groups(size_t rows, unsigned fine, unsigned k) { return rows < kCoarseMapRows ? k : fine; }
+
 // Bytes before the streams: group counts, channel map, sizes of all streams but the last.
-size_t head_bytes(uint32_t channels, unsigned k) { return 2 + map_bytes(channels) + 4 * size_t(k - 1); }
+size_t head_bytes(uint32_t channels, size_t rows, bool packed, unsigned groups, unsigned k) {
+    return 2 + map_bytes(channels, packed, groups) + size_width(rows * channels, packed) * size_t(k - 1);
+}
 
 // merged = the weights of group j of k (fine groups j * groups / k up to the next
 // group's first); returns its symbol count.
@@ -119,7 +146,7 @@ constexpr double kSizeCheckShare = 0.97;
 // Bytes of the grouped stream with k merged groups, from each group's code.
 size_t sized_streams(const uint32_t* fine, unsigned groups, unsigned k, const uint32_t* count, size_t rows,
                      uint32_t channels, bool exact, double lanes_allowance) {
-    size_t total = head_bytes(channels, k);
+    size_t total = head_bytes(channels, rows, true, mapped_groups(rows, groups, k), k);
     for (unsigned j = 0; j < k; ++j) {
         uint32_t merged[256];
         const size_t len = merge_fine(fine, groups, k, j, count, rows, merged);
@@ -132,16 +159,20 @@ size_t sized_streams(const uint32_t* fine, unsigned groups, unsigned k, const ui
 // symbols span a few values (exponents), and skipping the rest changes no sum.
 double coded_bits(const uint32_t* hist, unsigned lo, unsigned hi) {
     uint64_t total = 0;
-    unsigned present = 0;
+    unsigned first = hi, last = lo;
     for (unsigned s = lo; s <= hi; ++s) {
         total += hist[s];
-        present += hist[s] != 0;
+        if (hist[s]) {
+            first = std::min(first, s);
+            last = s;
+        }
     }
     double bits = 0;
     for (unsigned s = lo; s <= hi; ++s)
         if (hist[s]) bits -= double(hist[s]) * std::log2(double(hist[s]) / double(total));
-    // Huffman codes cost a little above the entropy; each table costs its header.
-    return bits * 1.01 + 8.0 * (48 + present / 2.0);
+    // Huffman codes cost a little above the entropy; each table costs its header
+    // (huffman.cpp's compact one: a length a value from the first to the last).
+    return bits * 1.01 + 8.0 * (13 + (last - first + 1) / 2.0);
 }
 
 // rank = the channels in increasing order of their sums, ties in channel order:
@@ -274,7 +305,7 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
     unsigned best_k = 1;
     for (unsigned k = 2; k <= groups; k *= 2) {
         if (groups % k) break;
-        double bits = 8.0 * double(head_bytes(channels, k));
+        double bits = 8.0 * double(head_bytes(channels, rows, true, mapped_groups(rows, groups, k), k));
         for (unsigned j = 0; j < k; ++j) {
             uint32_t merged[256];
             merge_fine(fine.data(), groups, k, j, count, rows, merged);
@@ -293,13 +324,30 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
         return make_status(Code::kBufferTooSmall, "grouped stream does not fit");
     }
 
-    const size_t head = head_bytes(channels, best_k);
+    const unsigned mapped = mapped_groups(rows, groups, best_k);
+    const size_t head = head_bytes(channels, rows, true, mapped, best_k);
     if (cap < head) return make_status(Code::kBufferTooSmall, "grouped stream does not fit");
-    dst[0] = static_cast<uint8_t>(groups);
+    if (mapped != groups) {
+        // The decoder orders a coarse group's channels by channel: transpose in that order.
+        for (uint32_t c = 0; c < channels; ++c) s.group[c] = static_cast<uint8_t>(s.group[c] * best_k / groups);
+        uint32_t coarse_count[kMaxChannelGroups];
+        order_channels(s.group.data(), channels, mapped, s.slot.data(), coarse_count);
+        column_starts(s.columns.data(), stride, channels, s.slot.data(), s.column.data());
+        shuffle::to_channel_major(plane, rows, channels, s.column.data());
+        if (stride != rows) close_up_columns(s.columns.data(), rows, stride, channels);
+    }
+    dst[0] = static_cast<uint8_t>(kPackedMap | mapped);
     dst[1] = static_cast<uint8_t>(best_k);
     uint8_t* map = dst + 2;
-    std::memset(map, 0, map_bytes(channels));
-    for (uint32_t c = 0; c < channels; ++c) map[c / 2] |= static_cast<uint8_t>(s.group[c] << (4 * (c & 1)));
+    const unsigned width = map_width(mapped);
+    std::memset(map, 0, map_bytes(channels, true, mapped));
+    for (uint32_t c = 0; c < channels; ++c) {
+        const unsigned g = s.group[c];
+        const size_t bit = size_t(c) * width;
+        map[bit / 8] |= static_cast<uint8_t>(g << (bit % 8));
+        if (bit % 8 + width > 8) map[bit / 8 + 1] |= static_cast<uint8_t>(g >> (8 - bit % 8));
+    }
+    const unsigned sizes = size_width(rows * channels, true);
     size_t pos = head;
     offset = 0;
     for (unsigned j = 0; j < best_k; ++j) {
@@ -309,7 +357,7 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
         KVCORE_RETURN_IF_ERROR(
             huffman_encode(s.columns.data() + offset, len, merged, dst + pos, cap - pos, &size, *exact,
                            lanes_allowance));
-        if (j + 1 < best_k) put_u32(dst + 2 + map_bytes(channels) + 4 * j, static_cast<uint32_t>(size));
+        if (j + 1 < best_k) put_le(dst + 2 + map_bytes(channels, true, mapped) + sizes * j, size, sizes);
         pos += size;
         offset += len;
     }
@@ -317,15 +365,18 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
     return Status::ok();
 }
 
-bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, const uint32_t* hist) {
+bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, const uint32_t* hist,
+                            uint32_t table_bits) {
     if (channels < 2 || rows < kMinRows) return false;
     // With N symbols of sum T and sum of squares Q, and channel sums S_c, the share
     // of the symbols' variance that channel means explain is
     // eta2 = (C sum S_c^2 - T^2) / (N Q - T^2); both terms are at least 0
     // (Cauchy-Schwarz), and their products need 128 bits. Were symbols Gaussian
     // around their channel's mean, knowing it would save -log2(1 - eta2) / 2 >=
-    // eta2 / (2 ln 2) bits a symbol; the map costs 4 / rows. So: eta2 * rows >=
-    // 8 ln 2 (5.545, in thousandths below).
+    // eta2 / (2 ln 2) bits a symbol, eta2 N / (2 ln 2) in all; the map of two groups
+    // costs a bit a channel (planes this short map coarse groups), and the second
+    // table table_bits. So: eta2 N >= 2 ln 2 (C + table_bits) (1.386, in thousandths
+    // below).
     using Wide = unsigned __int128;
     uint64_t total = 0, squares = 0;
     for (unsigned s = 0; s < 256; ++s) {
@@ -339,25 +390,35 @@ bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels
     const Wide n = Wide(rows) * channels;
     const Wide all = n * squares - Wide(total) * total;
     const Wide between = channels * channel_squares - Wide(total) * total;
-    return all > 0 && between * rows * 1000 >= all * 5545;
+    static_assert(kMinRows < kCoarseMapRows, "planes this short map coarse groups");
+    return all > 0 && between * n * 1000 >= all * 1386 * (Wide(channels) + table_bits);
 }
 
 Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst) {
     if (channels < 2) return corrupt("grouped plane: needs at least two channels");
     if (size < 2) return corrupt("grouped plane: payload too short");
-    const unsigned groups = src[0], k = src[1];
+    const bool packed = src[0] & kPackedMap;
+    const unsigned groups = src[0] & ~kPackedMap, k = src[1];
     if (groups < 2 || groups > kMaxChannelGroups || groups > channels || k < 2 || k > groups || groups % k)
         return corrupt("grouped plane: bad group counts");
-    const size_t head = head_bytes(channels, k);
+    const size_t head = head_bytes(channels, rows, packed, groups, k);
     if (size < head) return corrupt("grouped plane: payload too short for its map");
     Scratch& s = thread_scratch(rows * channels, channels);
     uint8_t* columns = s.columns.data();
     const uint8_t* map = src + 2;
+    const size_t map_size = map_bytes(channels, packed, groups);
+    const unsigned width = packed ? map_width(groups) : 4;
     for (uint32_t c = 0; c < channels; ++c) {
-        s.group[c] = (map[c / 2] >> (4 * (c & 1))) & 15;
+        const size_t bit = size_t(c) * width;
+        unsigned v = map[bit / 8] >> (bit % 8);
+        if (bit % 8 + width > 8) v |= unsigned(map[bit / 8 + 1]) << (8 - bit % 8);
+        s.group[c] = static_cast<uint8_t>(v & ((1u << width) - 1));
         if (s.group[c] >= groups) return corrupt("grouped plane: channel group out of range");
     }
-    if ((channels & 1) && (map[channels / 2] >> 4) != 0) return corrupt("grouped plane: map padding not zero");
+    const size_t used_bits = size_t(channels) * width;
+    if (used_bits % 8 && (map[map_size - 1] >> (used_bits % 8)) != 0)
+        return corrupt("grouped plane: map padding not zero");
+    const unsigned sizes = size_width(rows * channels, packed);
     uint32_t count[kMaxChannelGroups];
     order_channels(s.group.data(), channels, groups, s.slot.data(), count);
 
@@ -365,7 +426,7 @@ Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t cha
     for (unsigned j = 0; j < k; ++j) {
         size_t len = 0;
         for (unsigned g = j * groups / k; g < (j + 1) * groups / k; ++g) len += size_t(count[g]) * rows;
-        const size_t stream = j + 1 < k ? get_u32(src + 2 + map_bytes(channels) + 4 * j) : size - pos;
+        const size_t stream = j + 1 < k ? size_t(get_le(src + 2 + map_size + sizes * j, sizes)) : size - pos;
         if (stream > size - pos) return corrupt("grouped plane: stream runs past the payload");
         KVCORE_RETURN_IF_ERROR(huffman_decode(src + pos, stream, columns + offset, len));
         pos += stream;

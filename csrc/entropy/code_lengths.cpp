@@ -92,4 +92,57 @@ unsigned read_symbol_bitmap(const uint8_t* bitmap, uint8_t* syms) {
     return m;
 }
 
+SymbolRange symbol_range(const uint8_t* lens) {
+    // The range starts after the longest run of uncoded values (circular).
+    unsigned first_coded = 256, last = 0, gap = 0, start = 0;
+    for (unsigned s = 0; s < 256; ++s) {
+        if (!lens[s]) continue;
+        if (first_coded == 256) {
+            first_coded = s;
+        } else if (s - last - 1 > gap) {
+            gap = s - last - 1;
+            start = s;
+        }
+        last = s;
+    }
+    const unsigned wrap_gap = 255 - last + first_coded;  // values after the last and before the first
+    if (wrap_gap >= gap) return {uint8_t(first_coded), 256 - wrap_gap};  // ties: the smaller first
+    return {uint8_t(start), 256 - gap};
+}
+
+void write_range_map(const uint8_t* lens, SymbolRange r, uint8_t* out) {
+    out[0] = r.first;
+    out[1] = uint8_t(r.span - 1);
+    uint8_t* nibbles = out + 2;
+    std::memset(nibbles, 0, (r.span + 1) / 2);
+    for (unsigned i = 0; i < r.span; ++i) nibbles[i >> 1] |= uint8_t(lens[(r.first + i) & 255] << (4 * (i & 1)));
+}
+
+unsigned read_range_map(const uint8_t* map, size_t size, unsigned max_len, uint8_t* lens, uint8_t* syms,
+                        size_t* map_size) {
+    if (size < 2) return 0;
+    const SymbolRange r{map[0], unsigned(map[1]) + 1};
+    *map_size = range_map_bytes(r.span);
+    if (size < *map_size) return 0;
+    const uint8_t* nibbles = map + 2;
+    if ((r.span & 1) && (nibbles[r.span >> 1] >> 4) != 0) return 0;
+    std::memset(lens, 0, 256);
+    unsigned m = 0;
+    // Increasing symbols: the values that wrapped past 255 first.
+    const unsigned wrapped = r.first + r.span > 256 ? 256 - r.first : r.span;
+    for (unsigned pass = 0; pass < 2; ++pass) {
+        const unsigned begin = pass == 0 ? wrapped : 0, end = pass == 0 ? r.span : wrapped;
+        for (unsigned i = begin; i < end; ++i) {
+            const unsigned len = length_nibble(nibbles, i), s = (r.first + i) & 255;
+            if (len > max_len) return 0;
+            lens[s] = uint8_t(len);
+            if (len) syms[m++] = uint8_t(s);
+        }
+    }
+    if (m == 0) return 0;
+    const SymbolRange canonical = symbol_range(lens);
+    if (canonical.first != r.first || canonical.span != r.span) return 0;
+    return m;
+}
+
 }  // namespace kvcore::entropy

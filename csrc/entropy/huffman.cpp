@@ -4,6 +4,8 @@
 //
 //   tag 0  "empty"     [0]                               n must be 0
 //   tag 1  "constant"  [1][symbol]                       n >= 1 copies of symbol
+//   tag 5  "compact"   [5][range map: 2 + ceil(span/2) bytes]
+//                      [size of streams 0..4: 5 x W bytes][stream 0]...[stream 5]
 //   tag 3  "huffman"   [3][bitmap: 32 bytes][lengths: ceil(m/2) bytes]
 //                      [size of streams 0..4: 5 x u32][stream 0]...[stream 5]
 //   tag 2  "huffman, 4 forward streams" (written until 2026-12; still read)
@@ -14,12 +16,18 @@
 // bitmap bit s (byte s/8, bit s%8) marks symbol s as present; m = number of
 // present symbols (>= 2). `lengths` holds the code length (1..kMaxLen) of each
 // present symbol in increasing symbol order, two per byte, low nibble first; an
-// odd m leaves the last high nibble 0. The lengths must form a complete prefix
-// code (Kraft sum exactly 1). Codes are canonical: sorted by (length, symbol),
-// assigned in increasing order.
+// odd m leaves the last high nibble 0. Tag 5 carries the same lengths as a range
+// map (code_lengths.h: the values from the first coded one to the last, circular,
+// a nibble each, 0 for one not coded) and its stream sizes in W bytes each, W the
+// fewest bytes that hold the largest size a stream can have, ceil(11 L / 8) for
+// the longest segment's L symbols: 2 bytes for a 16 KiB plane, whose tag 3
+// header takes some 40 bytes more. The encoder writes whichever header is smaller
+// (tag 5 on a tie); they code the streams alike. The lengths must form a complete
+// prefix code (Kraft sum exactly 1). Codes are canonical: sorted by (length,
+// symbol), assigned in increasing order.
 //
-// The n symbols are cut into S consecutive segments (S = 6 for tag 3, 4 for
-// tag 2; segment k has n / S + (k < n % S) symbols). Tag 3 codes segment k into
+// The n symbols are cut into S consecutive segments (S = 6 for tags 3 and 5, 4
+// for tag 2; segment k has n / S + (k < n % S) symbols). Tags 3 and 5 code segment k into
 // stream k from its last symbol to its first; tag 2 from its first to its last.
 // Codes are written MSB-first, and a stream is zero-padded to a whole byte. The
 // last stream's size is what remains of the input; every stream must end exactly
@@ -39,6 +47,7 @@
 #include <vector>
 
 #include "common/arch.h"
+#include "common/little_endian.h"
 #include "cpu/cpu_features.h"
 #include "entropy/code_chunks.h"
 #include "entropy/code_lengths.h"
@@ -74,6 +83,7 @@ constexpr uint8_t kTagEmpty = 0;
 constexpr uint8_t kTagConst = 1;
 constexpr uint8_t kTagForward = 2;
 constexpr uint8_t kTagHuffman = 3;
+constexpr uint8_t kTagCompact = 5;
 
 size_t header_size(unsigned m, unsigned streams = kStreams) {
     return 1 + kSymbolBitmapBytes + (m + 1) / 2 + 4 * (streams - 1);
@@ -89,18 +99,33 @@ KV_ALWAYS_INLINE void store_be64(uint8_t* p, uint64_t v) {
     std::memcpy(p, &v, 8);
 }
 KV_ALWAYS_INLINE void store_le64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-KV_ALWAYS_INLINE uint32_t load_le32(const uint8_t* p) {
-    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-KV_ALWAYS_INLINE void store_le32(uint8_t* p, uint32_t v) {
-    p[0] = uint8_t(v);
-    p[1] = uint8_t(v >> 8);
-    p[2] = uint8_t(v >> 16);
-    p[3] = uint8_t(v >> 24);
-}
 
 size_t segment_size(size_t n, unsigned k, unsigned streams = kStreams) {
     return n / streams + (k < n % streams ? 1 : 0);
+}
+
+// The most bytes a stream of len symbols takes: kMaxLen bits each, padded to a byte.
+size_t max_stream_bytes(size_t len) { return (len / 8) * kMaxLen + ((len % 8) * kMaxLen + 7) / 8; }
+
+// Bytes of each stream size in a tag 5 header for n symbols (segment 0 is the longest).
+unsigned compact_size_width(size_t n) {
+    unsigned w = 1;
+    for (size_t most = max_stream_bytes(segment_size(n, 0)); most >> (8 * w); ++w) {
+    }
+    return w;
+}
+
+// The smaller of the two headers for codes of these lengths (m coded symbols).
+struct Header {
+    uint8_t tag;
+    size_t size;
+    SymbolRange range;  // tag 5's
+};
+Header choose_header(const uint8_t* lens, unsigned m, size_t n) {
+    const SymbolRange r = symbol_range(lens);
+    const size_t compact = 1 + range_map_bytes(r.span) + (kStreams - 1) * size_t(compact_size_width(n));
+    const size_t bitmap = header_size(m);
+    return compact <= bitmap ? Header{kTagCompact, compact, r} : Header{kTagHuffman, bitmap, r};
 }
 
 // Bytes a segment of len symbols may take while coded, fast-loop slack included.
@@ -935,7 +960,8 @@ size_t huffman_estimate(const uint32_t* hist, size_t n, bool exact_counts, doubl
     limited_lengths(counts, kMaxLen, lens);
     uint64_t bits = 0;
     for (unsigned s = 0; s < 256; ++s) bits += counts[s] * lens[s];
-    const size_t six_stream = header_size(m) + planned_bytes(bits, n, total, exact_counts) + (kStreams - 1);
+    const size_t six_stream =
+        choose_header(lens, m, n).size + planned_bytes(bits, n, total, exact_counts) + (kStreams - 1);
     lanes::Plan plan;
     size_t lane_size = 0;
     if (lanes_chosen(counts, n, total, exact_counts, six_stream, lanes_allowance, &plan, &lane_size))
@@ -979,7 +1005,8 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (lens[syms[i]] == 0) return make_status(Code::kBackendError, "huffman: code length failure");
     uint64_t total_bits = 0;
     for (unsigned s = 0; s < 256; ++s) total_bits += counts[s] * lens[s];
-    const size_t hsize = header_size(m);
+    const Header header = choose_header(lens, m, n);
+    const size_t hsize = header.size;
     // With weights from a sample the size is an estimate (scaled to n symbols) that runs
     // up to about 1% low on near-uniform planes (a byte plane of mantissas): it must come
     // in 1/64 under the capacity, or the plane is refused before it is coded.
@@ -1010,11 +1037,15 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
 
     // Header.
     uint8_t* h = dst;
-    *h++ = kTagHuffman;
-    write_symbol_map(lens, 0, h);
-    h += kSymbolBitmapBytes + (m + 1) / 2;
-    uint8_t* sizes = h;
-    h += 4 * (kStreams - 1);
+    *h++ = header.tag;
+    if (header.tag == kTagCompact) {
+        write_range_map(lens, header.range, h);
+    } else {
+        write_symbol_map(lens, 0, h);
+    }
+    const unsigned size_width = header.tag == kTagCompact ? compact_size_width(n) : 4;
+    uint8_t* sizes = dst + hsize - (kStreams - 1) * size_width;
+    h = dst + hsize;
 
     // Streams: 0 straight into dst, 1..3 into scratch (their offsets are known only
     // once the earlier ones are coded), then moved up behind stream 0.
@@ -1087,7 +1118,10 @@ Status huffman_encode(const uint8_t* src, size_t n, const uint32_t* hist, uint8_
         if (size_t(out_end - out) < w)
             return make_status(Code::kBufferTooSmall, "huffman_encode: stream would exceed the capacity");
         if (k) std::memcpy(out, jobs[k].out, w);
-        if (k + 1 < kStreams) store_le32(sizes + 4 * k, uint32_t(w));
+        if (k + 1 < kStreams) {
+            if (size_width < 4 && w >> (8 * size_width)) return make_status(Code::kBackendError, "huffman: stream size");
+            put_le(sizes + size_width * k, w, size_width);
+        }
         coded_bits += jobs[k].nbits;
         out += w;
     }
@@ -1124,30 +1158,43 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
         return Status::ok();
     }
     if (tag == lanes::kTag) return lanes::decode(src, src_size, dst, n);
-    if (tag != kTagHuffman && tag != kTagForward) return corrupt("huffman: unknown stream tag");
-    const bool backward = tag == kTagHuffman;
+    if (tag != kTagHuffman && tag != kTagForward && tag != kTagCompact) return corrupt("huffman: unknown stream tag");
+    const bool backward = tag != kTagForward;
     const unsigned streams = backward ? kStreams : kForwardStreams;
-    if (src_size < 1 + kSymbolBitmapBytes) return corrupt("huffman: truncated header");
-    const uint8_t* bitmap = src + 1;
     uint8_t syms[256];  // the present symbols, increasing
-    const unsigned m = read_symbol_bitmap(bitmap, syms);
-    if (m < 2) return corrupt("huffman: fewer than two symbols in a Huffman stream");
-    const size_t hsize = header_size(m, streams);
-    if (src_size < hsize) return corrupt("huffman: truncated header");
-    const uint8_t* nib = bitmap + kSymbolBitmapBytes;
     uint8_t lens[256];
-    for (unsigned j = 0; j < m; ++j) {
-        const unsigned len = length_nibble(nib, j);
-        if (len < 1 || len > kMaxLen) return corrupt("huffman: code length out of range");
-        lens[syms[j]] = uint8_t(len);
+    unsigned m = 0;
+    size_t hsize = 0;
+    unsigned size_width = 4;
+    if (tag == kTagCompact) {
+        size_t map_size = 0;
+        m = read_range_map(src + 1, src_size - 1, kMaxLen, lens, syms, &map_size);
+        if (m == 0) return corrupt("huffman: bad or truncated symbol range");
+        if (m < 2) return corrupt("huffman: fewer than two symbols in a Huffman stream");
+        size_width = compact_size_width(n);
+        hsize = 1 + map_size + (kStreams - 1) * size_width;
+        if (src_size < hsize) return corrupt("huffman: truncated header");
+    } else {
+        if (src_size < 1 + kSymbolBitmapBytes) return corrupt("huffman: truncated header");
+        const uint8_t* bitmap = src + 1;
+        m = read_symbol_bitmap(bitmap, syms);
+        if (m < 2) return corrupt("huffman: fewer than two symbols in a Huffman stream");
+        hsize = header_size(m, streams);
+        if (src_size < hsize) return corrupt("huffman: truncated header");
+        const uint8_t* nib = bitmap + kSymbolBitmapBytes;
+        for (unsigned j = 0; j < m; ++j) {
+            const unsigned len = length_nibble(nib, j);
+            if (len < 1 || len > kMaxLen) return corrupt("huffman: code length out of range");
+            lens[syms[j]] = uint8_t(len);
+        }
+        if ((m & 1) && (nib[m >> 1] >> 4) != 0) return corrupt("huffman: nonzero pad nibble");
     }
-    if ((m & 1) && (nib[m >> 1] >> 4) != 0) return corrupt("huffman: nonzero pad nibble");
-    const uint8_t* size_bytes = nib + (m + 1) / 2;
+    const uint8_t* size_bytes = src + hsize - (streams - 1) * size_width;
 
     size_t start[kStreams], size[kStreams];
     size_t off = hsize;
     for (unsigned k = 0; k < streams; ++k) {
-        const size_t sz = k + 1 < streams ? load_le32(size_bytes + 4 * k) : src_size - off;
+        const size_t sz = k + 1 < streams ? size_t(get_le(size_bytes + size_width * k, size_width)) : src_size - off;
         if (sz > src_size - off) return corrupt("huffman: stream sizes exceed the input");
         start[k] = off;
         size[k] = sz;
@@ -1160,7 +1207,7 @@ Status huffman_decode(const uint8_t* src, size_t src_size, uint8_t* dst, size_t 
         const size_t len = segment_size(n, k, streams);
         if ((len == 0) != (size[k] == 0)) return corrupt("huffman: stream size inconsistent with symbol count");
         // A stream of len symbols holds between len and len * kMaxLen bits.
-        if (size[k] > (len / 8) * kMaxLen + ((len % 8) * kMaxLen + 7) / 8 || size[k] < (len + 7) / 8)
+        if (size[k] > max_stream_bytes(len) || size[k] < (len + 7) / 8)
             return corrupt("huffman: stream size inconsistent with symbol count");
         st[k] = backward ? StreamState{start[k], 0, o + len, o} : StreamState{start[k], 0, o, o + len};
         o += len;

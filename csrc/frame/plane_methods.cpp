@@ -129,7 +129,8 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
         // Counted exactly, as the grouped coder counts such short planes in fine groups
         // under 8 KiB (all but the widest): not tried, they code as they did.
         entropy::histogram(plane, n, hist);
-        grouped = entropy::channel_groups_may_pay(plane, n / policy.channels, policy.channels, hist);
+        grouped = entropy::channel_groups_may_pay(plane, n / policy.channels, policy.channels, hist,
+                                                  uint32_t(kTableDecodeBits));
     }
     const double lanes_allowance = !policy.lanes ? -1.0 : policy.max_ratio ? 0.0 : kLanesAllowance;
     Status st = make_status(Code::kBufferTooSmall, "not tried");
