@@ -11,10 +11,14 @@
 // decodes K contiguous streams and transposes them back into rows in one
 // cache-blocked pass.
 //
-// Payload: [G u8][K u8][group of each channel: 4 bits, channels/2 rounded up]
-//          [size of streams 0..K-2: u32 each][K huffman streams (huffman.h)].
-// Channels are ordered by (fine group, channel index); coarse group k holds the
-// fine groups [k*G/K, (k+1)*G/K).
+// Payload: [G u8, + 128 for a packed map][K u8][group of each channel]
+//          [size of streams 0..K-2][K huffman streams (huffman.h)].
+// A packed map takes 1, 2 or 3 bits a channel (G = 2, <= 4, <= 8) and sizes of
+// as few bytes as the plane's symbols need; the 4-bit map and 4-byte sizes are
+// what encoders wrote before (docs/FORMAT.md). Channels are ordered by (group in
+// the map, channel index); coarse group k holds the map's groups [k*G/K,
+// (k+1)*G/K). The encoder maps its 8 fine groups on planes of 128 rows or more,
+// the K coarse ones (G = K) on shorter planes.
 #pragma once
 
 #include <cstddef>

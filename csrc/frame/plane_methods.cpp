@@ -93,15 +93,13 @@ constexpr double kNearFullField = 1.0 / 8;
 // keep their tables). Max mode charges nothing.
 constexpr double kTableDecodeBits = 2048;
 // Dense mode tries channel groups on planes of at least this many rows, and on
-// fewer only where they may pay for their map (entropy::channel_groups_may_pay),
-// which alone costs 4 bits a channel, a quarter of a bit a symbol at 16 rows. The
+// fewer only where they may pay for their map, a bit a channel for two groups,
+// and the second table's decode charge (entropy::channel_groups_may_pay). The
 // trial (ranking, transposing and counting the channels) took about a third of
-// compressing a 16-token page of one layer's K or V; no such page of the bench's
-// Qwen3-8B-shaped chunk (1024 channels), bf16 or fp16, nor a 16-31-row frame cut
-// from the kvdata files, was grouped. Frames of 4096 channels (four of the chunk's
-// layers side by side) were, at 24 and 31 rows, where the channel means explained
-// 19-27% of their exponents' variance, and are tried as before; the pages' 6-38%
-// at 16 rows mostly are not. Max mode tries from 16 rows.
+// compressing a 16-token page of one layer's K or V (bench's Qwen3-8B-shaped
+// chunk, 1024 channels), where the channel means explain 6-42% of the exponents'
+// variance: the rule sends those from about 26% to the trial. Max mode tries
+// from 16 rows.
 constexpr size_t kDenseGroupedMinRows = 32;
 // With EncodeOptions::lanes, dense mode codes a Huffman stream with the
 // lane-interleaved code (huffman.h) where that is at most this share larger
