@@ -64,6 +64,18 @@ constexpr uint8_t kPackedMap = 0x80;
 // Bits of a channel's group in a packed map of `groups` groups: 1, 2 or 3.
 unsigned map_width(unsigned groups) { return groups <= 2 ? 1 : groups <= 4 ? 2 : 3; }
 
+// The sum of the squares of n bytes, in 32-bit parts (255^2 * 65536 < 2^32).
+uint64_t sum_of_squares(const uint8_t* p, size_t n) {
+    uint64_t total = 0;
+    for (size_t at = 0; at < n; at += 65536) {
+        const size_t end = std::min(n, at + 65536);
+        uint32_t part = 0;
+        for (size_t i = at; i < end; ++i) part += uint32_t(p[i]) * p[i];
+        total += part;
+    }
+    return total;
+}
+
 size_t map_bytes(uint32_t channels, bool packed, unsigned groups) {
     return packed ? (size_t(channels) * map_width(groups) + 7) / 8 : (size_t(channels) + 1) / 2;
 }
@@ -365,8 +377,7 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
     return Status::ok();
 }
 
-bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, const uint32_t* hist,
-                            uint32_t table_bits) {
+bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t table_bits) {
     if (channels < 2 || rows < kMinRows) return false;
     // With N symbols of sum T and sum of squares Q, and channel sums S_c, the share
     // of the symbols' variance that channel means explain is
@@ -378,15 +389,15 @@ bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels
     // table table_bits. So: eta2 N >= 2 ln 2 (C + table_bits) (1.386, in thousandths
     // below).
     using Wide = unsigned __int128;
-    uint64_t total = 0, squares = 0;
-    for (unsigned s = 0; s < 256; ++s) {
-        total += uint64_t(hist[s]) * s;
-        squares += uint64_t(hist[s]) * s * s;
-    }
     std::vector<uint32_t> sums(channels, 0);
     add_rows(plane, rows, 1, channels, sums.data());
+    uint64_t total = 0;
     Wide channel_squares = 0;
-    for (uint32_t c = 0; c < channels; ++c) channel_squares += uint64_t(sums[c]) * sums[c];
+    for (uint32_t c = 0; c < channels; ++c) {
+        total += sums[c];
+        channel_squares += uint64_t(sums[c]) * sums[c];
+    }
+    const uint64_t squares = sum_of_squares(plane, rows * channels);
     const Wide n = Wide(rows) * channels;
     const Wide all = n * squares - Wide(total) * total;
     const Wide between = channels * channel_squares - Wide(total) * total;

@@ -53,15 +53,14 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
                       double lanes_allowance, uint32_t* hist, bool* exact, uint8_t* dst, size_t cap,
                       size_t* written);
 
-// Whether coding rows x channels symbols (row-major; hist: their exact counts) in
+// Whether coding rows x channels symbols (row-major) in
 // two channel groups may pay for their map, a bit a channel on such short planes,
 // and for table_bits charged for the second table: at least the rows
 // grouped_encode ranks channels on, and channel means that explain enough of the
 // symbols' variance (channel_groups.cpp). Dense mode tries groups on planes of few
 // rows only then (frame/plane_methods.cpp). Computed in integers: the same answer
 // on every machine.
-bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, const uint32_t* hist,
-                            uint32_t table_bits);
+bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t table_bits);
 
 // Decodes exactly rows x channels symbols into dst.
 Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst);

@@ -117,18 +117,20 @@ uint8_t* thread_candidate_scratch(size_t n, unsigned kind = 0) {
 
 // Codes the plane with the mode's entropy coder. *constant is set instead when
 // the plane holds one value (found from the histogram the coders need anyway).
+// counted: the plane's exact counts where the caller has them, else null.
 Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint8_t* dst, size_t cap,
-                      Method* method, size_t* written, bool* constant) {
+                      Method* method, size_t* written, bool* constant, const uint32_t* counted = nullptr) {
     uint32_t hist[256];
     bool exact = true;
     const bool whole_rows = policy.mode == Mode::kDense && policy.channels > 1 && n % policy.channels == 0;
     bool grouped = whole_rows && (policy.max_ratio || n / policy.channels >= kDenseGroupedMinRows);
     if (whole_rows && !grouped) {
+        grouped = entropy::channel_groups_may_pay(plane, n / policy.channels, policy.channels,
+                                                  uint32_t(kTableDecodeBits));
         // Counted exactly, as the grouped coder counts such short planes in fine groups
         // under 8 KiB (all but the widest): not tried, they code as they did.
-        entropy::histogram(plane, n, hist);
-        grouped = entropy::channel_groups_may_pay(plane, n / policy.channels, policy.channels, hist,
-                                                  uint32_t(kTableDecodeBits));
+        if (!grouped && counted) std::copy(counted, counted + 256, hist);
+        else if (!grouped) entropy::histogram(plane, n, hist);
     }
     const double lanes_allowance = !policy.lanes ? -1.0 : policy.max_ratio ? 0.0 : kLanesAllowance;
     Status st = make_status(Code::kBufferTooSmall, "not tried");
@@ -157,18 +159,25 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
 
 // The largest k in 1..7 worth splitting off the plane (dense mode), or 0. Planes
 // of frames whose estimate for the plane is below the entropy floor (bfloat16 and
-// fp32 exponents) are not sampled again block by block.
-unsigned choose_low_bits(const uint8_t* plane, size_t n, const PlanePolicy& policy) {
+// fp32 exponents) are not sampled again block by block. *high_exact: high[] holds
+// the exact counts of the plane's high parts (byte >> k) for the k returned, which
+// the weights are where the plane is small (float16 pages: no second count).
+unsigned choose_low_bits(const uint8_t* plane, size_t n, const PlanePolicy& policy, uint32_t* high,
+                         bool* high_exact) {
+    *high_exact = false;
     if (n < kLowBitsMinPlane || policy.estimated_entropy < kLowBitsMinEntropy) return 0;
     uint32_t hist[256];
-    entropy::histogram_weights(plane, n, hist);  // a sample: an estimate is all this needs
+    const bool exact = entropy::histogram_weights(plane, n, hist);  // a sample: an estimate is all this needs
     // A Huffman code spends at least one bit per symbol, whatever the entropy.
     const double whole = std::max(1.0, entropy_bits(hist));
     if (whole < kLowBitsMinEntropy) return 0;
     for (unsigned k = 7; k >= 1; --k) {
-        uint32_t high[256] = {};
+        std::fill(high, high + 256, 0);
         for (unsigned s = 0; s < 256; ++s) high[s >> k] += hist[s];
-        if (std::max(1.0, entropy_bits(high)) + k <= whole + kLowBitsCost) return k;
+        if (std::max(1.0, entropy_bits(high)) + k <= whole + kLowBitsCost) {
+            *high_exact = exact;
+            return k;
+        }
     }
     return 0;
 }
@@ -216,10 +225,11 @@ size_t encode_packed(const uint8_t* plane, size_t n, const shuffle::VaryingBits&
 }
 
 // The low-bits method with k bits: [k][packed low bits][inner method][inner payload],
-// the high bits coded by the mode's entropy coder. Same contract as entropy_encode,
-// except that it never reports a constant plane (choose_low_bits never splits one).
-Status encode_low_bits(const uint8_t* plane, size_t n, unsigned k, const PlanePolicy& policy, uint8_t* dst,
-                       size_t cap, size_t* written) {
+// the high bits coded by the mode's entropy coder (high_counts: their exact counts,
+// or null). Same contract as entropy_encode, except that it never reports a
+// constant plane (choose_low_bits never splits one).
+Status encode_low_bits(const uint8_t* plane, size_t n, unsigned k, const uint32_t* high_counts,
+                       const PlanePolicy& policy, uint8_t* dst, size_t cap, size_t* written) {
     const size_t packed = shuffle::low_bits_packed_size(n, k);
     const size_t head = 1 + packed + 1;
     if (cap <= head + 1) return make_status(Code::kBufferTooSmall, "low bits: not smaller");
@@ -229,7 +239,7 @@ Status encode_low_bits(const uint8_t* plane, size_t n, unsigned k, const PlanePo
     Method m = Method::kRaw;
     size_t size = 0;
     bool constant = false;
-    const Status st = entropy_encode(high, n, policy, dst + head, cap - head, &m, &size, &constant);
+    const Status st = entropy_encode(high, n, policy, dst + head, cap - head, &m, &size, &constant, high_counts);
     if (constant) {
         m = Method::kConstant;
         dst[head] = high[0];
@@ -456,8 +466,12 @@ Status encode_plane(const uint8_t* plane, size_t n, const PlanePolicy& policy, u
                 st = Status::ok();
             }
         } else if (!constant) {
-            const unsigned k = policy.mode == Mode::kDense && plane != dst ? choose_low_bits(plane, n, policy) : 0;
-            st = k ? encode_low_bits(plane, n, k, policy, dst, limit, &size)
+            uint32_t high[256];
+            bool high_exact = false;
+            const unsigned k = policy.mode == Mode::kDense && plane != dst
+                                   ? choose_low_bits(plane, n, policy, high, &high_exact)
+                                   : 0;
+            st = k ? encode_low_bits(plane, n, k, high_exact ? high : nullptr, policy, dst, limit, &size)
                    : entropy_encode(plane, n, policy, dst, limit, &m, &size, &constant);
         }
         if (st.is_ok() && !constant) {
