@@ -9,6 +9,7 @@
 #include "common/arch.h"
 #include "common/little_endian.h"
 #include "cpu/cpu_features.h"
+#include "entropy/histogram.h"
 #include "entropy/huffman.h"
 #include "shuffle/channel_transpose.h"
 
@@ -64,8 +65,9 @@ constexpr uint8_t kPackedMap = 0x80;
 // Bits of a channel's group in a packed map of `groups` groups: 1, 2 or 3.
 unsigned map_width(unsigned groups) { return groups <= 2 ? 1 : groups <= 4 ? 2 : 3; }
 
-// The sum of the squares of n bytes, in 32-bit parts (255^2 * 65536 < 2^32).
-uint64_t sum_of_squares(const uint8_t* p, size_t n) {
+// The sum of the squares of n bytes, in 32-bit parts (255^2 * 65536 < 2^32),
+// which the compiler vectorizes.
+inline __attribute__((always_inline)) uint64_t sum_of_squares_impl(const uint8_t* __restrict p, size_t n) {
     uint64_t total = 0;
     for (size_t at = 0; at < n; at += 65536) {
         const size_t end = std::min(n, at + 65536);
@@ -74,6 +76,21 @@ uint64_t sum_of_squares(const uint8_t* p, size_t n) {
         total += part;
     }
     return total;
+}
+
+uint64_t sum_of_squares_portable(const uint8_t* p, size_t n) { return sum_of_squares_impl(p, n); }
+
+#if KVCORE_X86
+__attribute__((target("avx2"))) uint64_t sum_of_squares_avx2(const uint8_t* p, size_t n) {
+    return sum_of_squares_impl(p, n);
+}
+#endif
+
+uint64_t sum_of_squares(const uint8_t* p, size_t n) {
+#if KVCORE_X86
+    if (cpu::active_isa() & cpu::kIsaAvx2) return sum_of_squares_avx2(p, n);
+#endif
+    return sum_of_squares_portable(p, n);
 }
 
 size_t map_bytes(uint32_t channels, bool packed, unsigned groups) {
@@ -170,18 +187,14 @@ size_t sized_streams(const uint32_t* fine, unsigned groups, unsigned k, const ui
 // Symbols outside [lo, hi] have zero weight (hi >= lo): a channel group's
 // symbols span a few values (exponents), and skipping the rest changes no sum.
 double coded_bits(const uint32_t* hist, unsigned lo, unsigned hi) {
-    uint64_t total = 0;
     unsigned first = hi, last = lo;
     for (unsigned s = lo; s <= hi; ++s) {
-        total += hist[s];
         if (hist[s]) {
             first = std::min(first, s);
             last = s;
         }
     }
-    double bits = 0;
-    for (unsigned s = lo; s <= hi; ++s)
-        if (hist[s]) bits -= double(hist[s]) * std::log2(double(hist[s]) / double(total));
+    const double bits = order0_bits(hist, lo, hi);
     // Huffman codes cost a little above the entropy; each table costs its header
     // (huffman.cpp's compact one: a length a value from the first to the last).
     return bits * 1.01 + 8.0 * (13 + (last - first + 1) / 2.0);

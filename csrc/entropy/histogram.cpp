@@ -1,7 +1,9 @@
 #include "entropy/histogram.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/arch.h"
 #include "cpu/cpu_features.h"
@@ -341,6 +343,37 @@ bool histogram_estimate(const uint8_t* src, size_t n, uint32_t* hist) {
     if (k_unseen) find_values(src, n, unseen, k_unseen, found);
     for (unsigned j = 0; j < k_unseen; ++j) hist[unseen[j]] = found[j] ? 1 : 0;
     return false;
+}
+
+namespace {
+
+constexpr uint32_t kTabledCounts = 4096;
+
+double count_bits(uint32_t c) { return double(c) * std::log2(double(c)); }
+
+// x log2 x for x < kTabledCounts (0 for 0), built once.
+const double* count_bits_table() {
+    static const std::vector<double> table = [] {
+        std::vector<double> t(kTabledCounts, 0.0);
+        for (uint32_t c = 1; c < kTabledCounts; ++c) t[c] = count_bits(c);
+        return t;
+    }();
+    return table.data();
+}
+
+}  // namespace
+
+double order0_bits(const uint32_t* hist, unsigned lo, unsigned hi) {
+    const double* table = count_bits_table();
+    uint64_t total = 0;
+    double sum = 0;
+    for (unsigned s = lo; s <= hi; ++s) {
+        const uint32_t c = hist[s];
+        total += c;
+        sum += c < kTabledCounts ? table[c] : count_bits(c);
+    }
+    if (total == 0) return 0.0;
+    return std::max(0.0, double(total) * std::log2(double(total)) - sum);
 }
 
 }  // namespace kvcore::entropy

@@ -359,14 +359,7 @@ double sign_method_saving(const uint8_t* src, uint64_t n_elems, uint32_t channel
 double entropy_bits(const uint32_t* hist) {
     uint64_t total = 0;
     for (int s = 0; s < 256; ++s) total += hist[s];
-    if (total == 0) return 0.0;
-    double h = 0.0;
-    for (int s = 0; s < 256; ++s) {
-        if (hist[s] == 0) continue;
-        const double p = double(hist[s]) / double(total);
-        h -= p * std::log2(p);
-    }
-    return h;
+    return total ? entropy::order0_bits(hist) / double(total) : 0.0;
 }
 
 uint32_t channel_count(const std::vector<uint64_t>& shape) {
