@@ -852,6 +852,15 @@ PYBIND11_MODULE(_native, m) {
         "(weights, exact): symbol weights for building a code, from a sample; with complete, nonzero for "
         "every byte value present (else a value the sample missed may weigh 0, as fast mode uses them); "
         "exact tells whether they are the true counts.");
+    m.def(
+        "order0_bits",
+        [](const std::vector<uint32_t>& counts, unsigned lo, unsigned hi) {
+            if (counts.size() != 256) throw NativeError{Code::kInvalidArgument, "counts must hold 256 values"};
+            if (lo > hi || hi > 255) throw NativeError{Code::kInvalidArgument, "need 0 <= lo <= hi <= 255"};
+            return kvcore::entropy::order0_bits(counts.data(), lo, hi);
+        },
+        py::arg("counts"), py::arg("lo") = 0, py::arg("hi") = 255,
+        "Bits of an ideal order-0 code of the symbols lo..hi with these 256 counts (the encoder's estimates).");
 
     // ---- section: entropy: fastcode ----
     m.def("fastcode_bound", &kvcore::entropy::fastcode_bound, py::arg("n"));

@@ -7,6 +7,7 @@ build) via kvcore.set_disabled_isa.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from typing import NamedTuple
 
@@ -910,3 +911,23 @@ def test_encoder_writes_the_smaller_header(variant, symbols):
         assert head.end == min(compact, bitmap)
         assert set(head.lengths) == set(present)
         assert _reference_decode(stream, n) == data.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_order0_bits_is_the_entropy_of_the_counts(seed):
+    """The estimates' entropy (csrc/entropy/histogram.cpp: t log2 t - sum c log2 c, c log2 c
+    tabled below 4096) against sum c log2(t / c), for counts below, at and above the table's
+    end, empty ranges and one symbol."""
+    rng = np.random.default_rng(seed)
+    counts = [0] * 256
+    for s in rng.choice(256, int(rng.integers(1, 200)), replace=False):
+        counts[int(s)] = int(rng.choice([rng.integers(1, 4096), 4095, 4096, rng.integers(4096, 1 << 24)]))
+    for lo, hi in ((0, 255), (int(rng.integers(0, 128)), int(rng.integers(128, 256))), (7, 7)):
+        part = [c for c in counts[lo : hi + 1] if c]
+        t = sum(part)
+        want = math.fsum(c * math.log2(t / c) for c in part)
+        # (the difference of two sums near t log2 t keeps their absolute rounding error)
+        assert _native.order0_bits(counts, lo, hi) == pytest.approx(want, rel=1e-12, abs=1e-13 * t * math.log2(max(t, 1)) + 1e-9)
+    assert _native.order0_bits([0] * 256) == 0 and _native.order0_bits([0] * 9 + [5] + [0] * 246) == 0
+    with pytest.raises(kvcore.InvalidArgumentError):
+        _native.order0_bits(counts[:255])
