@@ -43,18 +43,21 @@ def test_channels_are_grouped_by_their_rank(rows, channels, widest):
     check_groups(x.astype(np.uint8))
 
 
-@pytest.mark.parametrize("rows,channels,width", [(16, 200, 4), (16, 203, 4), (20, 256, 3)])
-def test_channels_with_sums_below_256_are_grouped_by_their_rank(rows, channels, width):
-    """Few rows of small values: every sum fits in one byte (one radix pass)."""
+@pytest.mark.parametrize("rows,channels,width,populations",
+                         [(16, 200, 4, 4), (16, 203, 4, 4), (20, 256, 3, 4), (16, 203, 4, 2), (24, 64, 4, 2)])
+def test_channels_with_sums_below_256_are_grouped_by_their_rank(rows, channels, width, populations):
+    """Few rows of small values: every sum fits in one byte (one radix pass). Four populations
+    of channels map four groups (2 bits a channel), two map two (1 bit: the decoder's
+    eight-channels-a-byte path, and its tail where the channels are not a multiple of 8)."""
     g = np.random.default_rng(rows * channels)
-    base = width * g.integers(0, 4, channels)  # four distinct distributions; values below 4 * width
+    base = width * (4 // populations) * g.integers(0, populations, channels)  # values below 4 * width
     x = base + g.integers(0, width, (rows, channels))
     x[:, 1] = x[:, 0]  # equal sums
     assert x.sum(axis=0).max() < 256
-    check_groups(x.astype(np.uint8))
+    assert check_groups(x.astype(np.uint8)) == populations
 
 
-def check_groups(x: np.ndarray) -> None:
+def check_groups(x: np.ndarray) -> int:
     rows, channels = x.shape
     t = torch.from_numpy(x).reshape(rows, 1, channels)  # channels: the last two dimensions, also for few rows
     # Max mode: grouped wherever it estimates smaller (dense mode also charges each table for its
@@ -73,6 +76,7 @@ def check_groups(x: np.ndarray) -> None:
     got = [(bits >> (width * c)) & ((1 << width) - 1) for c in range(channels)]
     assert got == [g * groups // FINE_GROUPS for g in expected_groups(x, FINE_GROUPS)]
     assert torch.equal(kvcore.decompress(frame), t)
+    return groups
 
 
 def grouped_planes(frame: bytes) -> int:

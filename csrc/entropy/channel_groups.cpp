@@ -127,18 +127,69 @@ void close_up_columns(uint8_t* base, size_t rows, size_t stride, uint32_t channe
     for (uint32_t k = 1; k < channels; ++k) std::memmove(base + k * rows, base + k * stride, rows);
 }
 
-// slot[c] = position of channel c when ordered by (group, channel); also
-// returns the number of channels in each group.
-void order_channels(const uint8_t* group, uint32_t channels, unsigned groups, uint32_t* slot, uint32_t* count) {
-    std::fill(count, count + groups, 0);
-    for (uint32_t c = 0; c < channels; ++c) ++count[group[c]];
-    uint32_t start[kMaxChannelGroups];
-    uint32_t acc = 0;
-    for (unsigned g = 0; g < groups; ++g) {
-        start[g] = acc;
-        acc += count[g];
+// The counting sorts (radix_pass, order_channels): neighbouring channels often
+// share a key (a digit of similar means, a group), and each count or placement
+// of a key waits for the one before it through memory. The input is cut into
+// kRadixSegments parts, each with its own counts and places, so that many
+// chains run at once. Bucket d takes part 0's channels first, then part 1's, and
+// so on: the sort stays stable.
+constexpr unsigned kRadixSegments = 4;
+
+// Calls f(g, i) for every index i of part g, parts [begin[g], begin[g + 1]): their
+// first `shortest` indices side by side, then each part's rest in turn.
+template <typename F>
+inline void for_each_in_parts(const uint32_t* begin, uint32_t shortest, F f) {
+    for (uint32_t k = 0; k < shortest; ++k)
+        for (unsigned g = 0; g < kRadixSegments; ++g) f(g, begin[g] + k);
+    for (unsigned g = 0; g < kRadixSegments; ++g)
+        for (uint32_t i = begin[g] + shortest; i < begin[g + 1]; ++i) f(g, i);
+}
+
+// Byte b's bits spread over 8 bytes, bit i in byte i (little endian): a 1-bit map's groups.
+struct BitBytes {
+    uint64_t of[256];
+    constexpr BitBytes() : of() {
+        for (unsigned b = 0; b < 256; ++b)
+            for (unsigned i = 0; i < 8; ++i) of[b] |= uint64_t((b >> i) & 1) << (8 * i);
     }
-    for (uint32_t c = 0; c < channels; ++c) slot[c] = start[group[c]]++;
+};
+constexpr BitBytes kBitBytes;
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "kBitBytes puts channel i's group in byte i");
+
+// slot[c] = position of channel c when ordered by (group, channel); also
+// returns the number of channels in each group (a counting sort in parts; two
+// groups with their places in registers).
+void order_channels(const uint8_t* group, uint32_t channels, unsigned groups, uint32_t* slot, uint32_t* count) {
+    if (groups == 2) {
+        uint32_t ones = 0;
+        for (uint32_t c = 0; c < channels; ++c) ones += group[c];
+        count[0] = channels - ones;
+        count[1] = ones;
+        uint32_t zero_at = 0, one_at = channels - ones;
+        for (uint32_t c = 0; c < channels; ++c) {
+            const uint32_t g = group[c], pick = 0u - g;  // (a select without a branch to mispredict)
+            slot[c] = (one_at & pick) | (zero_at & ~pick);
+            zero_at += g ^ 1;
+            one_at += g;
+        }
+        return;
+    }
+    uint32_t begin[kRadixSegments + 1];
+    for (unsigned p = 0; p <= kRadixSegments; ++p) begin[p] = uint32_t(uint64_t(channels) * p / kRadixSegments);
+    const uint32_t shortest = begin[1] - begin[0];
+    uint32_t place[kRadixSegments][kMaxChannelGroups] = {};
+    for_each_in_parts(begin, shortest, [&](unsigned p, uint32_t c) { ++place[p][group[c]]; });
+    uint32_t at = 0;
+    for (unsigned g = 0; g < groups; ++g) {
+        const uint32_t first = at;
+        for (unsigned p = 0; p < kRadixSegments; ++p) {
+            const uint32_t n = place[p][g];
+            place[p][g] = at;
+            at += n;
+        }
+        count[g] = at - first;
+    }
+    for_each_in_parts(begin, shortest, [&](unsigned p, uint32_t c) { slot[c] = place[p][group[c]]++; });
 }
 
 // Planes of fewer rows get a map of the k coarse groups (G = K) rather than of the
@@ -205,23 +256,6 @@ double coded_bits(const uint32_t* hist, unsigned lo, unsigned hi) {
 // 2 * kRankRows sampled rows of bytes, so below 2^24: three passes at most, and
 // a byte that all sums share needs none (the top one, below 256 sampled rows).
 static_assert(2 * kRankRows * 255 < (1u << 24), "channel sums must fit in three bytes");
-
-// Channels of similar means share a digit, and each count or placement of a
-// digit waits for the one before it through memory: the input is cut into
-// kRadixSegments parts, each with its own counts and places, so that many
-// chains run at once. Bucket d takes part 0's channels first, then part 1's, and
-// so on: the pass stays stable.
-constexpr unsigned kRadixSegments = 4;
-
-// Calls f(g, i) for every index i of part g, parts [begin[g], begin[g + 1]): their
-// first `shortest` indices side by side, then each part's rest in turn.
-template <typename F>
-inline void for_each_in_parts(const uint32_t* begin, uint32_t shortest, F f) {
-    for (uint32_t k = 0; k < shortest; ++k)
-        for (unsigned g = 0; g < kRadixSegments; ++g) f(g, begin[g] + k);
-    for (unsigned g = 0; g < kRadixSegments; ++g)
-        for (uint32_t i = begin[g] + shortest; i < begin[g + 1]; ++i) f(g, i);
-}
 
 void radix_pass(const uint32_t* sums, const uint32_t* from, uint32_t channels, unsigned shift, uint32_t* to) {
     uint32_t begin[kRadixSegments + 1];
@@ -432,7 +466,11 @@ Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t cha
     const uint8_t* map = src + 2;
     const size_t map_size = map_bytes(channels, packed, groups);
     const unsigned width = packed ? map_width(groups) : 4;
-    for (uint32_t c = 0; c < channels; ++c) {
+    uint32_t c = 0;
+    if (width == 1) {  // two groups (what short planes map): eight channels a byte, each in range
+        for (; c + 8 <= channels; c += 8) std::memcpy(&s.group[c], &kBitBytes.of[map[c / 8]], 8);
+    }
+    for (; c < channels; ++c) {
         const size_t bit = size_t(c) * width;
         unsigned v = map[bit / 8] >> (bit % 8);
         if (bit % 8 + width > 8) v |= unsigned(map[bit / 8 + 1]) << (8 - bit % 8);
