@@ -573,39 +573,53 @@ struct Entry {
     }
 };
 
-// behind[j] = Entry::grown(rest[j], len) for j < span; returns whether any rest[j]
-// is full (holds kMaxSyms symbols). The portable loop, then the same in AVX2.
+// behind[j] = rest[j] with a code of len bits put in front, for from <= j < span:
+// Entry::grown, or Entry::kept where rest[j] is full (holds kMaxSyms symbols).
+// The portable loop, then the same in AVX2.
 template <bool kBackward>
-KV_ALWAYS_INLINE bool grow_tail(const uint64_t* rest, uint64_t* behind, uint32_t from, uint32_t span, unsigned len) {
+KV_ALWAYS_INLINE void grow_tail(const uint64_t* rest, uint64_t* behind, uint32_t from, uint32_t span, unsigned len,
+                                const uint8_t* lens) {
     using E = Entry<kBackward>;
-    bool any_full = false;
-    for (uint32_t j = from; j < span; ++j) {
-        behind[j] = E::grown(rest[j], len);
-        any_full |= E::count(rest[j]) == kMaxSyms;
-    }
-    return any_full;
+    for (uint32_t j = from; j < span; ++j)
+        behind[j] = E::count(rest[j]) == kMaxSyms ? E::kept(rest[j], len, lens) : E::grown(rest[j], len);
 }
 
 #if KVCORE_X86
+// lens64[s] = the length of symbol s (coded symbols; 0 for others), which the
+// full entries' last symbols gather: short codes fill most wide entries, and a
+// scalar pass over them took some 40% of building a table of exponents.
 template <bool kBackward>
-__attribute__((target("avx2"))) bool grow_avx2(const uint64_t* rest, uint64_t* behind, uint32_t span, unsigned len) {
+__attribute__((target("avx2"))) void grow_avx2(const uint64_t* rest, uint64_t* behind, uint32_t span, unsigned len,
+                                               const uint8_t* lens, const long long* lens64) {
     using E = Entry<kBackward>;
+    constexpr int kLastShift = kBackward ? 56 - 8 * (kMaxSyms - 1) : 8 * (kMaxSyms - 1);
     const __m256i staying = _mm256_set1_epi64x(int64_t(E::kStaying));
     const __m256i meta = _mm256_set1_epi64x(int64_t(E::kMeta));
     const __m256i plus = _mm256_set1_epi64x(int64_t(uint64_t(len) << E::kBitsShift | uint64_t(1) << E::kCountShift));
     const __m256i count_mask = _mm256_set1_epi64x(int64_t(uint64_t(0xff) << E::kCountShift));
     const __m256i full_count = _mm256_set1_epi64x(int64_t(uint64_t(kMaxSyms) << E::kCountShift));
-    __m256i full = _mm256_setzero_si256();
+    const __m256i byte = _mm256_set1_epi64x(0xff);
+    const __m256i kept_len = _mm256_set1_epi64x(int64_t(len));
     uint32_t j = 0;
     for (; j + 4 <= span; j += 4) {
         const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rest + j));
         const __m256i moved = kBackward ? _mm256_and_si256(_mm256_srli_epi64(r, 8), staying)
                                         : _mm256_slli_epi64(_mm256_and_si256(r, staying), 8);
-        const __m256i e = _mm256_add_epi64(_mm256_add_epi64(moved, _mm256_and_si256(r, meta)), plus);
+        __m256i e = _mm256_add_epi64(_mm256_add_epi64(moved, _mm256_and_si256(r, meta)), plus);
+        const __m256i full = _mm256_cmpeq_epi64(_mm256_and_si256(r, count_mask), full_count);
+        if (!_mm256_testz_si256(full, full)) {
+            // kept: the last symbol and its bits dropped, the count stays kMaxSyms
+            const __m256i last = _mm256_and_si256(_mm256_srli_epi64(r, kLastShift), byte);
+            const __m256i last_len = _mm256_mask_i64gather_epi64(_mm256_setzero_si256(), lens64, last, full, 8);
+            const __m256i bits = _mm256_sub_epi64(
+                _mm256_add_epi64(_mm256_and_si256(_mm256_srli_epi64(r, E::kBitsShift), byte), kept_len), last_len);
+            const __m256i kept = _mm256_or_si256(_mm256_andnot_si256(meta, moved),
+                                                 _mm256_or_si256(_mm256_slli_epi64(bits, E::kBitsShift), full_count));
+            e = _mm256_blendv_epi8(e, kept, full);
+        }
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(behind + j), e);
-        full = _mm256_or_si256(full, _mm256_cmpeq_epi64(_mm256_and_si256(r, count_mask), full_count));
     }
-    return !_mm256_testz_si256(full, full) | grow_tail<kBackward>(rest, behind, j, span, len);
+    grow_tail<kBackward>(rest, behind, j, span, len, lens);
 }
 #endif
 
@@ -619,10 +633,16 @@ __attribute__((target("avx2"))) bool grow_avx2(const uint64_t* rest, uint64_t* b
 template <bool kBackward, bool kAvx2>
 KV_ALWAYS_INLINE void build_multi_impl(const uint8_t* lens, const uint8_t* order, const uint32_t* start, unsigned m,
                                        uint64_t* multi) {
-    using E = Entry<kBackward>;
     // by_width[(1 << w) + x] = entry of the w-bit string x, for w < kTableBits.
     alignas(64) uint64_t by_width[kTableSize];
     alignas(64) uint64_t behind[kTableSize / 2];
+#if KVCORE_X86
+    alignas(32) long long lens64[256];
+    if constexpr (kAvx2) {
+        std::fill(lens64, lens64 + 256, 0);
+        for (unsigned i = 0; i < m; ++i) lens64[order[i]] = lens[order[i]];
+    }
+#endif
     by_width[1] = 0;  // width 0: nothing decoded
     for (unsigned w = 1; w <= kTableBits; ++w) {
         uint64_t* row = w == kTableBits ? multi : by_width + (1u << w);
@@ -632,21 +652,15 @@ KV_ALWAYS_INLINE void build_multi_impl(const uint8_t* lens, const uint8_t* order
             const unsigned len = lens[order[i]];
             const uint32_t span = 1u << (w - len);
             const uint64_t* rest = by_width + span;  // entries of width w - len
-            // A vector pass, then again one by one where rest[j] was full (dropping
-            // its last symbol needs that symbol's length).
-            bool any_full;
 #if KVCORE_X86
             if constexpr (kAvx2)
-                any_full = grow_avx2<kBackward>(rest, behind, span, len);
+                grow_avx2<kBackward>(rest, behind, span, len, lens, lens64);
             else
 #endif
-                any_full = grow_tail<kBackward>(rest, behind, 0, span, len);
-            if (any_full)
-                for (uint32_t j = 0; j < span; ++j)
-                    if (E::count(rest[j]) == kMaxSyms) behind[j] = E::kept(rest[j], len, lens);
+                grow_tail<kBackward>(rest, behind, 0, span, len, lens);
             uint64_t* out = row + (start[i] >> (kTableBits - w));
             for (; i < m && lens[order[i]] == len; ++i, out += span) {
-                const uint64_t sym = E::first(order[i]);
+                const uint64_t sym = Entry<kBackward>::first(order[i]);
                 for (uint32_t j = 0; j < span; ++j) out[j] = behind[j] + sym;
             }
             covered = uint32_t(out - row);
