@@ -931,3 +931,35 @@ def test_order0_bits_is_the_entropy_of_the_counts(seed):
     assert _native.order0_bits([0] * 256) == 0 and _native.order0_bits([0] * 9 + [5] + [0] * 246) == 0
     with pytest.raises(kvcore.InvalidArgumentError):
         _native.order0_bits(counts[:255])
+
+
+@pytest.mark.parametrize("symbols", [[0, 128], [7, 9, 200], [250, 3, 4], [0, 85, 170], [10, 20, 30, 40, 50, 60],
+                                     [0, 1, 255], list(range(0, 256, 2)), list(range(256))])
+def test_range_map_has_one_spelling(variant, symbols):
+    """Every range that holds the coded values, one starting at each of them (ties between
+    equally long ranges included), spells the same code; the decoder takes only the shortest,
+    of those the one with the smallest first value (csrc/entropy/code_lengths.h), and refuses
+    the others and any with an uncoded end."""
+    rng = np.random.default_rng(len(symbols))
+    n = 3000
+    data = rng.choice(np.array(symbols, np.uint8), n)
+    stream = _native.huffman_encode(data)
+    head = _header(stream, n)
+    lengths, payload = head.lengths, stream[head.sizes_at :]
+    if head.tag == 3:  # tag 3's sizes are 4 bytes; tag 5's as few as the longest stream needs
+        width = max(1, ((11 * -(-n // STREAMS) + 7) // 8).bit_length() + 7 >> 3)
+        sizes = [int.from_bytes(payload[4 * k : 4 * k + 4], "little") for k in range(STREAMS - 1)]
+        payload = b"".join(v.to_bytes(width, "little") for v in sizes) + payload[4 * (STREAMS - 1) :]
+    coded = sorted(lengths)
+    gaps = {s: (s - coded[i - 1] - 1) % 256 for i, s in enumerate(coded)}  # uncoded values before s
+    longest = max(gaps.values()) if len(coded) < 256 else 0
+    canonical = min(s for s in coded if gaps[s] == longest) if len(coded) < 256 else 0
+    spellings = [(s, 256 - gaps[s]) for s in coded] + [(coded[0], 256)] * (len(coded) < 256)
+    spellings += [((coded[0] - 1) % 256, 256 - gaps[coded[0]] + 1)] * (gaps[coded[0]] > 0)  # an uncoded first value
+    for first, span in spellings:
+        c = bytes([5, first, span - 1]) + _nibbles([lengths.get((first + i) % 256, 0) for i in range(span)]) + payload
+        if first == canonical and span == 256 - longest:
+            assert _native.huffman_decode(c, n) == data.tobytes()
+        else:
+            with pytest.raises(kvcore.CorruptFrameError):
+                _native.huffman_decode(c, n)

@@ -121,27 +121,31 @@ void write_range_map(const uint8_t* lens, SymbolRange r, uint8_t* out) {
 unsigned read_range_map(const uint8_t* map, size_t size, unsigned max_len, uint8_t* lens, uint8_t* syms,
                         size_t* map_size) {
     if (size < 2) return 0;
-    const SymbolRange r{map[0], unsigned(map[1]) + 1};
-    *map_size = range_map_bytes(r.span);
+    const unsigned first = map[0], span = unsigned(map[1]) + 1;
+    *map_size = range_map_bytes(span);
     if (size < *map_size) return 0;
     const uint8_t* nibbles = map + 2;
-    if ((r.span & 1) && (nibbles[r.span >> 1] >> 4) != 0) return 0;
+    if ((span & 1) && (nibbles[span >> 1] >> 4) != 0) return 0;
     std::memset(lens, 0, 256);
-    unsigned m = 0;
-    // Increasing symbols: the values that wrapped past 255 first.
-    const unsigned wrapped = r.first + r.span > 256 ? 256 - r.first : r.span;
-    for (unsigned pass = 0; pass < 2; ++pass) {
-        const unsigned begin = pass == 0 ? wrapped : 0, end = pass == 0 ? r.span : wrapped;
-        for (unsigned i = begin; i < end; ++i) {
-            const unsigned len = length_nibble(nibbles, i), s = (r.first + i) & 255;
-            if (len > max_len) return 0;
-            lens[s] = uint8_t(len);
-            if (len) syms[m++] = uint8_t(s);
-        }
+    // symbol_range's choice, checked as the map is read: the range's ends are coded,
+    // and no run of uncoded values inside it is longer than the one outside it, or
+    // as long and followed by a value below first (which would start the range).
+    const unsigned outside = 256 - span;
+    unsigned m = 0, wrapped = 0;  // wrapped: coded values past 255, which come first in increasing order
+    int prev = -1;
+    for (unsigned i = 0; i < span; ++i) {
+        const unsigned len = length_nibble(nibbles, i), s = (first + i) & 255;
+        if (len > max_len) return 0;
+        if (!len) continue;
+        if (prev < 0 ? i != 0 : (i - unsigned(prev) - 1 > outside || (i - unsigned(prev) - 1 == outside && s < first)))
+            return 0;
+        prev = int(i);
+        lens[s] = uint8_t(len);
+        syms[m++] = uint8_t(s);
+        wrapped += s < first;
     }
-    if (m == 0) return 0;
-    const SymbolRange canonical = symbol_range(lens);
-    if (canonical.first != r.first || canonical.span != r.span) return 0;
+    if (m == 0 || unsigned(prev) != span - 1) return 0;
+    std::rotate(syms, syms + (m - wrapped), syms + m);
     return m;
 }
 
