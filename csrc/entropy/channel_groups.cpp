@@ -1,7 +1,6 @@
 #include "entropy/channel_groups.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
