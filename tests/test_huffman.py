@@ -822,15 +822,18 @@ def _legacy(path=LEGACY) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
-def test_forward_streams_written_before_still_decode(variant):
-    """Tag 2 streams (four segments coded first symbol first) from the encoder before tag 3
-    (9859826): real exponent and fp16 planes, odd lengths, two symbols, all 256 symbols."""
-    legacy = _legacy()
+@pytest.mark.parametrize("path,tag", [(LEGACY, 2), (LEGACY3, 3)])
+def test_streams_written_before_still_decode(variant, path, tag):
+    """Streams the encoder no longer writes: tag 2 (four segments coded first symbol first),
+    written before tag 3 (9859826), and tag 3 (a 32-byte symbol bitmap, 4-byte stream sizes),
+    written before tag 5 (fcd1875). Real exponent and fp16 planes, odd lengths, two symbols,
+    all 256 symbols (the same planes in both files)."""
+    legacy = _legacy(path)
     names = [k[4:] for k in legacy if k.startswith("raw:")]
     assert len(names) == 6
     for name in names:
         raw, stream = legacy[f"raw:{name}"].tobytes(), legacy[f"stream:{name}"].tobytes()
-        assert stream[0] == 2
+        assert stream[0] == tag
         assert _native.huffman_decode(stream, len(raw)) == raw, name
         assert _reference_decode(stream, len(raw)) == raw, name
 
@@ -863,19 +866,6 @@ def test_frame_written_with_forward_streams_still_decodes():
     assert back.dtype == torch.bfloat16
     assert back.view(torch.int16).numpy().view(np.uint8).reshape(-1).tobytes() == \
         legacy["frame_raw:minilm_bf16_dense"].tobytes()
-
-
-def test_bitmap_streams_written_before_still_decode(variant):
-    """Tag 3 streams (a 32-byte symbol bitmap, 4-byte stream sizes), which the encoder wrote
-    before the compact header (tag 5), at fcd1875: the planes of huffman_tag2.npz."""
-    legacy = _legacy(LEGACY3)
-    names = [k[4:] for k in legacy if k.startswith("raw:")]
-    assert len(names) == 6
-    for name in names:
-        raw, stream = legacy[f"raw:{name}"].tobytes(), legacy[f"stream:{name}"].tobytes()
-        assert stream[0] == 3
-        assert _native.huffman_decode(stream, len(raw)) == raw, name
-        assert _reference_decode(stream, len(raw)) == raw, name
 
 
 @pytest.mark.parametrize("name", ["minilm_bf16_dense", "minilm_bf16_max", "apart_bf16_dense"])
