@@ -638,6 +638,13 @@ def _nibbles(values: list[int]) -> bytes:
     return bytes(padded[i] | padded[i + 1] << 4 for i in range(0, len(padded), 2))
 
 
+def _size_width(n: int) -> int:
+    """Bytes of each stream size in a tag 5 header for n symbols: the fewest that hold
+    ceil(11 L / 8), the most bytes the longest segment's L = ceil(n / 6) symbols can take."""
+    longest = -(-n // STREAMS)
+    return max(1, (((11 * longest + 7) // 8).bit_length() + 7) // 8)
+
+
 def _header(stream: bytes, n: int) -> Header:
     """The header of a tag 2, 3 or 5 stream for n symbols, as the comment at the top of
     csrc/entropy/huffman.cpp and docs/FORMAT.md describe it."""
@@ -647,9 +654,7 @@ def _header(stream: bytes, n: int) -> Header:
         first, span = stream[1], stream[2] + 1
         lengths = {(first + i) % 256: (stream[3 + i // 2] >> (4 * (i % 2))) & 15 for i in range(span)}
         lengths = {s: v for s, v in lengths.items() if v}
-        sizes_at = 3 + (span + 1) // 2
-        longest = -(-n // streams)
-        width = max(1, ((11 * longest + 7) // 8).bit_length() + 7 >> 3)
+        sizes_at, width = 3 + (span + 1) // 2, _size_width(n)
     else:
         bitmap = stream[1:33]
         symbols = [s for s in range(256) if bitmap[s >> 3] >> (s & 7) & 1]
@@ -895,7 +900,7 @@ def test_encoder_writes_the_smaller_header(variant, symbols):
         present = sorted(set(data.tolist()))
         gaps = [(present[(i + 1) % len(present)] - s - 1) % 256 for i, s in enumerate(present)]
         span = 256 - max(gaps) if len(present) < 256 else 256
-        compact = 3 + (span + 1) // 2 + (STREAMS - 1) * max(1, ((11 * -(-n // STREAMS) + 7) // 8).bit_length() + 7 >> 3)
+        compact = 3 + (span + 1) // 2 + (STREAMS - 1) * _size_width(n)
         bitmap = 1 + 32 + (len(present) + 1) // 2 + SIZES
         assert head.tag == (5 if compact <= bitmap else 3), (n, compact, bitmap)
         assert head.end == min(compact, bitmap)
@@ -937,7 +942,7 @@ def test_range_map_has_one_spelling(variant, symbols):
     head = _header(stream, n)
     lengths, payload = head.lengths, stream[head.sizes_at :]
     if head.tag == 3:  # tag 3's sizes are 4 bytes; tag 5's as few as the longest stream needs
-        width = max(1, ((11 * -(-n // STREAMS) + 7) // 8).bit_length() + 7 >> 3)
+        width = _size_width(n)
         sizes = [int.from_bytes(payload[4 * k : 4 * k + 4], "little") for k in range(STREAMS - 1)]
         payload = b"".join(v.to_bytes(width, "little") for v in sizes) + payload[4 * (STREAMS - 1) :]
     coded = sorted(lengths)

@@ -314,7 +314,7 @@ Scratch& thread_scratch(size_t bytes, uint32_t channels) {
 
 Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double table_bits,
                       double lanes_allowance, uint32_t* hist, bool* exact, uint8_t* dst, size_t cap,
-                      size_t* written) {
+                      size_t* written, const uint32_t* channel_sums) {
     const Status not_better = make_status(Code::kBufferTooSmall, "channel grouping does not pay");
     *exact = true;
     if (channels < 2 || rows < kMinRows) {
@@ -327,11 +327,15 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
 
     // Rank channels by their mean symbol over a sample of rows; cut the ranking
     // into equal fine groups.
-    std::vector<uint32_t> sums(channels, 0);
     const size_t step = std::max<size_t>(1, rows / kRankRows);
-    add_rows(plane, rows, step, channels, sums.data());
+    std::vector<uint32_t> sums;
+    if (!channel_sums || step != 1) {  // (all rows: the caller's sums are the sample's)
+        sums.assign(channels, 0);
+        add_rows(plane, rows, step, channels, sums.data());
+        channel_sums = sums.data();
+    }
     std::vector<uint32_t> rank(channels);
-    rank_channels(sums.data(), channels, rank.data());
+    rank_channels(channel_sums, channels, rank.data());
     for (unsigned g = 0; g < groups; ++g)
         for (uint32_t i = group_first_rank(g, channels, groups); i < group_first_rank(g + 1, channels, groups); ++i)
             s.group[rank[i]] = static_cast<uint8_t>(g);
@@ -423,7 +427,8 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
     return Status::ok();
 }
 
-bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t table_bits) {
+bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t table_bits,
+                            uint32_t* sums) {
     if (channels < 2 || rows < kMinRows) return false;
     // With N symbols of sum T and sum of squares Q, and channel sums S_c, the share
     // of the symbols' variance that channel means explain is
@@ -435,8 +440,8 @@ bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels
     // table table_bits. So: eta2 N >= 2 ln 2 (C + table_bits) (1.386, in thousandths
     // below).
     using Wide = unsigned __int128;
-    std::vector<uint32_t> sums(channels, 0);
-    add_rows(plane, rows, 1, channels, sums.data());
+    std::fill(sums, sums + channels, 0);
+    add_rows(plane, rows, 1, channels, sums);
     uint64_t total = 0;
     Wide channel_squares = 0;
     for (uint32_t c = 0; c < channels; ++c) {

@@ -48,10 +48,11 @@ constexpr uint32_t group_first_rank(unsigned g, uint32_t channels, unsigned grou
 // charge; 0: the smallest estimate). Each stream is coded as huffman_encode with
 // lanes_allowance codes it. kBufferTooSmall when that is one table (no
 // grouping), or the result does not fit in cap: the caller then codes the plane
-// with plain huffman, using hist.
+// with plain huffman, using hist. channel_sums: each channel's sum over all rows
+// where the caller has it (channel_groups_may_pay's), else null.
 Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, double table_bits,
                       double lanes_allowance, uint32_t* hist, bool* exact, uint8_t* dst, size_t cap,
-                      size_t* written);
+                      size_t* written, const uint32_t* channel_sums = nullptr);
 
 // Whether coding rows x channels symbols (row-major) in
 // two channel groups may pay for their map, a bit a channel on such short planes,
@@ -59,8 +60,10 @@ Status grouped_encode(const uint8_t* plane, size_t rows, uint32_t channels, doub
 // grouped_encode ranks channels on, and channel means that explain enough of the
 // symbols' variance (channel_groups.cpp). Dense mode tries groups on planes of few
 // rows only then (frame/plane_methods.cpp). Computed in integers: the same answer
-// on every machine.
-bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t table_bits);
+// on every machine. sums[channels] receives each channel's sum over all rows (for
+// grouped_encode, which ranks channels by them).
+bool channel_groups_may_pay(const uint8_t* plane, size_t rows, uint32_t channels, uint32_t table_bits,
+                            uint32_t* sums);
 
 // Decodes exactly rows x channels symbols into dst.
 Status grouped_decode(const uint8_t* src, size_t size, size_t rows, uint32_t channels, uint8_t* dst);

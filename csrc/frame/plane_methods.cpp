@@ -124,20 +124,24 @@ Status entropy_encode(const uint8_t* plane, size_t n, const PlanePolicy& policy,
     bool exact = true;
     const bool whole_rows = policy.mode == Mode::kDense && policy.channels > 1 && n % policy.channels == 0;
     bool grouped = whole_rows && (policy.max_ratio || n / policy.channels >= kDenseGroupedMinRows);
+    std::vector<uint32_t> channel_sums;  // the short-plane rule's, which the trial ranks by
     if (whole_rows && !grouped) {
+        channel_sums.resize(policy.channels);
         grouped = entropy::channel_groups_may_pay(plane, n / policy.channels, policy.channels,
-                                                  uint32_t(kTableDecodeBits));
+                                                  uint32_t(kTableDecodeBits), channel_sums.data());
         // Counted exactly, as the grouped coder counts such short planes in fine groups
         // under 8 KiB (all but the widest): not tried, they code as they did.
-        if (!grouped && counted) std::copy(counted, counted + 256, hist);
-        else if (!grouped) entropy::histogram(plane, n, hist);
+        if (!grouped) {
+            if (counted) std::copy(counted, counted + 256, hist);
+            else entropy::histogram(plane, n, hist);
+        }
     }
     const double lanes_allowance = !policy.lanes ? -1.0 : policy.max_ratio ? 0.0 : kLanesAllowance;
     Status st = make_status(Code::kBufferTooSmall, "not tried");
     if (grouped) {
         const double table_bits = policy.max_ratio ? 0.0 : kTableDecodeBits;
         st = entropy::grouped_encode(plane, n / policy.channels, policy.channels, table_bits, lanes_allowance, hist,
-                                     &exact, dst, cap, written);
+                                     &exact, dst, cap, written, channel_sums.empty() ? nullptr : channel_sums.data());
     } else if (policy.mode == Mode::kFast) {
         exact = entropy::histogram_weights(plane, n, hist);  // fastcode escapes what the sample missed
     } else if (!whole_rows) {
