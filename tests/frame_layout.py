@@ -1,6 +1,7 @@
 """Walks the frame format of docs/FORMAT.md, for tests that edit frames."""
 
 import struct
+import zlib
 from typing import Optional
 
 import xxhash
@@ -48,6 +49,43 @@ def deflate_pieces(payload: bytes) -> list[tuple[int, bytes]]:
         pos += comp
     assert pos == len(payload)
     return out
+
+
+DEFLATE = 4  # the plane method of raw DEFLATE pieces
+
+
+def same_payloads(a: bytes, b: bytes) -> bool:
+    """Whether two deflate-plane payloads hold the same pieces, each compared by what it decodes to.
+
+    ISA-L has coded one 64 KiB piece two ways within one process (two valid streams,
+    the same length or a byte apart; docs/CHANGES.md, forty-third session), so DEFLATE
+    output of two calls is compared by content, and everything around it byte for byte.
+    """
+    pa, pb = deflate_pieces(a), deflate_pieces(b)
+    return len(pa) == len(pb) and all(
+        na == nb and (ca == cb or zlib.decompress(ca, -15) == zlib.decompress(cb, -15))
+        for (na, ca), (nb, cb) in zip(pa, pb))
+
+
+def same_frame(a: bytes, b: bytes) -> bool:
+    """Whether frames a and b are the same, DEFLATE planes compared by content (same_payloads):
+    the header up to its block sizes, every block's checksum, every plane's method, and
+    every other plane's bytes must be equal."""
+    a, b = bytes(a), bytes(b)
+    if a == b:
+        return True
+    n_blocks = struct.unpack_from("<I", a, 12)[0]
+    sizes_at = header_length(a) - 4 - 4 * n_blocks
+    if a[:sizes_at] != b[:sizes_at]:
+        return False
+    pa, pb = block_planes(a), block_planes(b)
+    if [(blk, m) for blk, _, m, _ in pa] != [(blk, m) for blk, _, m, _ in pb]:
+        return False
+    starts_a = {blk: at for blk, at, _, _ in reversed(pa)}  # each block's first plane
+    starts_b = {blk: at for blk, at, _, _ in reversed(pb)}
+    if any(a[starts_a[k] - 8:starts_a[k]] != b[starts_b[k] - 8:starts_b[k]] for k in starts_a):
+        return False  # the blocks' checksums (of the input they hold)
+    return all(same_payloads(x, y) if m == DEFLATE else x == y for (_, _, m, x), (_, _, _, y) in zip(pa, pb))
 
 
 def reseal(frame: bytearray) -> bytes:

@@ -997,7 +997,7 @@ def test_compress_into_a_reused_buffer(mode):
         assert isinstance(frame, memoryview) and bytes(frame) == kvcore.compress(x, mode=mode)
         assert_bit_exact(kvcore.decompress(frame), x)
     raw = np.zeros(buf.numel(), dtype=np.uint8)
-    assert bytes(kvcore.compress(kv, out=raw, backend="software")) == kvcore.compress(kv, backend="software")
+    assert frame_layout.same_frame(kvcore.compress(kv, out=raw, backend="software"), kvcore.compress(kv, backend="software"))
     with pytest.raises(kvcore.BufferTooSmallError):
         kvcore.compress(kv, out=bytearray(100))
     for bad in (bytes(buf.numel()), 7, np.zeros((64, 4096), dtype=np.uint8)[:, ::2], buf[::2]):

@@ -17,6 +17,7 @@ from isal import isal_zlib
 
 import kvcore
 from kvcore import _native
+import frame_layout
 from native_build import build_harness, codec_sources
 
 PIECE = 64 * 1024
@@ -320,7 +321,8 @@ def test_qat_backend_without_qatzip_is_unsupported():
 def test_output_capacity_below_the_bound(threads):
     data = sample(5 * PIECE + 3, seed=21)
     payload = _native.deflate_plane_encode(data, backend="software", threads=threads)
-    assert _native.deflate_plane_encode(data, backend="software", threads=threads, max_bytes=len(payload)) == payload
+    again = _native.deflate_plane_encode(data, backend="software", threads=threads, max_bytes=len(payload))
+    assert frame_layout.same_payloads(again, payload)
     with pytest.raises(kvcore.BufferTooSmallError):
         _native.deflate_plane_encode(data, backend="software", threads=threads, max_bytes=len(payload) - 1)
     with pytest.raises(kvcore.BufferTooSmallError):

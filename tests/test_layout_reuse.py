@@ -72,7 +72,7 @@ def test_a_deflate_backend_takes_layouts_analysed_for_it():
     layout = kvcore.analyze(t, backend="software")
     assert layout.mode == "DEFLATE"
     frame = kvcore.compress(t, backend="software", layout=layout)
-    assert frame == kvcore.compress(t, backend="software")
+    assert frame_layout.same_frame(frame, kvcore.compress(t, backend="software"))
     with pytest.raises(InvalidArgumentError, match="DEFLATE coding, not dense"):
         kvcore.compress(t, layout=layout)
 
