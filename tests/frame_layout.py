@@ -1,4 +1,4 @@
-"""Walks the frame format of docs/FORMAT.md, for tests that edit frames."""
+"""Walks the frame format of docs/FORMAT.md, for tests that edit or compare frames."""
 
 import struct
 import zlib
@@ -58,7 +58,7 @@ def same_payloads(a: bytes, b: bytes) -> bool:
     """Whether two deflate-plane payloads hold the same pieces, each compared by what it decodes to.
 
     ISA-L has coded one 64 KiB piece two ways within one process (two valid streams,
-    the same length or a byte apart; docs/CHANGES.md, forty-third session), so DEFLATE
+    the same length or a byte apart; docs/QAT.md), so DEFLATE
     output of two calls is compared by content, and everything around it byte for byte.
     """
     pa, pb = deflate_pieces(a), deflate_pieces(b)
