@@ -81,11 +81,14 @@ def same_frame(a: bytes, b: bytes) -> bool:
     pa, pb = block_planes(a), block_planes(b)
     if [(blk, m) for blk, _, m, _ in pa] != [(blk, m) for blk, _, m, _ in pb]:
         return False
-    starts_a = {blk: at for blk, at, _, _ in reversed(pa)}  # each block's first plane
-    starts_b = {blk: at for blk, at, _, _ in reversed(pb)}
-    if any(a[starts_a[k] - 8:starts_a[k]] != b[starts_b[k] - 8:starts_b[k]] for k in starts_a):
-        return False  # the blocks' checksums (of the input they hold)
+    if _block_checksums(a, pa) != _block_checksums(b, pb):
+        return False
     return all(same_payloads(x, y) if m == DEFLATE else x == y for (_, _, m, x), (_, _, _, y) in zip(pa, pb))
+
+
+def _block_checksums(frame: bytes, planes: list[tuple[int, int, int, bytes]]) -> list[bytes]:
+    # A block's 8-byte checksum (of the input it holds) sits just before its first plane.
+    return [frame[at - 8:at] for k, (blk, at, _, _) in enumerate(planes) if k == 0 or planes[k - 1][0] != blk]
 
 
 def reseal(frame: bytearray) -> bytes:
