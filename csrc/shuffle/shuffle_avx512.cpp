@@ -46,9 +46,8 @@ KV_AVX512 inline __m512i rotr8(__m512i x) {
     return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x, 1), _mm512_set1_epi8(0x7f)),
                            _mm512_and_si512(_mm512_slli_epi16(x, 7), _mm512_set1_epi8(static_cast<char>(0x80))));
 }
-KV_AVX512 inline __m512i rotl16(__m512i x) {
-    return _mm512_or_si512(_mm512_slli_epi16(x, 1), _mm512_srli_epi16(x, 15));
-}
+// One VBMI2 funnel shift (see rotr16 in interleave_avx512.h).
+KV_AVX512 inline __m512i rotl16(__m512i x) { return _mm512_shldi_epi16(x, x, 1); }
 
 // ---- 1-byte elements ----
 
@@ -61,38 +60,50 @@ struct CachedPlanes {
 };
 
 // A split kernel also hands the stripes of its input, in order, to a Feed
-// (NoStripeFeed: none), `count` of them a step. They are loaded from the hashed
-// input at multiples of 64 bytes from its start (`stripes`), not taken from the
-// kernel's vectors, which start where aligning the planes' stores put them
-// (split_hashed_avx512); the kernel has just read those lines, so they are in L1.
-template <typename Feed>
+// (NoStripeFeed: none): each step, the vectors it loaded from `at` bytes into its
+// source. Where that source starts at the hashed input (kFromVectors), they are
+// the input's stripes and are fed from registers. Where aligning the planes'
+// stores moved the source on (split_hashed_avx512), the stripes are loaded again
+// at multiples of 64 bytes from the input's start (`stripes`); the kernel has just
+// read those lines, so they are in L1. (Feeding from registers made split_hashed's
+// 2-byte kernel 1.08x faster with the rotation and 1.27x without, in cache on
+// Zen 4: the second loads were what bound it.)
+template <typename FeedType, bool kFromVectors = false>
 struct SplitFeed {
+    using Feed = FeedType;
     Feed feed;
-    const uint8_t* stripes = nullptr;  // the hashed input (unread with NoStripeFeed)
-    KV_AVX512 __m512i load() const { return feed.load(); }
-    KV_AVX512 void store(__m512i acc) const { feed.store(acc); }
-    // The `count` stripes that start `at` bytes into the hashed input.
-    KV_AVX512 __attribute__((always_inline)) __m512i add(__m512i acc, size_t at, unsigned count) {
-        if constexpr (!std::is_same_v<Feed, NoStripeFeed>) {
-            for (unsigned k = 0; k < count; ++k) acc = feed.add(acc, ld(stripes + at + 64 * k));
+    const uint8_t* stripes = nullptr;  // the hashed input (read only when !kFromVectors)
+    KV_AVX512 StripeAcc load() const { return feed.load(); }
+    KV_AVX512 void store(StripeAcc acc) const { feed.store(acc); }
+    template <typename... V>
+    KV_AVX512 __attribute__((always_inline)) StripeAcc add(StripeAcc acc, size_t at, V... loaded) {
+        if constexpr (std::is_same_v<Feed, NoStripeFeed>) {
+            (static_cast<void>(loaded), ...);
+            static_cast<void>(at);
+        } else if constexpr (kFromVectors) {
+            ((acc = feed.add(acc, loaded)), ...);
+            static_cast<void>(at);
+        } else {
+            (static_cast<void>(loaded), ...);
+            for (size_t k = 0; k < sizeof...(V); ++k) acc = feed.add(acc, ld(stripes + at + 64 * k));
         }
         return acc;
     }
-    KV_AVX512 __attribute__((always_inline)) __m512i end_block(__m512i acc) { return feed.end_block(acc); }
+    KV_AVX512 __attribute__((always_inline)) StripeAcc end_block(StripeAcc acc) { return feed.end_block(acc); }
 };
 
-template <bool Rot, bool Res, typename Out, typename Feed>
-KV_AVX512 size_t split1(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, SplitFeed<Feed>& fed_to) {
-    SplitFeed<Feed> feed = fed_to;  // locals stay in registers
+template <bool Rot, bool Res, typename Out, typename Fed>
+KV_AVX512 size_t split1(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, Fed& fed_to) {
+    Fed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 128;
     const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
-    __m512i acc = feed.load();
+    StripeAcc acc = feed.load();
     size_t pos = 0, i = 0;
     for (bool full = true; full;) {
-        for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
+        for (const size_t end = inner_end<B, 2, typename Fed::Feed>(i, n, &full); i < end; i += B) {
             __m512i a = ld(src + i), b = ld(src + i + 64);
-            acc = feed.add(acc, i, 2);
+            acc = feed.add(acc, i, a, b);
             if (Rot) a = rotl8(a), b = rotl8(b);
             if (Res) {
                 const uint8_t* r = res.bytes() + pos;
@@ -116,7 +127,7 @@ KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransfo
     constexpr size_t B = 128;
     const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
-    __m512i acc = feed.load();
+    StripeAcc acc = feed.load();
     size_t pos = 0, i = 0;
     const uint8_t* in = planes[0];
     for (bool full = true; full;) {
@@ -143,21 +154,21 @@ KV_AVX512 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransfo
 
 // ---- 2-byte elements ----
 
-template <bool Rot, bool Res, typename Out, typename Feed>
-KV_AVX512 size_t split2(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, SplitFeed<Feed>& fed_to) {
-    SplitFeed<Feed> feed = fed_to;  // locals stay in registers
+template <bool Rot, bool Res, typename Out, typename Fed>
+KV_AVX512 size_t split2(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, Fed& fed_to) {
+    Fed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
     const __m512i even = index_vector([](int j) { return 2 * j; });
     const __m512i odd = index_vector([](int j) { return 2 * j + 1; });
-    __m512i acc = feed.load();
+    StripeAcc acc = feed.load();
     size_t pos = 0, i = 0;
     for (bool full = true; full;) {
-        for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
+        for (const size_t end = inner_end<B, 2, typename Fed::Feed>(i, n, &full); i < end; i += B) {
             const uint8_t* s = src + 2 * i;
             __m512i a = ld(s), b = ld(s + 64);
-            acc = feed.add(acc, 2 * i, 2);
+            acc = feed.add(acc, 2 * i, a, b);
             if (Rot) a = rotl16(a), b = rotl16(b);
             const __m512i lo = _mm512_permutex2var_epi8(a, even, b);
             __m512i hi = _mm512_permutex2var_epi8(a, odd, b);
@@ -181,7 +192,7 @@ KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransfo
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
-    __m512i acc = feed.load();
+    StripeAcc acc = feed.load();
     const Interleave2 interleave;
     size_t pos = 0, i = 0;
     for (bool full = true; full;) {
@@ -208,22 +219,22 @@ KV_AVX512 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransfo
 
 // ---- 4-byte elements ----
 
-template <bool Rot, bool Res, typename Out, typename Feed>
-KV_AVX512 size_t split4(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, SplitFeed<Feed>& fed_to) {
-    SplitFeed<Feed> feed = fed_to;  // locals stay in registers
+template <bool Rot, bool Res, typename Out, typename Fed>
+KV_AVX512 size_t split4(const uint8_t* src, size_t n, const PlaneTransform& t, Out& out, Fed& fed_to) {
+    Fed feed = fed_to;  // locals stay in registers
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
     // From two vectors (elements 0..31): bytes 0..31 = plane 0 (or 2), bytes 32..63 = plane 1 (or 3).
     const __m512i p01 = index_vector([](int j) { return j < 32 ? 4 * j : 4 * (j - 32) + 1; });
     const __m512i p23 = index_vector([](int j) { return j < 32 ? 4 * j + 2 : 4 * (j - 32) + 3; });
-    __m512i acc = feed.load();
+    StripeAcc acc = feed.load();
     size_t pos = 0, i = 0;
     for (bool full = true; full;) {
-        for (const size_t end = inner_end<B, 4, Feed>(i, n, &full); i < end; i += B) {
+        for (const size_t end = inner_end<B, 4, typename Fed::Feed>(i, n, &full); i < end; i += B) {
             const uint8_t* s = src + 4 * i;
             __m512i v0 = ld(s), v1 = ld(s + 64), v2 = ld(s + 128), v3 = ld(s + 192);
-            acc = feed.add(acc, 4 * i, 4);
+            acc = feed.add(acc, 4 * i, v0, v1, v2, v3);
             if (Rot) {
                 v0 = _mm512_rol_epi32(v0, 1), v1 = _mm512_rol_epi32(v1, 1);
                 v2 = _mm512_rol_epi32(v2, 1), v3 = _mm512_rol_epi32(v3, 1);
@@ -257,7 +268,7 @@ KV_AVX512 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransfo
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);  // (may allocate: before acc, which no call may cross in a register)
     const size_t step = res.step(B);
-    __m512i acc = feed.load();
+    StripeAcc acc = feed.load();
     // Sources: x = (plane 0 | plane 1) and y = (plane 2 | plane 3) of 32 elements,
     // each plane 32 bytes. Output byte 4e + p of element e (+16 for the second vector).
     const __m512i first = index_vector([](int j) {
@@ -343,7 +354,7 @@ struct StreamedPlanes {
 // The split kernel for elem_size and t's transform; returns the elements done.
 template <typename Out, typename Feed>
 KV_AVX512 size_t split_kernel(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, Out& out,
-                              SplitFeed<Feed>& feed) {
+                              Feed& feed) {
     const bool rot = t.rotate, res = t.residual != nullptr;
 #define KV_SPLIT(fn)                                                                                          \
     (rot ? (res ? fn<true, true, Out, Feed>(src, n, t, out, feed) : fn<true, false, Out, Feed>(src, n, t, out, feed)) \
@@ -376,6 +387,10 @@ KV_AVX512 size_t split_hashed_avx512(const uint8_t* src, size_t n, unsigned elem
     const size_t step_bytes = elem_size == 4 ? 256 : 128;
     const size_t steps = std::min<uint64_t>(uint64_t(n) * elem_size / step_bytes, hash->regular() * 64 / step_bytes);
     CachedPlanes out{planes};
+    if (src == input) {
+        SplitFeed<StripeFeed, true> feed{StripeFeed(hash)};
+        return split_kernel(src, steps * step_bytes / elem_size, elem_size, t, out, feed);
+    }
     SplitFeed<StripeFeed> feed{StripeFeed(hash), input};
     return split_kernel(src, steps * step_bytes / elem_size, elem_size, t, out, feed);
 }

@@ -124,6 +124,23 @@ static inline __m512i _mm512_shldv_epi16(__m512i a, __m512i b, __m512i c) {
 }
 #endif
 
+#ifndef _mm512_shldi_epi16
+// VBMI2's funnel shifts by an immediate, per 16-bit lane: the upper half of
+// (a:b) << imm, and the lower half of (b:a) >> imm.
+static inline __m512i _mm512_shldi_epi16(__m512i a, __m512i b, int imm) {
+    return _mm512_shldv_epi16(a, b, _mm512_set1_epi16(static_cast<short>(imm)));
+}
+static inline __m512i _mm512_shrdi_epi16(__m512i a, __m512i b, int imm) {
+    uint16_t x[32], y[32], r[32];
+    std::memcpy(x, &a, 64);
+    std::memcpy(y, &b, 64);
+    for (int l = 0; l < 32; ++l) r[l] = static_cast<uint16_t>((uint32_t(y[l]) << 16 | x[l]) >> (imm & 15));
+    __m512i out;
+    std::memcpy(&out, r, 64);
+    return out;
+}
+#endif
+
 #ifndef _mm512_testn_epi8_mask
 // Older SIMDe lacks it: bit j set where byte j of a & b is zero.
 static inline uint64_t _mm512_testn_epi8_mask(__m512i a, __m512i b) {

@@ -11,7 +11,7 @@
 
 KV_AVX512 inline void feed_stripes_avx512(kvcore::Xxh3Stripes* s, const uint8_t* data, uint64_t stripes) {
     kvcore::StripeFeed f(s);
-    __m512i acc = f.load();
+    kvcore::StripeAcc acc = f.load();
     for (uint64_t i = 0; i < stripes; ++i) {
         acc = f.add(acc, _mm512_loadu_si512(data + 64 * i));
         if ((i + 1) % kvcore::StripeFeed::kStripesPerBlock == 0) acc = f.end_block(acc);
