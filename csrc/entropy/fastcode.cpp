@@ -492,7 +492,7 @@ KV_AVX2_INLINE bool patch_group_avx2(__m256i* r, __m256i marker, const uint8_t* 
 template <unsigned W, bool kRows, bool Rot, typename Stores, bool kPatchAll>
 KV_AVX2_INLINE bool merge_group_avx2(const __m256i* V, const __m256i* T, __m256i marker, const uint8_t* lit,
                                      uint64_t nexc, uint64_t& k, const uint8_t* low, uint8_t* out,
-                                     StripeFeedAvx2& feed, __m256i& acc_lo, __m256i& acc_hi) {
+                                     StripeFeedAvx2& feed, StripeAccAvx2& acc) {
     __m256i r[8];
     decode_vectors_avx2<W, kRows>(V, T, marker, r, std::make_index_sequence<8>{});
     if (!patch_group_avx2<kPatchAll>(r, marker, lit, nexc, k)) return false;
@@ -502,7 +502,7 @@ KV_AVX2_INLINE bool merge_group_avx2(const __m256i* V, const __m256i* T, __m256i
         shuffle::avx2::interleave2<Rot>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(low + 32 * i)), r[i], &a, &b);
         Stores::put(out + 64 * i, a);
         Stores::put(out + 64 * i + 32, b);
-        feed.add(acc_lo, acc_hi, a, b);
+        feed.add(acc, a, b);
     }
     return true;
 }
@@ -519,8 +519,8 @@ KV_AVX2 bool decode_groups_merged_avx2(const Parsed& p, const Table& t, size_t g
     load_tables_avx2<W, kRows>(t, T);
     const __m256i marker = _mm256_set1_epi8(static_cast<char>(t.marker));
     StripeFeedAvx2 feed(hash);
-    __m256i acc_lo, acc_hi;
-    feed.load(acc_lo, acc_hi);
+    StripeAccAvx2 acc;
+    feed.load(acc);
     uint64_t k = *k_io;
     size_t gi = 0;
     for (bool full = true; full;) {
@@ -535,14 +535,14 @@ KV_AVX2 bool decode_groups_merged_avx2(const Parsed& p, const Table& t, size_t g
             // group's literal reads stay inside the stream.
             const bool ok = p.dense_escapes && k + kGroup + 16 <= p.after_lit
                                 ? merge_group_avx2<W, kRows, Rot, Stores, true>(V, T, marker, p.lit, p.nexc, k, lo,
-                                                                               out, feed, acc_lo, acc_hi)
+                                                                               out, feed, acc)
                                 : merge_group_avx2<W, kRows, Rot, Stores, false>(V, T, marker, p.lit, p.nexc, k, lo,
-                                                                                out, feed, acc_lo, acc_hi);
+                                                                                out, feed, acc);
             if (!ok) return false;
         }
-        if (full) feed.end_block(acc_lo, acc_hi);
+        if (full) feed.end_block(acc);
     }
-    feed.store(acc_lo, acc_hi);
+    feed.store(acc);
     *k_io = k;
     return k <= p.nexc;
 }

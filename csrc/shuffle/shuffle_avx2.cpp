@@ -37,11 +37,11 @@ using avx2::StreamingStores;
 // A merge kernel hands each 64-byte stripe of its output (two vectors), in order,
 // to a Feed: NoFeed, or a StripeFeedAvx2 that checksums the output from registers.
 struct NoFeed {
-    KV_AVX2 void load(__m256i& lo, __m256i& hi) const { lo = hi = _mm256_setzero_si256(); }
-    KV_AVX2 void store(__m256i, __m256i) const {}
+    KV_AVX2 void load(StripeAccAvx2&) const {}
+    KV_AVX2 void store(const StripeAccAvx2&) const {}
     static constexpr unsigned kStripesPerBlock = 1u << 30;
-    KV_AVX2 void add(__m256i&, __m256i&, __m256i, __m256i) {}
-    KV_AVX2 void end_block(__m256i&, __m256i&) {}
+    KV_AVX2 void add(StripeAccAvx2&, __m256i, __m256i) {}
+    KV_AVX2 void end_block(StripeAccAvx2&) {}
 };
 
 // Rotations by one bit within 8-, 16- and 32-bit lanes.
@@ -86,8 +86,8 @@ KV_AVX2 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);  // (may allocate: before the accumulators, which no call may cross in registers)
     const size_t step = res.step(B);
-    __m256i acc_lo, acc_hi;
-    feed.load(acc_lo, acc_hi);
+    StripeAccAvx2 acc;
+    feed.load(acc);
     size_t pos = 0, i = 0;
     const uint8_t* in = planes[0];
     for (bool full = true; full;) {
@@ -102,11 +102,11 @@ KV_AVX2 void merge1(const uint8_t* const* planes, size_t n, const PlaneTransform
             if (Rot) a = rotr8(a), b = rotr8(b);
             Stores::put(dst + i, a);
             Stores::put(dst + i + 32, b);
-            feed.add(acc_lo, acc_hi, a, b);
+            feed.add(acc, a, b);
         }
-        if (full) feed.end_block(acc_lo, acc_hi);
+        if (full) feed.end_block(acc);
     }
-    feed.store(acc_lo, acc_hi);
+    feed.store(acc);
     fed_to = feed;
     merge_rest(planes, n, i, 1, t, dst);
 }
@@ -155,8 +155,8 @@ KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform
     constexpr size_t B = 64;
     const ResidualPattern res(t, n);  // (may allocate: before the accumulators, which no call may cross in registers)
     const size_t step = res.step(B);
-    __m256i acc_lo, acc_hi;
-    feed.load(acc_lo, acc_hi);
+    StripeAccAvx2 acc;
+    feed.load(acc);
     const uint8_t* p0 = planes[0];
     const uint8_t* p1 = planes[1];
     size_t pos = 0, i = 0;
@@ -178,12 +178,12 @@ KV_AVX2 void merge2(const uint8_t* const* planes, size_t n, const PlaneTransform
             Stores::put(o + 32, b);
             Stores::put(o + 64, c);
             Stores::put(o + 96, d);
-            feed.add(acc_lo, acc_hi, a, b);
-            feed.add(acc_lo, acc_hi, c, d);
+            feed.add(acc, a, b);
+            feed.add(acc, c, d);
         }
-        if (full) feed.end_block(acc_lo, acc_hi);
+        if (full) feed.end_block(acc);
     }
-    feed.store(acc_lo, acc_hi);
+    feed.store(acc);
     fed_to = feed;
     merge_rest(planes, n, i, 2, t, dst);
 }
@@ -233,8 +233,8 @@ KV_AVX2 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform
     constexpr size_t B = 32;
     const ResidualPattern res(t, n);  // (may allocate: before the accumulators, which no call may cross in registers)
     const size_t step = res.step(B);
-    __m256i acc_lo, acc_hi;
-    feed.load(acc_lo, acc_hi);
+    StripeAccAvx2 acc;
+    feed.load(acc);
     size_t pos = 0, i = 0;
     for (bool full = true; full;) {
         for (const size_t end = inner_end<B, 2, Feed>(i, n, &full); i < end; i += B) {
@@ -261,12 +261,12 @@ KV_AVX2 void merge4(const uint8_t* const* planes, size_t n, const PlaneTransform
                 if (Rot) o[k] = rotr32(o[k]);
                 Stores::put(d + 32 * k, o[k]);
             }
-            feed.add(acc_lo, acc_hi, o[0], o[1]);
-            feed.add(acc_lo, acc_hi, o[2], o[3]);
+            feed.add(acc, o[0], o[1]);
+            feed.add(acc, o[2], o[3]);
         }
-        if (full) feed.end_block(acc_lo, acc_hi);
+        if (full) feed.end_block(acc);
     }
-    feed.store(acc_lo, acc_hi);
+    feed.store(acc);
     fed_to = feed;
     merge_rest(planes, n, i, 4, t, dst);
 }

@@ -28,14 +28,14 @@ namespace {
 #ifndef KVCORE_EMULATE_AVX512
 KV_AVX2 void feed_avx2(kvcore::Xxh3Stripes* s, const uint8_t* data, uint64_t stripes) {
     kvcore::StripeFeedAvx2 f(s);
-    __m256i lo, hi;
-    f.load(lo, hi);
+    kvcore::StripeAccAvx2 acc;
+    f.load(acc);
     for (uint64_t i = 0; i < stripes; ++i) {
         const auto* p = reinterpret_cast<const __m256i*>(data + 64 * i);
-        f.add(lo, hi, _mm256_loadu_si256(p), _mm256_loadu_si256(p + 1));
-        if ((i + 1) % kvcore::StripeFeedAvx2::kStripesPerBlock == 0) f.end_block(lo, hi);
+        f.add(acc, _mm256_loadu_si256(p), _mm256_loadu_si256(p + 1));
+        if ((i + 1) % kvcore::StripeFeedAvx2::kStripesPerBlock == 0) f.end_block(acc);
     }
-    f.store(lo, hi);
+    f.store(acc);
 }
 #endif
 
