@@ -68,11 +68,10 @@ bool isal_compress(const uint8_t* src, size_t p, int level, uint8_t* out, size_t
     // Zeroed first, the stream and the level buffer: stateless_init does not set every
     // field stateless deflate reads (hist_bits, which sizes the match window, 0
     // selecting the full 32 KiB, is one), and a thread's level buffer holds what its
-    // last piece left. State left over is what can differ between two identical
-    // calls: twice in the test suite (2026-12, the second time with the stream
-    // zeroed) a piece coded on a pool thread differed from the same piece coded
-    // serially (neither reproduced in hundreds of repeats). Zeroing the buffer
-    // (about 330 KiB at level 3) costs under 1% of coding a 64 KiB piece.
+    // last piece left. Zeroing the buffer (about 330 KiB at level 3) costs under 1%
+    // of coding a 64 KiB piece. Even so, a piece is not always coded to the same
+    // stream twice (a valid stream a token apart, cause unknown; docs/QAT.md), so a
+    // DEFLATE plane is promised only by what it decodes to.
     std::memset(level_buf.data(), 0, buf_size);
     isal_zstream s{};
     isal_deflate_stateless_init(&s);
