@@ -37,7 +37,7 @@ using avx2::StreamingStores;
 // A merge kernel hands each 64-byte stripe of its output (two vectors), in order,
 // to a Feed: NoFeed, or a StripeFeedAvx2 that checksums the output from registers.
 struct NoFeed {
-    KV_AVX2 void load(StripeAccAvx2&) const {}
+    KV_AVX2 void load(StripeAccAvx2& acc) const { acc = StripeAccAvx2{}; }
     KV_AVX2 void store(const StripeAccAvx2&) const {}
     static constexpr unsigned kStripesPerBlock = 1u << 30;
     KV_AVX2 void add(StripeAccAvx2&, __m256i, __m256i) {}

@@ -352,13 +352,13 @@ struct StreamedPlanes {
 };
 
 // The split kernel for elem_size and t's transform; returns the elements done.
-template <typename Out, typename Feed>
+template <typename Out, typename Fed>
 KV_AVX512 size_t split_kernel(const uint8_t* src, size_t n, unsigned elem_size, const PlaneTransform& t, Out& out,
-                              Feed& feed) {
+                              Fed& feed) {
     const bool rot = t.rotate, res = t.residual != nullptr;
-#define KV_SPLIT(fn)                                                                                          \
-    (rot ? (res ? fn<true, true, Out, Feed>(src, n, t, out, feed) : fn<true, false, Out, Feed>(src, n, t, out, feed)) \
-         : (res ? fn<false, true, Out, Feed>(src, n, t, out, feed) : fn<false, false, Out, Feed>(src, n, t, out, feed)))
+#define KV_SPLIT(fn)                                                                                        \
+    (rot ? (res ? fn<true, true, Out, Fed>(src, n, t, out, feed) : fn<true, false, Out, Fed>(src, n, t, out, feed)) \
+         : (res ? fn<false, true, Out, Fed>(src, n, t, out, feed) : fn<false, false, Out, Fed>(src, n, t, out, feed)))
     switch (elem_size) {
         case 1: return KV_SPLIT(split1);
         case 2: return KV_SPLIT(split2);
