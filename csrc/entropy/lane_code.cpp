@@ -246,6 +246,11 @@ Status decode(const uint8_t* src, size_t size, uint8_t* dst, size_t n) {
     if (!detail::decode_steps_portable(&pos, end, t, state, step, n, dst))
         return corrupt("lanes: lane stream ends early");
     if (pos != end) return corrupt("lanes: lane stream does not end at its size");
+    // What each lane holds after its last code is the pad of the last byte it took
+    // (a whole byte where it took one ahead), which the encoder leaves zero: an edit
+    // there would otherwise decode to the same bytes unseen.
+    for (unsigned l = 0; l < kLanes; ++l)
+        if (state.window[l] != 0) return corrupt("lanes: nonzero pad bits");
     if (e) {
         detail::patch_marked_escapes(dst, portable_from / 64, esc);
         detail::patch_escapes_portable(dst + portable_from, n - portable_from, esc);

@@ -8,7 +8,8 @@
 // of the shared lane stream below its bits if it holds fewer than 8, then looks
 // its symbol up by the window's top 7 bits and drops that code's bits. The order
 // of refills is thus fixed by the code lengths alone, and the encoder, which knows
-// them, lays the lanes' bytes out in that order. The stream is consumed exactly.
+// them, lays the lanes' bytes out in that order. The stream is consumed exactly,
+// and the bits a lane holds after its last code are zero.
 //
 // A 7-bit code cannot give rare symbols their long codes without starving the
 // common ones, so symbols with weight below 1/512 of the total (p < 2^-9) are
