@@ -16,10 +16,8 @@ import xxhash
 
 import kvcore
 import kvdata
-from frame_layout import block_planes, deflate_pieces, header_length
+from frame_layout import DEFLATE, block_planes, deflate_pieces, header_length
 from qat_double import double, double_path  # noqa: F401  (fixtures)
-
-DEFLATE = 4
 
 
 def rebuild_with_zlib(frame: bytes, level: int) -> bytes:

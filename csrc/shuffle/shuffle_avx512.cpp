@@ -76,17 +76,12 @@ struct SplitFeed {
     KV_AVX512 StripeAcc load() const { return feed.load(); }
     KV_AVX512 void store(StripeAcc acc) const { feed.store(acc); }
     template <typename... V>
-    KV_AVX512 __attribute__((always_inline)) StripeAcc add(StripeAcc acc, size_t at, V... loaded) {
-        if constexpr (std::is_same_v<Feed, NoStripeFeed>) {
-            (static_cast<void>(loaded), ...);
-            static_cast<void>(at);
-        } else if constexpr (kFromVectors) {
+    KV_AVX512 __attribute__((always_inline)) StripeAcc add(StripeAcc acc, [[maybe_unused]] size_t at,
+                                                           [[maybe_unused]] V... loaded) {
+        if constexpr (kFromVectors)
             ((acc = feed.add(acc, loaded)), ...);
-            static_cast<void>(at);
-        } else {
-            (static_cast<void>(loaded), ...);
+        else if constexpr (!std::is_same_v<Feed, NoStripeFeed>)
             for (size_t k = 0; k < sizeof...(V); ++k) acc = feed.add(acc, ld(stripes + at + 64 * k));
-        }
         return acc;
     }
     KV_AVX512 __attribute__((always_inline)) StripeAcc end_block(StripeAcc acc) { return feed.end_block(acc); }
