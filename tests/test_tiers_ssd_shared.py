@@ -10,6 +10,7 @@ import errno
 import fcntl
 import multiprocessing as mp
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,33 @@ def test_threads_of_two_tiers(tmp_path):
     assert not errors
     assert tiers[0].used_bytes == tiers[1].used_bytes == disk_bytes(tmp_path) <= cap
     assert set(tiers[0].keys()) == set(tiers[1].keys())
+
+
+def test_a_lookup_waits_for_records_another_thread_is_applying(tmp_path, monkeypatch):
+    """A TierManager's read-ahead threads look chunks up while its main thread takes in
+    another process's records. The thread that finds nothing new left in the journal
+    must still wait until the records read are applied, else it misses a chunk that is
+    there (the flaky two-managers test: a restore stopped at the chunk being applied)."""
+    a, b = SSDTier(tmp_path, 1 << 30), SSDTier(tmp_path, 1 << 30)
+    a.refresh()  # takes in b's snapshot of the directory: b's stores then come as ADD records
+    assert put(b, 1, 0) and put(b, 1, 1)
+    applying, looked_up = threading.Event(), threading.Event()
+    apply = a._apply
+
+    def slow_apply(r):
+        if r.op == ssd_journal.ADD and r.key == key_of(1, 0):
+            applying.set()
+            looked_up.wait(0.5)  # unblocks at once if the lookup does not wait (the bug)
+        apply(r)
+
+    monkeypatch.setattr(a, "_apply", slow_apply)
+    first = threading.Thread(target=a.refresh)
+    first.start()
+    assert applying.wait(10)
+    found = a.contains(key_of(1, 1))  # the journal is read to its end by now
+    looked_up.set()
+    first.join()
+    assert found
 
 
 def test_filesystem_without_flock_works_for_one_process(tmp_path, monkeypatch):

@@ -122,6 +122,7 @@ class SSDTier:
         self._next_rid = 0
         self._pending: list[Record] = []  # journal records of the change in progress
         self._lock = threading.RLock()
+        self._applying = False  # a thread is applying journal records (see refresh)
         self._direct_ok = hasattr(os, "O_DIRECT") and direct_io is not False
         self._readers: Optional[cf.ThreadPoolExecutor] = None
         self._writers: Optional[cf.ThreadPoolExecutor] = None
@@ -164,20 +165,30 @@ class SSDTier:
                     self._journal.replace(self._snapshot())
 
     def refresh(self) -> None:
-        """Applies what other processes changed since the last look (one fstat when nothing did)."""
-        if self._journal.has_new():
+        """Applies what other processes changed since the last look (one fstat when nothing did).
+
+        The journal counts records as read before they are applied, so a thread that
+        finds nothing new while another thread is applying them waits for it; else it
+        would look at the index without the records just read (a chunk that is there
+        would be a miss)."""
+        if self._journal.has_new() or self._applying:
             with self._lock:
                 self._apply_journal()
 
     def _apply_journal(self) -> None:
-        reloaded, records = self._journal.read_new()
-        if reloaded:
-            self._reload(records)
-            return
-        me = self._journal.owner
-        for r in records:
-            if r.owner != me:
-                self._apply(r)
+        """(tier lock held) Applies the journal's new records."""
+        self._applying = True
+        try:
+            reloaded, records = self._journal.read_new()
+            if reloaded:
+                self._reload(records)
+                return
+            me = self._journal.owner
+            for r in records:
+                if r.owner != me:
+                    self._apply(r)
+        finally:
+            self._applying = False
 
     def _apply(self, r: Record) -> None:
         if r.op == ADD:
