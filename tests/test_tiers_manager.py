@@ -501,10 +501,11 @@ def test_ttl_expires_everywhere(tmp_path, redis_server, kv):
     toks = tokens_for(512, 14)
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
                      remote_url=redis_server.url, namespace=NS, write_through=True) as tm:
-        tm.store(toks, kv[:, :, :512], ttl=0.5)
+        t0 = time.monotonic()
+        tm.store(toks, kv[:, :, :512], ttl=2.0)  # outlives the store's writes (fsync, Redis) on a loaded machine
         tm.flush()
         assert tm.lookup(toks).tokens == 512
-        time.sleep(0.7)
+        time.sleep(max(0.0, t0 + 2.3 - time.monotonic()))
         assert tm.lookup(toks).tokens == 0
         out = torch.zeros_like(kv[:, :, :512])
         assert tm.retrieve(toks, out) == 0
@@ -956,3 +957,103 @@ def test_two_managers_share_one_ssd_directory(tmp_path, kv):
         assert files <= cap and files == a.ssd.used_bytes == b.ssd.used_bytes
         assert b.status()["tiers"]["ssd"]["evictions"] >= 1
         assert a.lookup(other).tokens == 1024  # the newest prompt stays whole
+
+
+def test_a_lookup_finds_a_chunk_the_worker_moves_from_the_queue_into_ddr(kv, monkeypatch):
+    """The worker puts a stored chunk into DDR, then takes it off the queue: a lookup that
+    looked in DDR just before and among the queued chunks just after found it in neither
+    (test_pending_chunks_are_retrievable could fail so on a loaded machine)."""
+    from kvcore.tiers.ddr import DDRTier
+
+    toks = tokens_for(256, 61)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        gate = threading.Event()
+        try:
+            tm._put(("call", gate.wait, [], threading.Event()))  # the store stays queued until the gate opens
+            assert tm.store(toks, kv[:, :, :256]) == 1
+            key = tm.keys(toks)[0].digest
+            contains = DDRTier.__contains__
+
+            def looked_in_ddr(ddr, k):
+                found = contains(ddr, k)
+                if k == key and threading.current_thread() is threading.main_thread() and not gate.is_set():
+                    gate.set()  # the worker places the chunk now, between the lookup's two looks
+                    wait_until(lambda: key not in tm._pending, 1.0)  # at once, unless the lookup holds it off
+                return found
+
+            monkeypatch.setattr(DDRTier, "__contains__", looked_in_ddr)
+            hit = tm.lookup(toks)
+        finally:
+            gate.set()
+        assert hit.tokens == 256 and hit.tiers in (["pending"], ["ddr"])
+
+
+def test_status_while_another_thread_changes_the_settings(kv):
+    """status() counts the pinned chunks while other threads store with a TTL, pin or set
+    priorities: an unlocked walk over the settings raised (the dict changed size under it)."""
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        other = threading.Thread(target=tm.set_ttl, args=(tokens_for(256, 62), 60))
+
+        class Probe:  # a setting whose pin is read in the middle of status()'s walk
+            priority, expires, start, ntokens = 0, 0.0, -1, 0
+
+            @property
+            def pinned(self):
+                if threading.current_thread() is threading.main_thread() and other.ident is None:
+                    other.start()  # another thread adds a setting now
+                    other.join(1.0)  # at once, unless the walk holds it off
+                return False
+
+            def expired(self, now):
+                return False
+
+        tm._meta[bytes(16)] = Probe()
+        assert tm.status()["pinned_chunks"] == 0
+        other.join()
+        assert len(tm._meta) == 2
+
+
+def test_retrieve_reads_ahead_no_chunk_the_worker_is_placing(tmp_path, kv, monkeypatch):
+    """retrieve() reads ahead only the chunks in neither DDR nor the store queue. Looked at
+    without the lock, a chunk the worker moved from the queue into DDR in between was in
+    neither: read from SSD too early (a miss), and once DDR demoted it to SSD, that miss
+    ended the restore although the chunk was stored all along."""
+    from kvcore.tiers.ddr import DDRTier
+
+    toks = tokens_for(512, 63)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks[:256], kv[:, :, :256])
+        assert tm.flush(30) and tm.evict(count=1) == 1 and tm.lookup(toks[:256]).tiers == ["ssd"]
+        gate, demoted = threading.Event(), threading.Event()
+        try:
+            tm._put(("call", gate.wait, [], threading.Event()))  # the second chunk stays queued
+            assert tm.store(toks, kv[:, :, :512]) == 1
+            second = tm.keys(toks)[1].digest
+            contains, fetch_below, stream_from_ssd = DDRTier.__contains__, tm._fetch_below, tm._stream_from_ssd
+
+            def looked_in_ddr(ddr, k):
+                found = contains(ddr, k)
+                if k == second and threading.current_thread() is threading.main_thread() and not gate.is_set():
+                    gate.set()  # the worker places the second chunk into DDR now
+                    wait_until(lambda: second not in tm._pending, 1.0)  # at once, unless held off
+                return found
+
+            def fetch_then_demote(ck):
+                got = fetch_below(ck)
+                if ck.digest == second:
+                    tm.evict(count=1)  # DDR pressure moves it to SSD after the early read
+                    demoted.set()
+                return got
+
+            def stream_after_demotion(ck, out):
+                demoted.wait(1.0)  # the first chunk decodes once that happened (if it does)
+                return stream_from_ssd(ck, out)
+
+            monkeypatch.setattr(DDRTier, "__contains__", looked_in_ddr)
+            monkeypatch.setattr(tm, "_fetch_below", fetch_then_demote)
+            monkeypatch.setattr(tm, "_stream_from_ssd", stream_after_demotion)
+            out = torch.zeros_like(kv[:, :, :512])
+            restored = tm.retrieve(toks, out)
+        finally:
+            gate.set()
+        assert restored == 512 and same(out, kv[:, :, :512])

@@ -72,10 +72,11 @@ def test_round_trip_and_parts(redis_server, chunks):
 def test_ttl(redis_server, chunks):
     kv, keys, blobs = chunks
     t = _tier(redis_server)
-    assert t.put("ns", keys[0].digest, blobs[0], ttl_s=0.3)
+    t0 = time.monotonic()
+    assert t.put("ns", keys[0].digest, blobs[0], ttl_s=2.0)  # outlives the next two calls on a loaded machine
     assert t.put("ns", keys[1].digest, blobs[1])
     assert t.exists_many("ns", [keys[0].digest]) == [True]
-    time.sleep(0.6)
+    time.sleep(max(0.0, t0 + 2.3 - time.monotonic()))
     assert t.get("ns", keys[0].digest) is None
     assert t.get("ns", keys[1].digest) is not None
     t.close()
@@ -323,3 +324,68 @@ def test_damaged_size_in_part_zero_allocates_nothing(redis_server, chunks, raw, 
         assert not r.exists(name)  # dropped as corrupt
     finally:
         t.close()
+
+
+def test_close_while_a_call_waits_for_the_pool(redis_server, chunks):
+    """close() cancels the operations still queued on the tier's pool: a caller waiting for
+    one gets a miss, as the tier promises, never the pool's CancelledError (a lookup or
+    retrieve on another thread while a TierManager closes)."""
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, workers=1, lookup_timeout_s=60, op_timeout_s=60)
+    gate, queued = threading.Event(), threading.Event()
+    t._pool.submit(gate.wait)  # the pool's one thread is busy: the next operations queue
+    submit = t._pool.submit
+
+    def submit_and_tell(fn):
+        fut = submit(fn)
+        queued.set()
+        return fut
+
+    t._pool.submit = submit_and_tell
+    got = []
+    try:
+        waiting = threading.Thread(target=lambda: got.append(t.exists_many("ns", [keys[0].digest])))
+        waiting.start()
+        assert queued.wait(30)
+        t.close()  # cancels it: the wait ends now, not in 60 s
+        waiting.join(30)
+    finally:
+        gate.set()
+    assert got == [[False]]
+
+
+def test_close_while_a_value_is_being_sent_in_parts(redis_server, chunks):
+    """close() shuts the parts pool down under a put that is sending a value in parts (a
+    TierManager's persist() or writer while it closes): the put fails (False), as the tier
+    promises, instead of raising the pool's RuntimeError."""
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, part_bytes=100_000)
+    send_parts = t._parts.map
+
+    def close_first(*args, **kwargs):
+        t.close()  # on another thread, between the put's start and its parts
+        return send_parts(*args, **kwargs)
+
+    t._parts.map = close_first
+    assert t.put("ns", keys[0].digest, blobs[0]) is False
+
+
+def test_close_while_a_stream_waits_for_the_pool(redis_server, chunks):
+    """close() cancels a streamed read still queued on the tier's pool: its reader learns at
+    once that nothing will land (a retrieve on another thread while a TierManager closes),
+    instead of waiting out op_timeout_s."""
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, workers=1, op_timeout_s=60)
+    assert t.put("ns", keys[0].digest, blobs[0])
+    gate = threading.Event()
+    t._pool.submit(gate.wait)  # the pool's one thread is busy: the read queues
+    got = []
+    try:
+        rr = t.stream("ns", keys[0].digest)
+        t.close()  # cancels it
+        reader = threading.Thread(target=lambda: got.append((rr.wait(1), rr.finish())), daemon=True)
+        reader.start()
+        reader.join(10)  # at once; without the cancel noticed, 60 s
+    finally:
+        gate.set()
+    assert got == [(False, None)]

@@ -292,3 +292,45 @@ def test_damaged_or_hostile_journal_records(tmp_path):
     assert (outside / f"{key_of(7, 0).hex()}.0.0.0.kvc").read_bytes() == b"keep me"
     assert b._journal.corrupt_records == 2 and a.used_bytes == b.used_bytes == 2 * SIZE
     assert a.capacity_bytes == b.capacity_bytes == 2 * SIZE
+
+
+def test_two_tiers_writing_one_key_at_once_leave_one_file(tmp_path):
+    """Two processes store the same chunk at once (replicas given one prompt, with other
+    expiry times: other file names): each dropped the key's old file when it began, so
+    the second to commit must remove the first's file, else it stays on disk uncounted."""
+    a, b = SSDTier(tmp_path, 4 * SIZE), SSDTier(tmp_path, 4 * SIZE)
+    data, pool = blob(0, 0), ScratchPool()
+    writes = []
+    for t, expires_ms in ((a, 0), (b, 2 ** 50)):  # both begun before either commits
+        buf = pool.get(SIZE + 8192)
+        buf[:SIZE] = data
+        writes.append(t.begin_write(key_of(0, 0), buf, ns_tag="ns", reserve=SIZE, expires_ms=expires_ms))
+    for sw in writes:
+        sw.add(0, SIZE)
+        assert sw.commit(SIZE)
+    assert len(list((tmp_path / "kvcore-v1" / "ns").iterdir())) == 1
+    assert a.used_bytes == b.used_bytes == disk_bytes(tmp_path) == SIZE
+    assert bytes(a.read(key_of(0, 0))) == data and a.entry(key_of(0, 0)).expires_ms == 2 ** 50
+
+
+def test_a_write_that_no_longer_fits_at_its_commit_is_refused_cleanly(tmp_path, monkeypatch):
+    """An owner with a smaller capacity joins while a write is in flight and nothing can be
+    evicted (pinned chunks): the write no longer fits when it commits. write() must say so,
+    leave no temporary and give its reservation back (it returned True, and the reservation
+    counted against the directory for as long as the tier lived)."""
+    def keep(key):
+        return False
+
+    a = SSDTier(tmp_path, 4 * SIZE, evictable=keep)
+    for i in range(3):
+        assert put(a, 0, i)
+    commit, joined = a._commit, []
+
+    def join_then_commit(*args, **kwargs):
+        joined.append(SSDTier(tmp_path, 2 * SIZE, evictable=keep))
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(a, "_commit", join_then_commit)
+    assert not put(a, 0, 3)
+    assert not a.contains(key_of(0, 3)) and not leftover_temporaries(tmp_path)
+    assert a.used_bytes == joined[0].used_bytes == disk_bytes(tmp_path) == 3 * SIZE

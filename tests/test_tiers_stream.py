@@ -3,6 +3,7 @@ O_DIRECT segments hashed as they land (StreamRead), remote values decoded as the
 arrive (RemoteRead), and the native pieces they use (Checksum64, compress_into)."""
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -309,8 +310,10 @@ def test_stream_read_survives_executor_shutdown(tmp_path, kv, keys, small_pieces
     blob = bytes(encode_chunk(kv[:, :, :256], CODEC, key=keys[0].digest, index=0))
     assert t.write(keys[0].digest, blob, ns_tag="ns")
     ex = cf.ThreadPoolExecutor(max_workers=1)
-    ex.submit(__import__("time").sleep, 0.2)  # the reads queue behind this
+    gate = threading.Event()  # not a sleep: a machine that stalls that long ran the reads first
+    ex.submit(gate.wait)  # the reads queue behind this
     sr = t.stream(keys[0].digest, executor=ex)
     ex.shutdown(wait=False, cancel_futures=True)
+    gate.set()
     assert sr.finish() is None  # a miss, not a hang
     assert bytes(t.read(keys[0].digest)) == blob  # the file is intact

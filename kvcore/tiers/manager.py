@@ -700,10 +700,13 @@ class TierManager:
         return hit
 
     def _local_tier(self, key: bytes) -> Optional[str]:
-        if key in self.ddr:
-            return "ddr"
-        if key in self._pending:
-            return "pending"
+        # Both looks under the lock: the worker puts a chunk into DDR, then takes it off the
+        # queue, so a look at DDR before and at the queue after would find it in neither.
+        with self._lock:
+            if key in self.ddr:
+                return "ddr"
+            if key in self._pending:
+                return "pending"
         if self.ssd is not None and self.ssd.contains(key):
             return "ssd"
         return None
@@ -767,8 +770,11 @@ class TierManager:
         ahead: dict = {}  # chunk number -> Future of _fetch_below (read-ahead from SSD/remote)
 
         def read_ahead(j: int) -> None:
-            if (self.config.read_ahead and j < len(keys) and j not in ahead
-                    and keys[j].digest not in self.ddr and keys[j].digest not in self._pending):
+            if not (self.config.read_ahead and j < len(keys) and j not in ahead):
+                return
+            with self._lock:  # as in _local_tier: a chunk moving from the queue into DDR is in one of them
+                below = keys[j].digest not in self.ddr and keys[j].digest not in self._pending
+            if below:
                 try:
                     ahead[j] = self._io.submit(self._fetch_below, keys[j])
                 except RuntimeError:  # its pool is shut down: close() ran meanwhile
@@ -1224,6 +1230,8 @@ class TierManager:
     def status(self) -> dict:
         """Configuration, per-tier occupancy and counters, compression ratio, latencies."""
         snap = self.metrics.snapshot()
+        with self._lock:  # other threads add and drop settings: an unlocked walk may raise
+            pinned = sum(1 for m in self._meta.values() if m.pinned)
         st = {
             "namespace": asdict(self.namespace),
             "namespace_tag": self._ns_tag,
@@ -1233,7 +1241,7 @@ class TierManager:
             "allocator": self.ddr.allocator.name,
             "queue": {"depth": self._queue.qsize(), "capacity": self.config.queue_chunks,
                       "pending_chunks": len(self._pending)},
-            "pinned_chunks": sum(1 for m in self._meta.values() if m.pinned),
+            "pinned_chunks": pinned,
             "bandwidth_bytes_per_s": dict(self._bw),
             **snap,
         }

@@ -183,8 +183,9 @@ class RemoteTier:
         except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
             # a cluster client asks a node for the slot map at once
             raise BackendError(f"cannot reach the remote store at {redact_url(config.url)}: {e}") from None
-        # A failed read is a miss; so is one the memory for its value could not be found for.
-        self._errors = (redis.RedisError, OSError, cf.TimeoutError, ValueError, MemoryError)
+        # A failed read is a miss; so is one the memory for its value could not be found for,
+        # and one close() cancelled while it waited for the pool (CancelledError).
+        self._errors = (redis.RedisError, OSError, cf.TimeoutError, ValueError, MemoryError, cf.CancelledError)
         self._timeout_error = redis.TimeoutError
         self._pool = cf.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="kvcore-remote")
         self._parts = cf.ThreadPoolExecutor(max_workers=max(1, config.parallel_parts),
@@ -213,6 +214,10 @@ class RemoteTier:
         """fut's result within timeout, feeding the breaker; raises what the operation raised."""
         try:
             result = fut.result(timeout=max(0.0, timeout))
+        except RuntimeError:
+            if not self._closed:
+                raise
+            raise _Skipped() from None  # close() shut the parts pool down under the operation
         except self._errors as exc:
             fut.cancel()
             if isinstance(exc, (cf.TimeoutError, self._timeout_error)):
@@ -469,6 +474,13 @@ class RemoteRead:
         self._t0 = time.perf_counter()
         self._deadline = time.monotonic() + tier.config.op_timeout_s
         self._fut = tier._submit(self._op)
+        self._fut.add_done_callback(self._cancelled)
+
+    def _cancelled(self, fut) -> None:
+        if fut.cancelled():  # close() dropped it before it ran: the reader must not wait it out
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
 
     def _alloc(self, n: int) -> memoryview:
         buf = self._scratch.get(n) if self._scratch is not None else bytearray(n)

@@ -455,6 +455,11 @@ class SSDTier:
         def publish() -> None:
             entry.path.parent.mkdir(exist_ok=True)
             os.rename(tmp, entry.path)  # under the directory lock: others see it with its record
+            # A write of key that began before ours committed first (another process's, with
+            # another expiry: another file name): its file goes, else it stays uncounted.
+            old = self.index.get(key)
+            if old is not None and old.path != entry.path:
+                _unlink(old.path)
             self._drop_hold(rid)
             self._index_put(key, entry)
             self._record(ADD, key, entry)
@@ -486,7 +491,10 @@ class SSDTier:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
-            self._commit(key, tmp, entry, rid)  # no extra bytes: always fits
+            if not self._commit(key, tmp, entry, rid):  # no extra bytes, but the directory's capacity
+                _unlink(tmp)  # may have shrunk meanwhile (an owner given less joined): counted
+                self._release(rid)
+                return False
             if self.fsync:
                 _fsync_dir(entry.path.parent)
         except OSError as exc:
