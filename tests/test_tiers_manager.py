@@ -4,6 +4,7 @@ redis killed mid-run, full disk, the hot/cold API, metrics."""
 import random
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -28,6 +29,16 @@ def tokens_for(n, seed=0):
 
 def same(a, b):
     return torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+def local_redis(**kw) -> RemoteConfig:
+    """A RemoteConfig for the local test server. A call that times out opens the breaker (a
+    timeout trips it at once): every remote call is then skipped for reset_after_s, and on a
+    loaded machine the default lookup_timeout_s of 0.25 s (less likely op_timeout_s, 2 s)
+    could run out. Tests about timeouts set theirs."""
+    kw.setdefault("lookup_timeout_s", 10.0)
+    kw.setdefault("op_timeout_s", 10.0)
+    return RemoteConfig(**kw)
 
 
 def chunk_blob_bytes(tm):
@@ -75,14 +86,14 @@ def test_round_trip_ssd_only_and_demotion(tmp_path, kv):
 
 def test_round_trip_remote(redis_server, kv):
     toks = tokens_for(1024, 2)
-    with TierManager(ddr_bytes=0, remote_url=redis_server.url, namespace=NS) as tm:
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=local_redis(), namespace=NS) as tm:
         tm.store(toks, kv)
         tm.flush()
         assert tm.lookup(toks).tiers == ["remote"] * 4
         out = torch.zeros_like(kv)
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
     # another process (manager) on the same Redis finds it
-    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, namespace=NS) as tm:
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=local_redis(), namespace=NS) as tm:
         out = torch.zeros_like(kv)
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
         tm.flush()
@@ -93,14 +104,17 @@ def test_remote_staging_buffers_are_reused_only_after_a_completed_send(redis_ser
     """A chunk staged for Redis: its buffer goes back to the pool once the send completed
     (no fresh pages for the next chunk), never after a send that timed out (it may still
     be reading the buffer)."""
-    rc = RemoteConfig(op_timeout_s=0.3, reset_after_s=60)
+    # Sends wait up to 10 s until the server hangs: 0.3 s (the limit the hung send runs into)
+    # could run out on a loaded machine before, so the first buffer was not handed back.
+    rc = local_redis(op_timeout_s=10, reset_after_s=60)
     with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as tm:
         tm.store(tokens_for(256, 30), kv[:, :, :256])
         assert tm.flush(30) and tm.lookup(tokens_for(256, 30)).tiers == ["remote"]
         assert len(tm._scratch._free) == 1
         tm.store(tokens_for(256, 31), kv[:, :, :256])
         assert tm.flush(30) and len(tm._scratch._free) == 1  # the same buffer again
-        redis_server.pause()  # a hung server: the send times out
+        redis_server.pause()  # a hung server: the send times out (its socket still waits)
+        tm.remote.config = replace(tm.remote.config, op_timeout_s=0.3)
         try:
             tm.store(tokens_for(256, 32), kv[:, :, :256])
             assert tm.flush(30)
@@ -121,7 +135,7 @@ def test_demotion_chain_ddr_ssd_remote(tmp_path, redis_server, kv):
     toks = tokens_for(1024, 3)
     cap = int(blob_size(kv) * 1.5)  # one chunk each in DDR and on SSD, the rest in Redis
     with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=cap,
-                     remote_url=redis_server.url, namespace=NS, promote_on_hit=False) as tm:
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
         tm.store(toks, kv)
         tm.flush()
         tiers = tm.lookup(toks).tiers
@@ -397,7 +411,9 @@ def test_restart_recovers_ssd(tmp_path, kv):
 
 def test_redis_killed_mid_run(tmp_path, redis_server, kv):
     toks = [tokens_for(512, 200 + i) for i in range(6)]
-    rc = RemoteConfig(reset_after_s=0.3, op_timeout_s=0.5, lookup_timeout_s=0.2)
+    # A killed server refuses connections at once: no call waits for a timeout, and timeouts
+    # short enough to run out on a loaded machine would fail the calls after the restart.
+    rc = local_redis(reset_after_s=0.3, op_timeout_s=10)
     tm = TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS)
     src = kv[:, :, :512]
     tm.store(toks[0], src)
@@ -427,15 +443,21 @@ def test_redis_killed_mid_run(tmp_path, redis_server, kv):
     assert tm.close()
 
 
-def test_close_with_dead_redis_within_5s(redis_server, kv):
-    tm = TierManager(ddr_bytes=0, remote_url=redis_server.url, namespace=NS, queue_chunks=2)
+def test_close_with_dead_redis_returns_after_its_own_timeout(redis_server, kv):
+    # The sends' sockets wait 60 s, so a close that waited on the hung server would take a
+    # minute: close(timeout=4) must return after its own 4 s, and a bound of 30 s tells the
+    # two apart with a margin a loaded machine never eats (5 s left about 1 s of it).
+    rc = local_redis(op_timeout_s=60, reset_after_s=600)
+    tm = TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS, queue_chunks=2)
     redis_server.pause()  # hung server, worst case
-    for i in range(3):
-        tm.store(tokens_for(256, 300 + i), kv[:, :, :256])
-    t0 = time.monotonic()
-    tm.close()
-    assert time.monotonic() - t0 < 5
-    redis_server.resume()
+    try:
+        for i in range(3):
+            tm.store(tokens_for(256, 300 + i), kv[:, :, :256])
+        t0 = time.monotonic()
+        assert not tm.close(timeout=4)  # the first send still hangs: not all work was done
+        assert time.monotonic() - t0 < 30
+    finally:
+        redis_server.resume()
 
 
 def test_full_disk_capacity_below_data(tmp_path, kv):
@@ -500,7 +522,7 @@ def test_evict_demotes_and_clear(tmp_path, kv):
 def test_ttl_expires_everywhere(tmp_path, redis_server, kv):
     toks = tokens_for(512, 14)
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
-                     remote_url=redis_server.url, namespace=NS, write_through=True) as tm:
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS, write_through=True) as tm:
         t0 = time.monotonic()
         tm.store(toks, kv[:, :, :512], ttl=2.0)  # outlives the store's writes (fsync, Redis) on a loaded machine
         tm.flush()
@@ -514,7 +536,7 @@ def test_ttl_expires_everywhere(tmp_path, redis_server, kv):
         assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
         tm.evict(toks)
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
-                     remote_url=redis_server.url, namespace=NS) as tm:
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS) as tm:
         assert tm.lookup(toks).tokens == 0  # expired on SSD and in Redis as well
 
 
@@ -1057,3 +1079,49 @@ def test_retrieve_reads_ahead_no_chunk_the_worker_is_placing(tmp_path, kv, monke
         finally:
             gate.set()
         assert restored == 512 and same(out, kv[:, :, :512])
+
+
+def test_a_close_that_runs_out_of_time_releases_a_queued_ssd_commit(tmp_path, kv):
+    """close() that runs out of time cancels the jobs still queued for the writer thread. A
+    chunk streamed to SSD whose commit was among them kept its temporary file, its
+    reservation (so the tier never left the shared directory, and others counted it), its
+    write slot and its queue entry."""
+    from kvcore.tiers.ssd import SSDTier
+    from tiers_support import leftover_temporaries
+
+    toks = tokens_for(256, 64)
+    tm = TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS)
+    gate = threading.Event()
+    try:
+        tm._writer.submit(gate.wait)  # the writer thread is busy: the commit queues behind
+        assert tm.store(toks, kv[:, :, :256]) == 1
+        tm._call_in_worker(lambda: None, 30)  # the store job ran: its commit is queued
+        assert tm.ssd._own_reserved and leftover_temporaries(tmp_path)  # streamed, not committed
+        assert not tm.close(timeout=0)  # the writer is busy: its queued jobs are cancelled
+    finally:
+        gate.set()
+    assert not leftover_temporaries(tmp_path) and not tm._pending
+    assert tm._writes.acquire(blocking=False) and tm._writes.acquire(blocking=False)
+    assert not list((tmp_path / "kvcore-v1" / "owners").iterdir())  # the tier left the directory
+    assert SSDTier(tmp_path, 1 << 30).used_bytes == 0
+
+
+def test_a_close_that_runs_out_of_time_releases_a_queued_write(tmp_path, kv):
+    """As above, for a chunk encoded into DDR and queued to be written below (write-through):
+    the cancelled job kept its write slot, its queue entry and its hold on the DDR block."""
+    toks = tokens_for(256, 65)
+    tm = TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS,
+                     write_through=True)
+    gate = threading.Event()
+    try:
+        tm._writer.submit(gate.wait)  # the writer thread is busy: the write queues behind
+        assert tm.store(toks, kv[:, :, :256]) == 1
+        tm._call_in_worker(lambda: None, 30)  # the store job ran: its write is queued
+        key = tm.keys(toks)[0].digest
+        assert tm.ddr.get(key).readers == 1 and key in tm._pending
+        assert not tm.close(timeout=0)  # the writer is busy: its queued jobs are cancelled
+    finally:
+        gate.set()
+    assert not tm._pending and tm.ddr.get(key).readers == 0
+    assert tm._writes.acquire(blocking=False) and tm._writes.acquire(blocking=False)
+    assert not list((tmp_path / "kvcore-v1" / "owners").iterdir())

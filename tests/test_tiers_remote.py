@@ -29,6 +29,12 @@ def chunks():
 
 
 def _tier(server, **kw):
+    # A call that times out opens the breaker (a timeout trips it at once) and every call is
+    # skipped for reset_after_s: on a loaded machine the default lookup_timeout_s of 0.25 s
+    # (and less likely op_timeout_s, 2 s) could run out against a healthy local server.
+    # Tests about timeouts pass their own.
+    kw.setdefault("lookup_timeout_s", 10.0)
+    kw.setdefault("op_timeout_s", 10.0)
     return RemoteTier(RemoteConfig(url=server.url, **kw))
 
 
@@ -130,22 +136,29 @@ def test_killed_and_restarted_server(redis_server, chunks):
 
 
 def test_hung_server_never_stalls_caller(redis_server, chunks):
+    # The sockets wait 60 s (op_timeout_s), the lookup 0.2 s: a call that waited on the hung
+    # server would take a minute, so bounds of 10 s tell the two apart with a margin that a
+    # loaded machine never eats (0.5 s, the socket timeout before, did not leave one).
     kv, keys, blobs = chunks
-    t = _tier(redis_server, lookup_timeout_s=0.2, op_timeout_s=0.5, reset_after_s=30)
+    t = _tier(redis_server, lookup_timeout_s=0.2, op_timeout_s=60, reset_after_s=600)
     assert t.put("ns", keys[0].digest, blobs[0])
     redis_server.pause()  # accepts connections, never answers
-    t0 = time.monotonic()
-    assert t.exists_many("ns", [keys[0].digest]) == [False]
-    assert time.monotonic() - t0 < 0.5
-    t0 = time.monotonic()
-    for _ in range(10):
-        assert t.get("ns", keys[0].digest) is None
-        assert t.exists_many("ns", [keys[0].digest]) == [False]
-    assert time.monotonic() - t0 < 2.0  # breaker open: skipped at once after the first timeouts
-    t0 = time.monotonic()
-    t.close()
-    assert time.monotonic() - t0 < 1.0
-    redis_server.resume()
+    try:
+        t0 = time.monotonic()
+        assert t.exists_many("ns", [keys[0].digest]) == [False]  # timed out: the breaker opens
+        assert time.monotonic() - t0 < 10
+        assert t.breaker.state == "open"
+        t0 = time.monotonic()
+        for _ in range(10):
+            assert t.get("ns", keys[0].digest) is None
+            assert t.exists_many("ns", [keys[0].digest]) == [False]
+        assert time.monotonic() - t0 < 10  # breaker open: skipped at once (one get waiting: 60 s)
+        assert t.metrics.snapshot()["tiers"]["remote"]["skipped"] == 20
+        t0 = time.monotonic()
+        t.close()
+        assert time.monotonic() - t0 < 10
+    finally:
+        redis_server.resume()
 
 
 def test_close_with_dead_server_is_fast(redis_server):
@@ -193,7 +206,8 @@ def test_breaker_states():
 
 def test_cluster_mode_hash_tags(redis_cluster, chunks):
     kv, keys, blobs = chunks
-    t = RemoteTier(RemoteConfig(url=redis_cluster, part_bytes=100_000))  # ~10 parts per chunk, one slot
+    t = RemoteTier(RemoteConfig(url=redis_cluster, part_bytes=100_000,  # ~10 parts per chunk, one slot
+                                lookup_timeout_s=10.0, op_timeout_s=10.0))  # as in _tier
     for k, b in zip(keys, blobs):
         assert t.put("ns", k.digest, b)
     assert t.exists_many("ns", [k.digest for k in keys]) == [True] * 4
@@ -209,13 +223,12 @@ def test_cluster_mode_hash_tags(redis_cluster, chunks):
 def test_raw_reads_with_password_and_db(tmp_path, chunks):
     import shutil
 
-    from tiers_support import RedisServer, free_port
+    from tiers_support import RedisServer, start_on_a_free_port
 
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
     kv, keys, blobs = chunks
-    srv = RedisServer(free_port(), tmp_path, ("--requirepass", "s3cret"))
-    srv.start()
+    srv = start_on_a_free_port(lambda port: RedisServer(port, tmp_path, ("--requirepass", "s3cret")))
     try:
         url = f"redis://:s3cret@127.0.0.1:{srv.port}/3"
         for raw in (True, False):

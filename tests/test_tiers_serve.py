@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from safetensors.torch import load, save
 
 from kvcore.commands.serve import CacheServer, parse_bytes
 from kvcore.tiers import Namespace, TierManager
-from tiers_support import free_port, load_kv
+from tiers_support import load_kv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,18 +122,22 @@ def test_cli_errors_exit_2_without_a_traceback(tmp_path, capsys):
 
 
 def test_cli_serve_process(tmp_path):
-    port = free_port()
+    # --port 0: the server binds a free port and prints it (a port chosen here first could be
+    # taken by another process before the server bound it)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-m", "kvcore", "serve", "--host", "0.0.0.0", "--port", str(port)],
+    r = subprocess.run([sys.executable, "-m", "kvcore", "serve", "--host", "0.0.0.0", "--port", "0"],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "loopback" in r.stderr
-    p = subprocess.Popen([sys.executable, "-m", "kvcore", "serve", "--port", str(port), "--ddr-bytes", "16M",
+    p = subprocess.Popen([sys.executable, "-m", "kvcore", "serve", "--port", "0", "--ddr-bytes", "16M",
                           "--ssd-dir", str(tmp_path), "--ssd-bytes", "64M", "--model", "cli-test",
                           "--codec", "dense", "--codec-decoder", "avx512"],
                          env=env, stdout=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
-        assert f"127.0.0.1:{port}" in line
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
+        assert m is not None, line
+        port = int(m.group(1))
+        assert port != 0
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/cache/status", timeout=30) as resp:
             st = json.loads(resp.read())
         assert st["namespace"]["model_id"] == "cli-test" and st["tiers"]["ssd"]["capacity_bytes"] == 64 << 20

@@ -158,3 +158,22 @@ def test_expired_files(tmp_path, chunks):
     t = SSDTier(tmp_path, 1 << 30)
     t.write(keys[0].digest, blobs[0], ns_tag="ns", expires_ms=1)  # long ago
     assert t.read(keys[0].digest) is None and len(t) == 0
+
+
+def test_a_read_after_close_is_a_miss_and_starts_no_thread(tmp_path, chunks):
+    """A read that comes after close() (a TierManager's read-ahead still running while it
+    closes) started a new pool of reader threads that nothing shut down: a leaked thread.
+    It is a miss instead, as every read cut short by close() is, never an exception."""
+    import threading
+
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns")
+    assert bytes(t.read(keys[0].digest)) == blobs[0]  # the tier's reader threads run
+    t.close()
+    before = set(threading.enumerate())
+    assert t.read(keys[0].digest) is None
+    assert t.stream(keys[0].digest) is None
+    started = [th.name for th in threading.enumerate() if th not in before]
+    assert t._readers is None and not started, started
+    assert t.metrics.snapshot()["tiers"]["ssd"]["misses"] == 2

@@ -334,3 +334,28 @@ def test_a_write_that_no_longer_fits_at_its_commit_is_refused_cleanly(tmp_path, 
     assert not put(a, 0, 3)
     assert not a.contains(key_of(0, 3)) and not leftover_temporaries(tmp_path)
     assert a.used_bytes == joined[0].used_bytes == disk_bytes(tmp_path) == 3 * SIZE
+
+
+def test_a_write_that_reserves_while_its_tier_closes_is_not_counted_by_the_others(tmp_path, monkeypatch):
+    """close() found the tier idle, then left the directory in another lock section: a write
+    that reserved in between was recorded (RES), failed once the tier had left (its
+    temporaries went with it) and could not record its release, so the other owners counted
+    its bytes until they next needed room."""
+    a, b = SSDTier(tmp_path, 4 * SIZE), SSDTier(tmp_path, 4 * SIZE)
+    assert put(a, 0, 0) and a.read(key_of(0, 0)) is not None  # a's reader threads run
+    pool, writes = ScratchPool(), []
+    shutdown = a._readers.shutdown
+
+    def write_meanwhile(*args, **kwargs):  # close() stops the reader threads between its two looks
+        buf = pool.get(SIZE + 8192)
+        buf[:SIZE] = blob(0, 1)
+        writes.append(a.begin_write(key_of(0, 1), buf, ns_tag="ns", reserve=SIZE))
+        return shutdown(*args, **kwargs)
+
+    monkeypatch.setattr(a._readers, "shutdown", write_meanwhile)
+    a.close()
+    if writes[0] is not None:
+        writes[0].add(0, SIZE)
+        writes[0].commit(SIZE)
+    assert not b.contains(key_of(0, 1)) and not leftover_temporaries(tmp_path)
+    assert b.used_bytes == disk_bytes(tmp_path) == SIZE

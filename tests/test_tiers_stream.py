@@ -4,6 +4,7 @@ arrive (RemoteRead), and the native pieces they use (Checksum64, compress_into).
 
 import os
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,6 +28,10 @@ from tiers_support import leftover_temporaries, load_kv, redis_server, small_tmp
 CODEC = make_codec("auto")
 NS = Namespace("minilm-l6", "bfloat16", salt="stream-tests")
 FRAME = 2 * 256 * 12 * 32 * 2  # one layer of a 256-token chunk: 6 frames per chunk
+# For the managers on the local test server: a call that times out opens the breaker and
+# the next ones are skipped; the default lookup_timeout_s (0.25 s) could run out on a
+# loaded machine. These tests are not about timeouts.
+LOCAL_REDIS = RemoteConfig(lookup_timeout_s=10.0, op_timeout_s=10.0)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +171,7 @@ def test_manager_streams_to_ssd(tmp_path, kv, small_pieces):
 def test_manager_full_disk_falls_back_to_remote(small_tmpfs, redis_server, kv, small_pieces):
     toks = list(range(1024))
     with TierManager(ddr_bytes=0, ssd_dir=str(small_tmpfs), ssd_bytes=1 << 30, remote_url=redis_server.url,
-                     namespace=NS, frame_bytes=FRAME) as tm:
+                     remote=LOCAL_REDIS, namespace=NS, frame_bytes=FRAME) as tm:
         tm.store(toks, kv)
         assert tm.flush(30)
         hit = tm.lookup(toks)
@@ -218,7 +223,7 @@ def test_remote_stream_corrupt_or_missing_part(redis_server, kv, keys):
 def test_manager_remote_streamed_retrieve(redis_server, kv):
     toks = list(range(1024))
     with TierManager(ddr_bytes=0, remote_url=redis_server.url, namespace=NS, frame_bytes=FRAME,
-                     promote_on_hit=False, remote=RemoteConfig(part_bytes=100_000)) as tm:
+                     promote_on_hit=False, remote=replace(LOCAL_REDIS, part_bytes=100_000)) as tm:
         tm.store(toks, kv)
         assert tm.flush(30)
         out = torch.zeros_like(kv)

@@ -82,6 +82,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(OSError):
+    """Another process took the port chosen for a server before the server could bind it."""
+
+
+def start_on_a_free_port(make):
+    """make(port) -> a server with start(); started on a free port. A port is free when
+    chosen, but another process may bind it before the server does: then another one."""
+    for _ in range(4):
+        server = make(free_port())
+        try:
+            server.start()
+            return server
+        except PortTaken:
+            continue
+    raise RuntimeError("no free port could be bound")
+
+
 class RedisServer:
     """A real redis-server on a loopback port: start, kill (-9), pause (SIGSTOP), resume."""
 
@@ -96,20 +113,38 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Starts the server on self.port; PortTaken when another process has it."""
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "yes", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:  # it could not listen: the port was taken meanwhile
+                self.proc = None
+                raise PortTaken(self.port)
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(64)[:1] in (b"+", b"-"):  # PONG, or NOAUTH with a password
-                        return
+                if self._answers():
+                    return
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
+        self.kill()
         raise RuntimeError("redis-server did not start")
+
+    def _answers(self) -> bool:
+        """Whether our redis-server answers on the port (not another process that took it)."""
+        password = self.extra[self.extra.index("--requirepass") + 1] if "--requirepass" in self.extra else None
+        with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            auth = f"AUTH {password}\r\n".encode() if password else b""
+            s.sendall(auth + b"INFO server\r\n")
+            reply = b""
+            while b"process_id:" not in reply or not reply.split(b"process_id:", 1)[1].count(b"\r\n"):
+                data = s.recv(1 << 16)
+                if not data:
+                    return False
+                reply += data
+        return int(reply.split(b"process_id:", 1)[1].split(b"\r\n", 1)[0]) == self.proc.pid
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -128,8 +163,7 @@ class RedisServer:
 def redis_server(tmp_path):
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
-    server = RedisServer(free_port(), tmp_path)
-    server.start()
+    server = start_on_a_free_port(lambda port: RedisServer(port, tmp_path))
     yield server
     if server.proc is not None:
         try:

@@ -451,7 +451,8 @@ class TierManager:
                 with self._lock:
                     entry = self.ddr.acquire(ck.digest)  # not freed while being written
             self._writes.acquire()
-            self._writer.submit(self._write_job, ck, view, expires, block is None, entry)
+            self._submit_write(lambda: self._write_done(ck, view, block is None, entry, still_read=False),
+                               self._write_job, ck, view, expires, block is None, entry)
             return True
         return False
 
@@ -485,7 +486,8 @@ class TierManager:
             total = encode_chunk_into(part, self.codec, memoryview(buf), key=ck.digest, index=ck.index,
                                       frame_bytes=self.config.frame_bytes, on_frame=sw.add)
             self._note_encoded(ck, raw, total, t0)
-            self._writer.submit(self._commit_job, ck, sw, buf, total, expires)
+            self._submit_write(lambda: self._commit_done(ck, buf, lent=False, abort=sw),
+                               self._commit_job, ck, sw, buf, total, expires)
         except BaseException:
             sw.abort()
             self._scratch.put(buf)
@@ -508,28 +510,47 @@ class TierManager:
             log.exception("kvcore tier writer failed")
             self.metrics.inc("manager", "errors")
         finally:
+            self._commit_done(ck, buf, lent)
+
+    def _commit_done(self, ck: ChunkKey, buf, lent: bool, abort=None) -> None:
+        """The end of a streamed write (abort: its StreamWrite, when it never committed)."""
+        try:
+            if abort is not None:
+                abort.abort()
+        finally:
             if not lent:
                 self._scratch.put(buf)
             with self._lock:
                 self._pending.pop(ck.digest, None)  # until now, retrievable from its raw copy
             self._writes.release()
 
+    def _submit_write(self, cancelled: Callable[[], None], job: Callable, *args) -> None:
+        """Queues job(*args) on the writer thread. close() that runs out of time cancels the
+        jobs still queued: cancelled() then releases what the job would have at its end (its
+        write slot and queue entry; a streamed write's temporary file and reservation, else
+        the SSD tier would never leave the shared directory)."""
+        self._writer.submit(job, *args).add_done_callback(lambda fut: fut.cancelled() and cancelled())
+
     def _write_job(self, ck: ChunkKey, view, expires: float, staged: bool, entry) -> None:
+        still_read = True
         try:
             placed, still_read = self._write_below(ck, view, expires, both=self.config.write_through)
             if staged and not placed:
                 self.metrics.inc("ddr", "rejected")
-            if staged and not still_read:
-                self._scratch.put(view.obj)  # reused: no fresh pages for the next chunk
         except Exception:
             log.exception("kvcore tier writer failed")
             self.metrics.inc("manager", "errors")
         finally:
-            with self._lock:
-                if entry is not None:
-                    self.ddr.release(entry)
-                self._pending.pop(ck.digest, None)  # until now, retrievable from its raw copy
-            self._writes.release()
+            self._write_done(ck, view, staged, entry, still_read)
+
+    def _write_done(self, ck: ChunkKey, view, staged: bool, entry, still_read: bool) -> None:
+        if staged and not still_read:
+            self._scratch.put(view.obj)  # reused: no fresh pages for the next chunk
+        with self._lock:
+            if entry is not None:
+                self.ddr.release(entry)
+            self._pending.pop(ck.digest, None)  # until now, retrievable from its raw copy
+        self._writes.release()
 
     def _drain_writer(self, timeout: Optional[float] = None) -> bool:
         try:
@@ -598,7 +619,8 @@ class TierManager:
 
     def _ssd_evicted(self, key: bytes, e) -> None:
         """SSD victim: demote to remote when one is configured (called outside the SSD tier's locks,
-        before the file is removed)."""
+        before the file is removed). Until the send lands, the chunk is in neither tier: a
+        lookup or retrieve meanwhile misses it (see SSDTier.on_evict)."""
         if self.remote is None or not self.config.demote_on_pressure or not self.remote.available:
             return
         if e.expired():

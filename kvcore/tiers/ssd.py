@@ -110,7 +110,11 @@ class SSDTier:
         self.metrics = metrics or Metrics()
         self.evictable = evictable
         # called with a victim before its file is removed (a copy may be taken from
-        # entry.path), after the tier's locks are released
+        # entry.path), after the tier's locks are released. The victim has left the index
+        # by then: until the copy lands elsewhere, a lookup or read of it misses (the
+        # caller recomputes; never wrong data). Keeping it visible would need eviction to
+        # hold the locks across the copy (a network send) or a second index of chunks in
+        # transit, which other processes (they apply the DEL at once) would not see anyway.
         self.on_evict = on_evict
         self.index: dict[bytes, SSDEntry] = {}
         self.last_error: Optional[str] = None
@@ -126,6 +130,7 @@ class SSDTier:
         self._direct_ok = hasattr(os, "O_DIRECT") and direct_io is not False
         self._readers: Optional[cf.ThreadPoolExecutor] = None
         self._writers: Optional[cf.ThreadPoolExecutor] = None
+        self._closed = False
         self._journal = DirJournal(self.root)
         self._tmp = self._journal.tmp_dir
         self.rebuild_index()
@@ -576,14 +581,22 @@ class SSDTier:
         e = self._live_entry(key)
         if e is None:
             return None
+        if executor is None:
+            executor = self._executor()
+            if executor is None:  # closed (a TierManager's read-ahead ran into its close()): a miss
+                self.metrics.inc(self.name, "misses")
+                return None
         use_direct = (self._direct_ok if direct is None else bool(direct)) and e.size >= DIRECT_MIN_BYTES
         if segment_bytes is None:
             segment_bytes = DIRECT_SEGMENT_BYTES if use_direct else BUFFERED_SEGMENT_BYTES
-        return StreamRead(self, key, e, scratch if scratch is not None else ScratchPool(keep=0),
-                          executor if executor is not None else self._executor(), segment_bytes, use_direct)
+        return StreamRead(self, key, e, scratch if scratch is not None else ScratchPool(keep=0), executor,
+                          segment_bytes, use_direct)
 
-    def _executor(self) -> cf.ThreadPoolExecutor:
+    def _executor(self) -> Optional[cf.ThreadPoolExecutor]:
+        """The reader threads; None once closed (a pool started then would never be shut down)."""
         with self._lock:
+            if self._closed:
+                return None
             if self._readers is None:
                 self._readers = cf.ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="kvcore-ssd-read")
             return self._readers
@@ -591,21 +604,23 @@ class SSDTier:
     def close(self) -> None:
         """Stops the tier's own reader and writer threads (I/O in flight finishes) and, when
         none of its writes is in flight, leaves the shared directory."""
+        # One lock section from the look at the writes in flight to the leaving: a write
+        # that reserved in between would record its reservation, fail once the tier's
+        # temporaries are gone, and never record the release (the others would count it).
+        # Under the tier's lock too: a read that finishes meanwhile (a TierManager's
+        # read-ahead) appends its TOUCH record before the journal closes or not at all,
+        # never to a closed (or reused) descriptor.
         with self._lock:
+            self._closed = True
             pools = (self._readers, self._writers)
             self._readers = self._writers = None
-            idle = not self._own_reserved
-        for p in pools:
-            if p is not None:
-                p.shutdown(wait=False)
-        if idle:
-            # Under the tier's lock: a read that finishes meanwhile (a TierManager's
-            # read-ahead) appends its TOUCH record before the journal closes or not at
-            # all, never to a closed (or reused) descriptor.
-            with self._lock:
+            if not self._own_reserved:
                 with self._changing():  # the others stop counting this tier's capacity
                     self._pending.append(Record(LEFT, self._journal.owner, bytes(16)))
                 self._journal.close()
+        for p in pools:
+            if p is not None:
+                p.shutdown(wait=False)
 
     # ---- removal ----
     def _forget(self, key: bytes, e: SSDEntry) -> None:
