@@ -400,6 +400,8 @@ class SSDTier:
         False (counted as rejected) when they cannot be made free."""
         for attempt in range(ROOM_ATTEMPTS):
             with self._changing():
+                if self._journal.left:  # closed: without its lock and journal, nothing may change
+                    break
                 if first is not None and attempt == 0:
                     first()
                 fits, victims = self._make_room(nbytes)
@@ -623,26 +625,25 @@ class SSDTier:
                 p.shutdown(wait=False)
 
     # ---- removal ----
-    def _forget(self, key: bytes, e: SSDEntry) -> None:
-        """Removes e's file, when it is still key's entry (not replaced by a newer write)."""
+    def _forget(self, key: bytes, e: SSDEntry) -> bool:
+        """Removes e's file, when it is still key's entry (not replaced by a newer write) and
+        the tier is open (closed, it would remove a file the other owners still index)."""
         with self._changing():
-            if self.index.get(key) is e:
-                self._index_pop(key)
-                self._record(DEL, key)
-                _unlink(e.path)
+            if self._journal.left or self.index.get(key) is not e:
+                return False
+            self._index_pop(key)
+            self._record(DEL, key)
+            _unlink(e.path)
+            return True
 
     def remove(self, key: bytes) -> bool:
         e = self.entry(key)
         if e is None:
             return False
-        self._forget(key, e)
-        return True
+        return self._forget(key, e)
 
     def clear(self, ns_tag: Optional[str] = None) -> int:
-        keys = self.keys(ns_tag)
-        for k in keys:
-            self.remove(k)
-        return len(keys)
+        return sum(self.remove(k) for k in self.keys(ns_tag))
 
     def drop_page_cache(self) -> None:
         """Drops every indexed file from the page cache (so the next reads are cold)."""

@@ -254,6 +254,11 @@ class DirJournal:
         self._ino = st.st_ino
         self._offset = st.st_size
 
+    @property
+    def left(self) -> bool:
+        """Whether close() ran: this owner no longer takes part in the directory."""
+        return self._owner_file is None
+
     def close(self) -> None:
         """Leaves the directory: removes this owner's temporaries and owner file."""
         if self._owner_file is None:
