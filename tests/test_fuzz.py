@@ -1,6 +1,8 @@
-"""Runs the atheris fuzz targets briefly (the decoder seeded with valid frames of real data)."""
+"""Runs the atheris fuzz targets briefly (the decoder seeded with valid frames of real data,
+the round trip of real KV slices with random inputs)."""
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +54,17 @@ def test_fuzz_decoder_briefly(tmp_path):
 
 def test_fuzz_roundtrip_briefly():
     run_fuzzer("roundtrip", "-runs=3000", "-max_len=4096", "-len_control=0", "-seed=2")
+
+
+@pytest.mark.skipif(not kvdata.files(), reason="../shared/kvdata is not present")
+def test_fuzz_kv_slices_briefly(tmp_path):
+    """Round trips of real KV slices that the inputs choose and edit (fuzz_kv_slices). The
+    fuzzer's coverage (kvcore's Python only) cannot tell those inputs apart, so it would
+    mutate a single tiny one; libFuzzer runs every input of the corpus once, so a corpus of
+    random inputs is what spreads the runs over dtypes, modes, shapes and methods."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    rng = random.Random(45)
+    for i in range(2000):
+        (corpus / f"{i:04}").write_bytes(rng.randbytes(rng.randrange(16, 256)))
+    run_fuzzer("kvslices", "-runs=1000", "-max_len=512", "-len_control=0", "-seed=3", str(corpus))
