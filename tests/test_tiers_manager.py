@@ -11,8 +11,8 @@ import torch
 
 import kvcore
 from kvcore.errors import InvalidArgumentError
-from kvcore.tiers import Namespace, RemoteConfig, TierConfig, TierManager
-from tiers_support import errors_of_threads, load_kv, redis_server, wait_until  # noqa: F401
+from kvcore.tiers import Namespace, TierConfig, TierManager
+from tiers_support import errors_of_threads, load_kv, local_redis, redis_server, wait_until  # noqa: F401
 
 NS = Namespace("minilm-l6", "bfloat16", salt="tests")
 
@@ -29,16 +29,6 @@ def tokens_for(n, seed=0):
 
 def same(a, b):
     return torch.equal(a.view(torch.int16), b.view(torch.int16))
-
-
-def local_redis(**kw) -> RemoteConfig:
-    """A RemoteConfig for the local test server. A call that times out opens the breaker (a
-    timeout trips it at once): every remote call is then skipped for reset_after_s, and on a
-    loaded machine the default lookup_timeout_s of 0.25 s (less likely op_timeout_s, 2 s)
-    could run out. Tests about timeouts set theirs."""
-    kw.setdefault("lookup_timeout_s", 10.0)
-    kw.setdefault("op_timeout_s", 10.0)
-    return RemoteConfig(**kw)
 
 
 def chunk_blob_bytes(tm):

@@ -15,7 +15,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import CircuitBreaker, RemoteConfig, RemoteTier
-from tiers_support import load_kv, redis_cluster, redis_server  # noqa: F401
+from tiers_support import load_kv, local_redis, redis_cluster, redis_server  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -29,13 +29,7 @@ def chunks():
 
 
 def _tier(server, **kw):
-    # A call that times out opens the breaker (a timeout trips it at once) and every call is
-    # skipped for reset_after_s: on a loaded machine the default lookup_timeout_s of 0.25 s
-    # (and less likely op_timeout_s, 2 s) could run out against a healthy local server.
-    # Tests about timeouts pass their own.
-    kw.setdefault("lookup_timeout_s", 10.0)
-    kw.setdefault("op_timeout_s", 10.0)
-    return RemoteTier(RemoteConfig(url=server.url, **kw))
+    return RemoteTier(local_redis(url=server.url, **kw))
 
 
 @pytest.mark.parametrize("raw", [True, False])

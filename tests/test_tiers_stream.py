@@ -4,7 +4,6 @@ arrive (RemoteRead), and the native pieces they use (Checksum64, compress_into).
 
 import os
 import threading
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import RemoteConfig, RemoteTier
 from kvcore.tiers.ssd import ScratchPool, SSDTier
 from isa_variants import VARIANTS, use_variant
-from tiers_support import leftover_temporaries, load_kv, redis_server, small_tmpfs  # noqa: F401
+from tiers_support import leftover_temporaries, load_kv, local_redis, redis_server, small_tmpfs  # noqa: F401
 
 CODEC = make_codec("auto")
 NS = Namespace("minilm-l6", "bfloat16", salt="stream-tests")
@@ -31,9 +30,6 @@ FRAME = 2 * 256 * 12 * 32 * 2  # one layer of a 256-token chunk: 6 frames per ch
 # For the managers on the local test server: a call that times out opens the breaker and
 # the next ones are skipped; the default lookup_timeout_s (0.25 s) could run out on a
 # loaded machine. These tests are not about timeouts.
-LOCAL_REDIS = RemoteConfig(lookup_timeout_s=10.0, op_timeout_s=10.0)
-
-
 @pytest.fixture(scope="module")
 def kv():
     return load_kv()[:, :, :1024].contiguous()  # [6, 2, 1024, 12, 32] bf16
@@ -171,7 +167,7 @@ def test_manager_streams_to_ssd(tmp_path, kv, small_pieces):
 def test_manager_full_disk_falls_back_to_remote(small_tmpfs, redis_server, kv, small_pieces):
     toks = list(range(1024))
     with TierManager(ddr_bytes=0, ssd_dir=str(small_tmpfs), ssd_bytes=1 << 30, remote_url=redis_server.url,
-                     remote=LOCAL_REDIS, namespace=NS, frame_bytes=FRAME) as tm:
+                     remote=local_redis(), namespace=NS, frame_bytes=FRAME) as tm:
         tm.store(toks, kv)
         assert tm.flush(30)
         hit = tm.lookup(toks)
@@ -223,7 +219,7 @@ def test_remote_stream_corrupt_or_missing_part(redis_server, kv, keys):
 def test_manager_remote_streamed_retrieve(redis_server, kv):
     toks = list(range(1024))
     with TierManager(ddr_bytes=0, remote_url=redis_server.url, namespace=NS, frame_bytes=FRAME,
-                     promote_on_hit=False, remote=replace(LOCAL_REDIS, part_bytes=100_000)) as tm:
+                     promote_on_hit=False, remote=local_redis(part_bytes=100_000)) as tm:
         tm.store(toks, kv)
         assert tm.flush(30)
         out = torch.zeros_like(kv)

@@ -15,6 +15,7 @@ from typing import Optional
 import pytest
 import torch
 
+from kvcore.tiers import RemoteConfig
 from kvdata import KVDATA
 
 
@@ -80,6 +81,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def local_redis(**kw) -> RemoteConfig:
+    """A RemoteConfig for the local test server. A call that times out opens the breaker (a
+    timeout trips it at once): every remote call is then skipped for reset_after_s, and on a
+    loaded machine the default lookup_timeout_s of 0.25 s (less likely op_timeout_s, 2 s)
+    could run out against a healthy server. Tests about timeouts set theirs."""
+    kw.setdefault("lookup_timeout_s", 10.0)
+    kw.setdefault("op_timeout_s", 10.0)
+    return RemoteConfig(**kw)
 
 
 class PortTaken(OSError):

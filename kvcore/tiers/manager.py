@@ -721,17 +721,22 @@ class TierManager:
         self.metrics.observe("lookup", time.perf_counter() - t0)
         return hit
 
-    def _local_tier(self, key: bytes) -> Optional[str]:
-        # Both looks under the lock: the worker puts a chunk into DDR, then takes it off the
-        # queue, so a look at DDR before and at the queue after would find it in neither.
+    def _in_memory(self, key: bytes) -> Optional[str]:
+        """Where key is in memory: "ddr", "pending" (queued to be stored) or None. Both looks
+        under the lock: the worker puts a chunk into DDR, then takes it off the queue, so a
+        look at DDR before and at the queue after would find it in neither."""
         with self._lock:
             if key in self.ddr:
                 return "ddr"
             if key in self._pending:
                 return "pending"
-        if self.ssd is not None and self.ssd.contains(key):
-            return "ssd"
         return None
+
+    def _local_tier(self, key: bytes) -> Optional[str]:
+        where = self._in_memory(key)
+        if where is None and self.ssd is not None and self.ssd.contains(key):
+            return "ssd"
+        return where
 
     def _drop_expired(self, key: bytes) -> None:
         with self._lock:
@@ -792,11 +797,7 @@ class TierManager:
         ahead: dict = {}  # chunk number -> Future of _fetch_below (read-ahead from SSD/remote)
 
         def read_ahead(j: int) -> None:
-            if not (self.config.read_ahead and j < len(keys) and j not in ahead):
-                return
-            with self._lock:  # as in _local_tier: a chunk moving from the queue into DDR is in one of them
-                below = keys[j].digest not in self.ddr and keys[j].digest not in self._pending
-            if below:
+            if self.config.read_ahead and j < len(keys) and j not in ahead and self._in_memory(keys[j].digest) is None:
                 try:
                     ahead[j] = self._io.submit(self._fetch_below, keys[j])
                 except RuntimeError:  # its pool is shut down: close() ran meanwhile

@@ -19,6 +19,9 @@ import atheris
 
 import torch  # not instrumented: coverage is wanted in kvcore, and torch is large
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for kvdata
+from kvdata import KVDATA  # noqa: E402
+
 with atheris.instrument_imports(include=["kvcore"]):
     import kvcore
 
@@ -57,9 +60,6 @@ def fuzz_roundtrip(data: bytes) -> None:
     frame = kvcore.compress(x, mode=mode, block_bytes=64 + (data[1] // 3) * 16)
     back = kvcore.decompress(frame)
     assert torch.equal(back.reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8))
-
-
-KVDATA = Path(__file__).resolve().parents[3] / "shared" / "kvdata"
 
 
 @lru_cache(maxsize=None)
