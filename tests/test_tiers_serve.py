@@ -91,6 +91,17 @@ def test_api_errors(server):
     assert call(server, "/nope")[0] == 404
 
 
+@pytest.mark.parametrize("dims", [{"layers": -1}, {"layers": 0}, {"kv_heads": 2.5}, {"head_dim": "32"},
+                                  {"layers": True}, {"head_dim": None}, {"layers": 10**6, "kv_heads": 10**6}])
+def test_retrieve_refuses_bad_shapes(server, dims):
+    """Shape fields that are not integers >= 1, or that no memory could hold, are a 400 naming
+    the field (a negative one was a 500; 2.5 and "32" were taken as 2 and 32)."""
+    body = {"tokens": list(range(512)), "layers": 6, "kv_heads": 12, "head_dim": 32, **dims}
+    status, reply = call(server, "/v1/cache/retrieve", body)
+    assert status == 400
+    assert next(iter(dims)) in reply["error"] or "allocate" in reply["error"]
+
+
 def test_loopback_only_by_default(tmp_path):
     tm = TierManager(ddr_bytes=1 << 20)
     with pytest.raises(ValueError):

@@ -108,6 +108,14 @@ def _tokens(body: dict) -> list:
     return toks
 
 
+def _dim(body: dict, name: str) -> int:
+    """A shape field of a retrieve request: an integer >= 1 (2.5 or "2" were taken as 2, -1 was a 500)."""
+    v = body.get(name)
+    if type(v) is not int or v < 1:
+        raise ValueError(f'"{name}" must be an integer >= 1, got {v!r}')
+    return v
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "kvcore"
     protocol_version = "HTTP/1.1"
@@ -234,7 +242,11 @@ class _Handler(BaseHTTPRequestHandler):
         dtype = getattr(torch, str(b.get("dtype", "bfloat16")), None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"unknown dtype {b.get('dtype')!r}")
-        out = torch.empty(int(b["layers"]), 2, len(toks), int(b["kv_heads"]), int(b["head_dim"]), dtype=dtype)
+        shape = (_dim(b, "layers"), 2, len(toks), _dim(b, "kv_heads"), _dim(b, "head_dim"))
+        try:
+            out = torch.empty(shape, dtype=dtype)
+        except RuntimeError as exc:  # torch's allocator refuses a shape too large for memory
+            raise ValueError(f"cannot allocate a {list(shape)} {dtype} output: {exc}") from None
         n = self.tm.retrieve(toks, out)
         body = save({"kv": out[:, :, :n].contiguous()}, metadata={"tokens": str(n)})
         self._send(200, body, "application/octet-stream", {"X-KVCore-Tokens": str(n)})
