@@ -177,3 +177,49 @@ def test_a_read_after_close_is_a_miss_and_starts_no_thread(tmp_path, chunks):
     started = [th.name for th in threading.enumerate() if th not in before]
     assert t._readers is None and not started, started
     assert t.metrics.snapshot()["tiers"]["ssd"]["misses"] == 2
+
+
+def test_directories_that_are_no_namespace_are_left_alone(tmp_path, chunks):
+    """Every directory under the layout was taken for a namespace: one whose name did not
+    fit a journal record's ASCII tag (a non-ASCII name) made the tier fail to open
+    (UnicodeEncodeError), a longer name went into the journal cut to 16 characters (the
+    other processes looked for its files elsewhere), and their other files were deleted."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns")
+    t.close()
+    root = tmp_path / "kvcore-v1"
+    foreign = [root / "né" / t.entry(keys[0].digest).path.name, root / "a_longer_directory_name" / "notes.txt",
+               root / "a_longer_directory_name" / f"{keys[1].digest.hex()}.0.256.0.kvc"]
+    for f in foreign:
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(b"not the tier's")
+    t = SSDTier(tmp_path, 1 << 30)
+    assert set(t.index) == {keys[0].digest} and t.used_bytes == len(blobs[0])
+    assert all(f.read_bytes() == b"not the tier's" for f in foreign)
+    assert bytes(t.read(keys[0].digest)) == blobs[0]
+
+
+def test_chunk_files_only_under_the_names_the_tier_writes(tmp_path, chunks):
+    """A file name of the chunk pattern whose numbers do not fit a journal record made the
+    tier fail to open (struct.error); one with numbers in another form (leading zeros) was
+    indexed under the name the tier would write, so a process that took it from the
+    journal missed it and left the real file on disk, uncounted; a directory under a
+    chunk's name was counted and failed every read."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns", start=0, ntokens=256)
+    t.close()
+    ns = tmp_path / "kvcore-v1" / "ns"
+    bad = [f"{keys[1].digest.hex()}.{1 << 64}.256.0.kvc", f"{keys[2].digest.hex()}.0.{1 << 32}.0.kvc",
+           f"{keys[3].digest.hex()}.0256.256.0.kvc"]
+    for name in bad:
+        (ns / name).write_bytes(blobs[1])
+    (ns / f"{bytes(16).hex()}.0.256.0.kvc").mkdir()
+    t = SSDTier(tmp_path, 1 << 30)
+    other = SSDTier(tmp_path, 1 << 30)  # replaces the journal: t reloads from it
+    for tier in (t, other):
+        assert set(tier.index) == {keys[0].digest} and tier.used_bytes == len(blobs[0])
+        assert bytes(tier.read(keys[0].digest)) == blobs[0]
+    assert sorted(p.name for p in ns.iterdir()) == sorted([t.entry(keys[0].digest).path.name,
+                                                           f"{bytes(16).hex()}.0.256.0.kvc"])
