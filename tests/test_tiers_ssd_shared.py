@@ -374,3 +374,34 @@ def test_a_closed_tier_changes_nothing_in_the_directory(tmp_path):
     assert counts["rejected"] == 1 and counts["errors"] == 0  # refused, not a failed write
     assert bytes(b.read(key_of(1, 0))) == blob(1, 0)
     assert b.used_bytes == disk_bytes(tmp_path) == SIZE and not leftover_temporaries(tmp_path)
+
+
+@pytest.mark.parametrize("failure", ["enospc", "short"])
+def test_a_journal_append_that_fails_raises_nothing_and_is_repaired(tmp_path, monkeypatch, failure):
+    """On a full disk the journal append (a read's TOUCH, a write's reservation, a
+    removal's DEL) raised OSError out of read(), write() and remove(), and a write's
+    reservation stayed counted forever; a short append left a partial record that
+    misaligned every later one. The changes are made, and the next change replaces the
+    journal with a snapshot, from which the other owners learn what they missed."""
+    a, b = SSDTier(tmp_path, 1 << 30), SSDTier(tmp_path, 1 << 30)
+    assert put(a, 0, 0) and put(a, 0, 1)
+    real_write = os.write
+
+    def failing_write(fd, data):  # every write to a's journal, its replacement's MOVED record too
+        if a._journal._journal is None or fd != a._journal._journal.fileno():
+            return real_write(fd, data)
+        if failure == "short":
+            return real_write(fd, bytes(data)[:30])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", failing_write)
+    assert bytes(a.read(key_of(0, 0))) == blob(0, 0)
+    assert put(a, 0, 2)
+    assert a.remove(key_of(0, 1))
+    monkeypatch.setattr(os, "write", real_write)
+    assert a.used_bytes == 2 * SIZE
+    assert put(a, 0, 3)  # the next change replaces the journal
+    assert set(b.keys()) == set(a.keys()) == {key_of(0, i) for i in (0, 2, 3)}
+    assert b.used_bytes == a.used_bytes == 3 * SIZE
+    assert put(b, 1, 0) and a.contains(key_of(1, 0))  # both on one journal again
+    assert a.used_bytes == b.used_bytes == disk_bytes(tmp_path) == 4 * SIZE

@@ -168,7 +168,10 @@ class SSDTier:
                 records, self._pending = self._pending, []
                 self._journal.append(*records)
                 if self._journal.needs_compaction():
-                    self._journal.replace(self._snapshot())
+                    try:
+                        self._journal.replace(self._snapshot())
+                    except OSError as exc:  # a full disk: tried again at the next change
+                        self._failed(exc)
 
     def refresh(self) -> None:
         """Applies what other processes changed since the last look (one fstat when nothing did).
