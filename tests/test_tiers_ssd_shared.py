@@ -405,3 +405,19 @@ def test_a_journal_append_that_fails_raises_nothing_and_is_repaired(tmp_path, mo
     assert b.used_bytes == a.used_bytes == 3 * SIZE
     assert put(b, 1, 0) and a.contains(key_of(1, 0))  # both on one journal again
     assert a.used_bytes == b.used_bytes == disk_bytes(tmp_path) == 4 * SIZE
+
+
+def test_reads_alone_do_not_grow_the_journal_without_end(tmp_path, monkeypatch):
+    """Every read hit appends a TOUCH record, but only a change (a write, an eviction, a
+    removal) replaced a long journal: owners that only read grew it by 80 bytes a hit
+    without end (and a tier opening the directory read all of it into memory)."""
+    monkeypatch.setattr(ssd_journal, "COMPACT_BYTES", 40 * ssd_journal.RECORD_BYTES)
+    a, b = SSDTier(tmp_path, 1 << 30), SSDTier(tmp_path, 1 << 30)
+    assert put(a, 0, 0) and put(a, 0, 1)
+    journal = tmp_path / "kvcore-v1" / "journal"
+    for i in range(100):
+        t = a if i % 2 else b
+        assert bytes(t.read(key_of(0, i % 2))) == blob(0, i % 2)
+    assert journal.stat().st_size <= 60 * ssd_journal.RECORD_BYTES
+    assert set(a.keys()) == set(b.keys()) == {key_of(0, 0), key_of(0, 1)}
+    assert a.used_bytes == b.used_bytes == disk_bytes(tmp_path) == 2 * SIZE

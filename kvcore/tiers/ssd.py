@@ -572,6 +572,9 @@ class SSDTier:
         self.policy.touch(key)
         with self._lock:
             self._journal.append(Record(TOUCH, self._journal.owner, key))
+            if self._journal.needs_compaction():  # reads alone must not grow the journal without end
+                with self._changing():
+                    pass
 
     def read(self, key: bytes, *, direct: Optional[bool] = None,
              scratch: Optional["ScratchPool"] = None) -> Optional[memoryview]:
