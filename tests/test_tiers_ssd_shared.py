@@ -421,3 +421,18 @@ def test_reads_alone_do_not_grow_the_journal_without_end(tmp_path, monkeypatch):
     assert journal.stat().st_size <= 60 * ssd_journal.RECORD_BYTES
     assert set(a.keys()) == set(b.keys()) == {key_of(0, 0), key_of(0, 1)}
     assert a.used_bytes == b.used_bytes == disk_bytes(tmp_path) == 2 * SIZE
+
+
+def test_a_dead_owners_unfinished_journal_snapshot_is_removed(tmp_path):
+    """An owner that died while it wrote a journal snapshot (before the rename over the
+    journal) left journal.<owner>.new behind, which no later owner removed: one more
+    file of up to megabytes, outside the capacity, for every such crash."""
+    a = SSDTier(tmp_path, 1 << 30)
+    assert put(a, 0, 0)
+    root = tmp_path / "kvcore-v1"
+    dead = "0123456789abcdef"
+    (root / "owners" / dead).write_bytes(b"")  # its lock went with its process
+    (root / f"journal.{dead}.new").write_bytes(b"KVCJRNL\x01" + bytes(1000))
+    b = SSDTier(tmp_path, 1 << 30)
+    assert sorted(p.name for p in root.iterdir()) == ["journal", "lock", "ns", "owners", "tmp"]
+    assert bytes(b.read(key_of(0, 0))) == blob(0, 0) and a.contains(key_of(0, 0))

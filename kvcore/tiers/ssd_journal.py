@@ -164,12 +164,18 @@ class DirJournal:
         return [o for o in names if not self.owner_alive(o)]
 
     def remove_owner(self, owner: bytes) -> None:
-        """Removes a dead owner's temporaries and owner file (directory lock held)."""
+        """Removes a dead owner's temporaries (a journal snapshot it was writing too) and
+        owner file (directory lock held)."""
         shutil.rmtree(self.root / TMP_DIR / owner.hex(), ignore_errors=True)
-        try:
-            os.unlink(self.root / OWNERS_DIR / owner.hex())
-        except FileNotFoundError:
-            pass
+        for path in (self._snapshot_path(owner), self.root / OWNERS_DIR / owner.hex()):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def _snapshot_path(self, owner: bytes) -> Path:
+        """Where owner writes a journal snapshot before it replaces the journal."""
+        return self.root / f"journal.{owner.hex()}.new"
 
     # ---- the journal ----
     def _open_journal(self, repair: bool = False) -> bool:
@@ -257,7 +263,7 @@ class DirJournal:
 
     def replace(self, records: list[Record]) -> None:
         """Replaces the journal with a snapshot (directory lock held, journal read up to its end)."""
-        new = self.root / f"journal.{self.owner.hex()}.new"
+        new = self._snapshot_path(self.owner)
         try:
             with open(new, "wb") as f:
                 f.write(MAGIC.ljust(HEADER_BYTES, b"\0") + b"".join(r.pack() for r in records))
