@@ -15,7 +15,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import CircuitBreaker, RemoteConfig, RemoteTier
-from tiers_support import load_kv, local_redis, redis_cluster, redis_server  # noqa: F401
+from tiers_support import load_kv, local_redis, redis_cluster, redis_server, with_codec  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -426,4 +426,22 @@ def test_a_key_of_another_type_is_a_corrupt_miss_not_a_server_failure(redis_serv
     snap = t.metrics.snapshot()["tiers"]["remote"]
     assert (snap["corrupt"], snap["errors"], snap["skipped"]) == (3, 0, 0)
     assert sorted(r.keys("*")) == sorted(f"kvcore:ns:{{{keys[0].hex}}}:{i}".encode() for i in range(2))
+    t.close()
+
+
+@pytest.mark.parametrize("read", ["raw", "redis-py", "stream"])
+def test_a_value_of_a_codec_this_build_lacks_is_a_miss_and_stays(redis_server, chunks, read):
+    """A valid blob stored with a codec this build cannot decode (a newer kvcore's) passed
+    the read's checks, and the caller's decode raised CorruptFrameError: a miss instead,
+    the value left for the readers that decode it."""
+    import redis
+
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, raw_reads=read != "redis-py")
+    assert t.put("ns", keys[0].digest, with_codec(blobs[0], 9))
+    got = t.stream("ns", keys[0].digest).finish() if read == "stream" else t.get("ns", keys[0].digest)
+    assert got is None
+    assert redis.Redis.from_url(redis_server.url).exists(f"kvcore:ns:{{{keys[0].hex}}}:0")
+    snap = t.metrics.snapshot()["tiers"]["remote"]
+    assert (snap["misses"], snap["corrupt"]) == (1, 0)
     t.close()

@@ -9,7 +9,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.ssd import SSDTier
-from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs  # noqa: F401
+from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs, with_codec  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -223,3 +223,25 @@ def test_chunk_files_only_under_the_names_the_tier_writes(tmp_path, chunks):
         assert bytes(tier.read(keys[0].digest)) == blobs[0]
     assert sorted(p.name for p in ns.iterdir()) == sorted([t.entry(keys[0].digest).path.name,
                                                            f"{bytes(16).hex()}.0.256.0.kvc"])
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_chunk_of_a_codec_this_build_lacks_is_a_miss_and_stays(tmp_path, chunks, streamed):
+    """A valid blob stored with a codec this build cannot decode (a newer kvcore's; the
+    native codec in a build without it) passed the read's checks, and every retrieve of
+    it raised CorruptFrameError. It is a miss, and the file stays for the processes that
+    decode it."""
+    import kvcore
+
+    kv, keys, blobs = chunks
+    tm = kvcore.TierManager(ddr_bytes=0, ssd_dir=tmp_path, ssd_bytes=1 << 30, chunk_tokens=256,
+                            namespace="test-model", read_ahead=0 if streamed else 2)
+    assert tm.ssd.write(keys[0].digest, with_codec(blobs[0], 9), ns_tag=tm._ns_tag, start=0, ntokens=256)
+    path = tm.ssd.entry(keys[0].digest).path
+    out = torch.zeros_like(kv)
+    tokens = list(range(1024))
+    assert tm.retrieve(tokens, out, on_layer=None if streamed else (lambda layer: None)) == 0
+    assert tm.ssd.read(keys[0].digest) is None and path.exists()
+    snap = tm.metrics.snapshot()["tiers"]["ssd"]
+    assert snap["corrupt"] == 0 and snap["misses"] >= 2
+    tm.close()

@@ -31,6 +31,7 @@ from typing import Callable, Optional, Sequence
 from .._args import int_arg, optional_seconds_arg, seconds_arg, wait_seconds
 from ..errors import BackendError, CorruptFrameError, InvalidArgumentError, UnsupportedError
 from .blob import BlobHeader, StreamingChecksum, blob_total_size, body_size
+from .codecs import can_decode
 from .metrics import Metrics
 from .resp import RawGetter, RespError
 
@@ -375,6 +376,9 @@ class RemoteTier:
             self.metrics.inc(self.name, "corrupt")
             self.metrics.inc(self.name, "misses")
             self.delete(ns_tag, [key])
+            return None
+        if not can_decode(h.codec):  # a newer kvcore's codec (or the native one, not built here): a
+            self.metrics.inc(self.name, "misses")  # miss, and the value stays for the readers that decode it
             return None
         self.metrics.inc(self.name, "hits")
         self.metrics.inc(self.name, "bytes_out", data.nbytes)

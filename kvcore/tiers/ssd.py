@@ -46,6 +46,7 @@ from typing import Callable, Iterator, Optional, Union
 
 from ..errors import CorruptFrameError, InvalidArgumentError
 from .blob import BlobHeader, StreamingChecksum, body_size
+from .codecs import can_decode
 from .metrics import Metrics
 from .policy import LRUPolicy, Policy
 from .ssd_journal import ADD, CAP, DEL, LEFT, OWNERS_DIR, REL, RES, TMP_DIR, TOUCH, DirJournal, Record
@@ -1071,6 +1072,9 @@ class StreamRead:
                 t.metrics.inc(t.name, "corrupt")
             t.metrics.inc(t.name, "misses")
             t._forget(self.key, self.entry)
+            return None
+        if not can_decode(h.codec):  # a newer kvcore's codec (or the native one, not built here): a
+            t.metrics.inc(t.name, "misses")  # miss, and the file stays for the processes that decode it
             return None
         t._touched(self.key)
         t.metrics.inc(t.name, "hits")
