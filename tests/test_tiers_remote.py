@@ -15,7 +15,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import CircuitBreaker, RemoteConfig, RemoteTier
-from tiers_support import load_kv, local_redis, redis_cluster, redis_server  # noqa: F401
+from tiers_support import load_kv, local_redis, redis_cluster, redis_server, with_codec  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -396,3 +396,52 @@ def test_close_while_a_stream_waits_for_the_pool(redis_server, chunks):
     finally:
         gate.set()
     assert got == [(False, None)]
+
+
+@pytest.mark.parametrize("read", ["raw", "redis-py", "stream"])
+def test_a_key_of_another_type_is_a_corrupt_miss_not_a_server_failure(redis_server, chunks, read):
+    """A key under the tier's names that holds a list or a hash (not a value of ours)
+    answers GET with a WRONGTYPE error: that counted as a server failure, so two such
+    keys opened the breaker and every remote read and lookup was skipped; and the key,
+    never deleted (delete's GETRANGE failed the same way), did it again at every read.
+    It is foreign data: a miss counted as corrupt, the key deleted, the breaker closed."""
+    import redis
+
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, raw_reads=read != "redis-py", part_bytes=1 << 20)
+    r = redis.Redis.from_url(redis_server.url)
+    assert t.put("ns", keys[0].digest, blobs[0]) and t.put("ns", keys[1].digest, blobs[1])
+    r.delete(f"kvcore:ns:{{{keys[1].hex}}}:1")
+    r.rpush(f"kvcore:ns:{{{keys[1].hex}}}:1", b"a list")  # a later part of another type
+    r.hset(f"kvcore:ns:{{{keys[2].hex}}}:0", "a", "hash")
+    r.rpush(f"kvcore:ns:{{{keys[3].hex}}}:0", b"a list")
+
+    def get(k):
+        return t.stream("ns", k.digest).finish() if read == "stream" else t.get("ns", k.digest)
+
+    for k in keys[1:]:
+        assert get(k) is None
+    assert t.breaker.state == "closed"
+    assert bytes(get(keys[0])) == blobs[0]
+    snap = t.metrics.snapshot()["tiers"]["remote"]
+    assert (snap["corrupt"], snap["errors"], snap["skipped"]) == (3, 0, 0)
+    assert sorted(r.keys("*")) == sorted(f"kvcore:ns:{{{keys[0].hex}}}:{i}".encode() for i in range(2))
+    t.close()
+
+
+@pytest.mark.parametrize("read", ["raw", "redis-py", "stream"])
+def test_a_value_of_a_codec_this_build_lacks_is_a_miss_and_stays(redis_server, chunks, read):
+    """A valid blob stored with a codec this build cannot decode (a newer kvcore's) passed
+    the read's checks, and the caller's decode raised CorruptFrameError: a miss instead,
+    the value left for the readers that decode it."""
+    import redis
+
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, raw_reads=read != "redis-py")
+    assert t.put("ns", keys[0].digest, with_codec(blobs[0], 9))
+    got = t.stream("ns", keys[0].digest).finish() if read == "stream" else t.get("ns", keys[0].digest)
+    assert got is None
+    assert redis.Redis.from_url(redis_server.url).exists(f"kvcore:ns:{{{keys[0].hex}}}:0")
+    snap = t.metrics.snapshot()["tiers"]["remote"]
+    assert (snap["misses"], snap["corrupt"]) == (1, 0)
+    t.close()

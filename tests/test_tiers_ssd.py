@@ -9,7 +9,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.ssd import SSDTier
-from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs  # noqa: F401
+from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs, with_codec  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -177,3 +177,71 @@ def test_a_read_after_close_is_a_miss_and_starts_no_thread(tmp_path, chunks):
     started = [th.name for th in threading.enumerate() if th not in before]
     assert t._readers is None and not started, started
     assert t.metrics.snapshot()["tiers"]["ssd"]["misses"] == 2
+
+
+def test_directories_that_are_no_namespace_are_left_alone(tmp_path, chunks):
+    """Every directory under the layout was taken for a namespace: one whose name did not
+    fit a journal record's ASCII tag (a non-ASCII name) made the tier fail to open
+    (UnicodeEncodeError), a longer name went into the journal cut to 16 characters (the
+    other processes looked for its files elsewhere), and their other files were deleted."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns")
+    t.close()
+    root = tmp_path / "kvcore-v1"
+    foreign = [root / "né" / t.entry(keys[0].digest).path.name, root / "a_longer_directory_name" / "notes.txt",
+               root / "a_longer_directory_name" / f"{keys[1].digest.hex()}.0.256.0.kvc"]
+    for f in foreign:
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(b"not the tier's")
+    t = SSDTier(tmp_path, 1 << 30)
+    assert set(t.index) == {keys[0].digest} and t.used_bytes == len(blobs[0])
+    assert all(f.read_bytes() == b"not the tier's" for f in foreign)
+    assert bytes(t.read(keys[0].digest)) == blobs[0]
+
+
+def test_chunk_files_only_under_the_names_the_tier_writes(tmp_path, chunks):
+    """A file name of the chunk pattern whose numbers do not fit a journal record made the
+    tier fail to open (struct.error); one with numbers in another form (leading zeros) was
+    indexed under the name the tier would write, so a process that took it from the
+    journal missed it and left the real file on disk, uncounted; a directory under a
+    chunk's name was counted and failed every read."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns", start=0, ntokens=256)
+    t.close()
+    ns = tmp_path / "kvcore-v1" / "ns"
+    bad = [f"{keys[1].digest.hex()}.{1 << 64}.256.0.kvc", f"{keys[2].digest.hex()}.0.{1 << 32}.0.kvc",
+           f"{keys[3].digest.hex()}.0256.256.0.kvc"]
+    for name in bad:
+        (ns / name).write_bytes(blobs[1])
+    (ns / f"{bytes(16).hex()}.0.256.0.kvc").mkdir()
+    t = SSDTier(tmp_path, 1 << 30)
+    other = SSDTier(tmp_path, 1 << 30)  # replaces the journal: t reloads from it
+    for tier in (t, other):
+        assert set(tier.index) == {keys[0].digest} and tier.used_bytes == len(blobs[0])
+        assert bytes(tier.read(keys[0].digest)) == blobs[0]
+    assert sorted(p.name for p in ns.iterdir()) == sorted([t.entry(keys[0].digest).path.name,
+                                                           f"{bytes(16).hex()}.0.256.0.kvc"])
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_chunk_of_a_codec_this_build_lacks_is_a_miss_and_stays(tmp_path, chunks, streamed):
+    """A valid blob stored with a codec this build cannot decode (a newer kvcore's; the
+    native codec in a build without it) passed the read's checks, and every retrieve of
+    it raised CorruptFrameError. It is a miss, and the file stays for the processes that
+    decode it."""
+    import kvcore
+
+    kv, keys, blobs = chunks
+    tm = kvcore.TierManager(ddr_bytes=0, ssd_dir=tmp_path, ssd_bytes=1 << 30, chunk_tokens=256,
+                            namespace="test-model", read_ahead=0 if streamed else 2)
+    assert tm.ssd.write(keys[0].digest, with_codec(blobs[0], 9), ns_tag=tm._ns_tag, start=0, ntokens=256)
+    path = tm.ssd.entry(keys[0].digest).path
+    out = torch.zeros_like(kv)
+    tokens = list(range(1024))
+    assert tm.retrieve(tokens, out, on_layer=None if streamed else (lambda layer: None)) == 0
+    assert tm.ssd.read(keys[0].digest) is None and path.exists()
+    snap = tm.metrics.snapshot()["tiers"]["ssd"]
+    assert snap["corrupt"] == 0 and snap["misses"] >= 2
+    tm.close()

@@ -259,3 +259,13 @@ def small_tmpfs(tmp_path):
 def leftover_temporaries(directory) -> list:
     """Every temporary file under an SSD tier directory, of any owner (each has a folder)."""
     return [p for p in (Path(directory) / "kvcore-v1" / "tmp").rglob("*") if p.is_file()]
+
+
+def with_codec(blob: bytes, code: int) -> bytes:
+    """blob as a kvcore that stores frames with codec code would write it (checksum included)."""
+    from kvcore.tiers.blob import checksum
+
+    b = bytearray(blob)
+    b[5] = code
+    b[-8:] = checksum(bytes(b[:-8])).to_bytes(8, "little")
+    return bytes(b)

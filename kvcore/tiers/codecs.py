@@ -168,6 +168,11 @@ def make_codec(name: str = "auto", threads: Optional[int] = None, decoder: str =
     raise InvalidArgumentError(f"unknown codec {name!r} (auto, {', '.join(MODES)}, raw)")
 
 
+def can_decode(code: int) -> bool:
+    """Whether this build decodes blobs stored with ``code`` (codec_for_code gives a codec)."""
+    return code == RawCodec.code or (code == KvcoreCodec.code and native_codec_available())
+
+
 def codec_for_code(code: int, threads: Optional[int] = None) -> Codec:
     """The codec that decodes blobs stored with ``code``."""
     if code == RawCodec.code:

@@ -31,6 +31,7 @@ from typing import Callable, Optional, Sequence
 from .._args import int_arg, optional_seconds_arg, seconds_arg, wait_seconds
 from ..errors import BackendError, CorruptFrameError, InvalidArgumentError, UnsupportedError
 from .blob import BlobHeader, StreamingChecksum, blob_total_size, body_size
+from .codecs import can_decode
 from .metrics import Metrics
 from .resp import RawGetter, RespError
 
@@ -187,6 +188,7 @@ class RemoteTier:
         # and one close() cancelled while it waited for the pool (CancelledError).
         self._errors = (redis.RedisError, OSError, cf.TimeoutError, ValueError, MemoryError, cf.CancelledError)
         self._timeout_error = redis.TimeoutError
+        self._reply_errors = (redis.ResponseError, RespError)  # see _holds_other_type
         self._pool = cf.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="kvcore-remote")
         self._parts = cf.ThreadPoolExecutor(max_workers=max(1, config.parallel_parts),
                                             thread_name_prefix="kvcore-remote-part")
@@ -228,6 +230,12 @@ class RemoteTier:
             raise
         self.breaker.success()
         return result
+
+    def _holds_other_type(self, exc: BaseException) -> bool:
+        """Whether exc is the server's answer that a key holds another type of value (a list,
+        a hash: not one of this tier's parts). Its data is foreign, like a corrupt value's;
+        the server is fine, so it must not count against the breaker."""
+        return isinstance(exc, self._reply_errors) and str(exc).startswith("WRONGTYPE")
 
     @property
     def available(self) -> bool:
@@ -272,14 +280,27 @@ class RemoteTier:
                 except CorruptFrameError:
                     return len(prefix)
 
-            data = self._raw.get_parts(lambda i: self._key(ns_tag, key, i).encode(), total_of, pb,
-                                       alloc, self.config.max_parts, guess_parts=self._parts_hint)
+            try:
+                data = self._raw.get_parts(lambda i: self._key(ns_tag, key, i).encode(), total_of, pb,
+                                           alloc, self.config.max_parts, guess_parts=self._parts_hint)
+            except RespError as exc:
+                if not self._holds_other_type(exc):
+                    raise
+                data = False
             if data is None or data is False:
                 return (None if data is None else b""), (None if data is None else False)
             self._parts_hint = -(-data.nbytes // pb)
             return data, None
 
         def op():
+            try:
+                return parts()
+            except self._reply_errors as exc:
+                if not self._holds_other_type(exc):
+                    raise
+                return b"", False
+
+        def parts():
             first = self.client.get(self._key(ns_tag, key, 0))
             if first is None:
                 return first, None
@@ -356,6 +377,9 @@ class RemoteTier:
             self.metrics.inc(self.name, "misses")
             self.delete(ns_tag, [key])
             return None
+        if not can_decode(h.codec):  # a newer kvcore's codec (or the native one, not built here): a
+            self.metrics.inc(self.name, "misses")  # miss, and the value stays for the readers that decode it
+            return None
         self.metrics.inc(self.name, "hits")
         self.metrics.inc(self.name, "bytes_out", data.nbytes)
         self.metrics.observe("remote_get", time.perf_counter() - t0)
@@ -399,7 +423,12 @@ class RemoteTier:
         def op():
             n = 0
             for k in keys:
-                first = self.client.getrange(self._key(ns_tag, k, 0), 0, 1 << 16)
+                try:
+                    first = self.client.getrange(self._key(ns_tag, k, 0), 0, 1 << 16)
+                except self._reply_errors as exc:
+                    if not self._holds_other_type(exc):
+                        raise
+                    first = b""  # not a value of ours: one key to delete
                 try:
                     parts = -(-blob_total_size(first) // self.config.part_bytes)
                 except CorruptFrameError:
@@ -509,8 +538,14 @@ class RemoteRead:
 
         try:
             pb = t.config.part_bytes
-            data = t._raw.get_parts(lambda i: t._key(self.ns_tag, self.key, i).encode(), total_of, pb, self._alloc,
-                                    t.config.max_parts, guess_parts=t._parts_hint, on_landed=self._on_landed)
+            try:
+                data = t._raw.get_parts(lambda i: t._key(self.ns_tag, self.key, i).encode(), total_of, pb,
+                                        self._alloc, t.config.max_parts, guess_parts=t._parts_hint,
+                                        on_landed=self._on_landed)
+            except RespError as exc:
+                if not t._holds_other_type(exc):
+                    raise
+                data = False
             if data is not None and data is not False:
                 t._parts_hint = -(-data.nbytes // pb)
             return data

@@ -36,6 +36,7 @@ import errno
 import mmap
 import os
 import re
+import stat
 import threading
 import time
 from contextlib import contextmanager
@@ -45,6 +46,7 @@ from typing import Callable, Iterator, Optional, Union
 
 from ..errors import CorruptFrameError, InvalidArgumentError
 from .blob import BlobHeader, StreamingChecksum, body_size
+from .codecs import can_decode
 from .metrics import Metrics
 from .policy import LRUPolicy, Policy
 from .ssd_journal import ADD, CAP, DEL, LEFT, OWNERS_DIR, REL, RES, TMP_DIR, TOUCH, DirJournal, Record
@@ -167,7 +169,10 @@ class SSDTier:
                 records, self._pending = self._pending, []
                 self._journal.append(*records)
                 if self._journal.needs_compaction():
-                    self._journal.replace(self._snapshot())
+                    try:
+                        self._journal.replace(self._snapshot())
+                    except OSError as exc:  # a full disk: tried again at the next change
+                        self._failed(exc)
 
     def refresh(self) -> None:
         """Applies what other processes changed since the last look (one fstat when nothing did).
@@ -307,22 +312,27 @@ class SSDTier:
             found = []
             now_ms = int(time.time() * 1000)
             for nsdir in self.root.iterdir():
-                if nsdir.name in (TMP_DIR, OWNERS_DIR) or not nsdir.is_dir():
+                # a directory the tier did not make (its name is no namespace tag) is left alone:
+                # its name would not fit a journal record, and its files are not chunks
+                if not _valid_ns_tag(nsdir.name) or not nsdir.is_dir():
                     continue
                 for f in nsdir.iterdir():
-                    m = _NAME.match(f.name)
+                    name = _parse_name(f.name)
                     try:
                         st = f.stat()
                     except OSError:
                         continue
-                    if m is None or st.st_size == 0:
+                    if stat.S_ISDIR(st.st_mode):  # not one of the tier's (it makes none there)
+                        continue
+                    if name is None or st.st_size == 0:
                         _unlink(f)
                         continue
-                    e = SSDEntry(f, st.st_size, nsdir.name, int(m.group(2)), int(m.group(3)), int(m.group(4)))
+                    key, start, ntokens, expires_ms = name
+                    e = SSDEntry(f, st.st_size, nsdir.name, start, ntokens, expires_ms)
                     if e.expired(now_ms):
                         _unlink(f)
                         continue
-                    found.append((st.st_mtime, bytes.fromhex(m.group(1)), e))
+                    found.append((st.st_mtime, key, e))
             found.sort(key=lambda x: x[0])
             for key in list(self.index):
                 self._index_pop(key)
@@ -563,6 +573,9 @@ class SSDTier:
         self.policy.touch(key)
         with self._lock:
             self._journal.append(Record(TOUCH, self._journal.owner, key))
+            if self._journal.needs_compaction():  # reads alone must not grow the journal without end
+                with self._changing():
+                    pass
 
     def read(self, key: bytes, *, direct: Optional[bool] = None,
              scratch: Optional["ScratchPool"] = None) -> Optional[memoryview]:
@@ -660,6 +673,20 @@ class SSDTier:
 
 def _file_name(key: bytes, start: int, ntokens: int, expires_ms: int) -> str:
     return f"{key.hex()}.{start}.{ntokens}.{expires_ms}.kvc"
+
+
+def _parse_name(name: str) -> Optional[tuple[bytes, int, int, int]]:
+    """(key, start, ntokens, expires_ms) of a chunk file's name, or None when the name is
+    not one _file_name writes: other processes find the file by the name its journal
+    record gives back, and the numbers must fit the record's fields."""
+    m = _NAME.match(name)
+    if m is None:
+        return None
+    key = bytes.fromhex(m.group(1))
+    start, ntokens, expires_ms = (int(g) for g in m.group(2, 3, 4))
+    if max(start, expires_ms) >= 1 << 64 or ntokens >= 1 << 32 or name != _file_name(key, start, ntokens, expires_ms):
+        return None
+    return key, start, ntokens, expires_ms
 
 
 def _valid_ns_tag(ns_tag: str) -> bool:
@@ -1045,6 +1072,9 @@ class StreamRead:
                 t.metrics.inc(t.name, "corrupt")
             t.metrics.inc(t.name, "misses")
             t._forget(self.key, self.entry)
+            return None
+        if not can_decode(h.codec):  # a newer kvcore's codec (or the native one, not built here): a
+            t.metrics.inc(t.name, "misses")  # miss, and the file stays for the processes that decode it
             return None
         t._touched(self.key)
         t.metrics.inc(t.name, "hits")

@@ -97,6 +97,8 @@ class DirJournal:
         self.owner = os.urandom(8)
         self.path = self.root / "journal"
         self.corrupt_records = 0
+        self.failed_appends = 0
+        self._damaged = False  # an append failed or was cut short: replace the journal (needs_compaction)
         self.shared = True  # False where the filesystem has no flock: one process only
         self._lock_file = open(self.root / "lock", "a+b", buffering=0)
         self._owner_file = None
@@ -162,12 +164,18 @@ class DirJournal:
         return [o for o in names if not self.owner_alive(o)]
 
     def remove_owner(self, owner: bytes) -> None:
-        """Removes a dead owner's temporaries and owner file (directory lock held)."""
+        """Removes a dead owner's temporaries (a journal snapshot it was writing too) and
+        owner file (directory lock held)."""
         shutil.rmtree(self.root / TMP_DIR / owner.hex(), ignore_errors=True)
-        try:
-            os.unlink(self.root / OWNERS_DIR / owner.hex())
-        except FileNotFoundError:
-            pass
+        for path in (self._snapshot_path(owner), self.root / OWNERS_DIR / owner.hex()):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def _snapshot_path(self, owner: bytes) -> Path:
+        """Where owner writes a journal snapshot before it replaces the journal."""
+        return self.root / f"journal.{owner.hex()}.new"
 
     # ---- the journal ----
     def _open_journal(self, repair: bool = False) -> bool:
@@ -231,28 +239,55 @@ class DirJournal:
 
     def append(self, *records: Record) -> None:
         """Appends records in one write. State changes need the directory lock (and every
-        record up to the end read first), so the journal's order is the decisions' order."""
+        record up to the end read first), so the journal's order is the decisions' order.
+
+        Never raises: the change is made either way (the files are the truth). When the
+        write fails (ENOSPC, EIO) or is cut short (a partial record would misalign every
+        later one), the others miss these records until the journal is replaced by a
+        snapshot, which needs_compaction() then asks for."""
         if records and self._journal is not None:
-            os.write(self._journal.fileno(), b"".join(r.pack() for r in records))
-            if self._offset == os.fstat(self._journal.fileno()).st_size - RECORD_BYTES * len(records):
-                self._offset += RECORD_BYTES * len(records)  # ours, already applied
+            data = b"".join(r.pack() for r in records)
+            try:
+                written = os.write(self._journal.fileno(), data)
+            except OSError:
+                written = 0
+            if written != len(data):
+                self.failed_appends += 1
+                self._damaged = True
+                return
+            if self._offset == os.fstat(self._journal.fileno()).st_size - len(data):
+                self._offset += len(data)  # ours, already applied
 
     def needs_compaction(self) -> bool:
-        return self._journal is not None and self._offset > COMPACT_BYTES
+        return self._journal is not None and (self._damaged or self._offset > COMPACT_BYTES)
 
     def replace(self, records: list[Record]) -> None:
         """Replaces the journal with a snapshot (directory lock held, journal read up to its end)."""
-        new = self.root / f"journal.{self.owner.hex()}.new"
-        with open(new, "wb") as f:
-            f.write(MAGIC.ljust(HEADER_BYTES, b"\0") + b"".join(r.pack() for r in records))
-        os.rename(new, self.path)
+        new = self._snapshot_path(self.owner)
+        try:
+            with open(new, "wb") as f:
+                f.write(MAGIC.ljust(HEADER_BYTES, b"\0") + b"".join(r.pack() for r in records))
+            os.rename(new, self.path)
+        except OSError:
+            try:
+                os.unlink(new)
+            except OSError:
+                pass
+            raise
         if self._journal is not None:
-            os.write(self._journal.fileno(), Record(MOVED, self.owner, bytes(16)).pack())
+            fd = self._journal.fileno()
+            # After an append cut short, the records that followed are off the others' record
+            # grid: zeros up to it (every append is whole records) so they read MOVED.
+            data = bytes(-(os.fstat(fd).st_size - HEADER_BYTES) % RECORD_BYTES) + Record(MOVED, self.owner,
+                                                                                      bytes(16)).pack()
+            if os.write(fd, data) != len(data):  # the others would not see it: stay, and try again
+                raise OSError(errno.ENOSPC, "the journal's MOVED record was cut short")
             self._journal.close()
         self._journal = open(self.path, "a+b", buffering=0)
         st = os.fstat(self._journal.fileno())
         self._ino = st.st_ino
         self._offset = st.st_size
+        self._damaged = False
 
     @property
     def left(self) -> bool:
