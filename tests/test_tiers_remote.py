@@ -15,7 +15,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.remote import CircuitBreaker, RemoteConfig, RemoteTier
-from tiers_support import load_kv, local_redis, redis_cluster, redis_server, with_codec  # noqa: F401
+from tiers_support import load_kv, local_redis, redis_cluster, redis_server, with_codec, with_version  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -429,6 +429,27 @@ def test_a_key_of_another_type_is_a_corrupt_miss_not_a_server_failure(redis_serv
     t.close()
 
 
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("read", ["raw", "redis-py", "stream"])
+def test_a_value_of_a_newer_blob_version_is_a_miss_and_stays(redis_server, chunks, read, parts):
+    """A blob of a later format version (a newer kvcore on the same Redis in a rolling
+    upgrade) was counted corrupt and deleted by every older reader. It is a miss, and the
+    value (every part) stays for the readers that read it."""
+    import redis
+
+    kv, keys, blobs = chunks
+    blob = with_version(blobs[0], 2)
+    t = _tier(redis_server, raw_reads=read != "redis-py", part_bytes=-(-len(blob) // parts))
+    assert t.put("ns", keys[0].digest, blob)
+    got = t.stream("ns", keys[0].digest).finish() if read == "stream" else t.get("ns", keys[0].digest)
+    assert got is None
+    r = redis.Redis.from_url(redis_server.url)
+    assert all(r.exists(f"kvcore:ns:{{{keys[0].hex}}}:{i}") for i in range(parts))
+    snap = t.metrics.snapshot()["tiers"]["remote"]
+    assert (snap["misses"], snap["corrupt"]) == (1, 0)
+    t.close()
+
+
 @pytest.mark.parametrize("read", ["raw", "redis-py", "stream"])
 def test_a_value_of_a_codec_this_build_lacks_is_a_miss_and_stays(redis_server, chunks, read):
     """A valid blob stored with a codec this build cannot decode (a newer kvcore's) passed
@@ -445,3 +466,18 @@ def test_a_value_of_a_codec_this_build_lacks_is_a_miss_and_stays(redis_server, c
     snap = t.metrics.snapshot()["tiers"]["remote"]
     assert (snap["misses"], snap["corrupt"]) == (1, 0)
     t.close()
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_value_of_fewer_tokens_under_a_chunks_key_is_a_corrupt_miss(redis_server, chunks, streamed):
+    """A valid blob that claims chunk 0's key but holds 128 of its 256 tokens restored those
+    128 while retrieve counted all 256 restored. It is a miss now, counted corrupt, deleted."""
+    kv, keys, _ = chunks
+    short = bytes(encode_chunk(kv[:, :, :128], CODEC, key=keys[0].digest, index=0))
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=local_redis(), namespace="remote-model",
+                     read_ahead=0 if streamed else 2) as tm:
+        assert tm.remote.put(tm._ns_tag, keys[0].digest, short)
+        out = torch.zeros_like(kv)
+        assert tm.retrieve(list(range(1024)), out, on_layer=None if streamed else (lambda layer: None)) == 0
+        assert tm.metrics.snapshot()["tiers"]["remote"]["corrupt"] == 1
+        assert tm.remote.get(tm._ns_tag, keys[0].digest) is None

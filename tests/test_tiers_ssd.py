@@ -9,7 +9,7 @@ from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
 from kvcore.tiers.ssd import SSDTier
-from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs, with_codec  # noqa: F401
+from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs, with_codec, with_version  # noqa: F401
 
 CODEC = make_codec("auto")
 
@@ -223,6 +223,45 @@ def test_chunk_files_only_under_the_names_the_tier_writes(tmp_path, chunks):
         assert bytes(tier.read(keys[0].digest)) == blobs[0]
     assert sorted(p.name for p in ns.iterdir()) == sorted([t.entry(keys[0].digest).path.name,
                                                            f"{bytes(16).hex()}.0.256.0.kvc"])
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_blob_of_fewer_tokens_under_a_chunks_key_is_a_corrupt_miss(tmp_path, chunks, streamed):
+    """A valid blob that claims chunk 0's key but holds 128 of its 256 tokens (forged, or
+    written by a faulty peer) restored those 128 while retrieve counted all 256 restored:
+    the rest of out kept what it held. It is a miss now, counted corrupt, the file removed."""
+    import kvcore
+
+    kv, keys, _ = chunks
+    short = bytes(encode_chunk(kv[:, :, :128], CODEC, key=keys[0].digest, index=0))
+    tm = kvcore.TierManager(ddr_bytes=0, ssd_dir=tmp_path, ssd_bytes=1 << 30, chunk_tokens=256,
+                            namespace="test-model", read_ahead=0 if streamed else 2)
+    assert tm.ssd.write(keys[0].digest, short, ns_tag=tm._ns_tag, start=0, ntokens=256)
+    out = torch.zeros_like(kv)
+    assert tm.retrieve(list(range(1024)), out, on_layer=None if streamed else (lambda layer: None)) == 0
+    assert not tm.ssd.contains(keys[0].digest)
+    assert tm.metrics.snapshot()["tiers"]["ssd"]["corrupt"] == 1
+    tm.close()
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_chunk_of_a_newer_blob_version_is_a_miss_and_stays(tmp_path, chunks, streamed):
+    """A blob of a later format version (a newer kvcore sharing the directory in a rolling
+    upgrade) was counted corrupt and its file deleted by every older reader. It is a miss,
+    and the file stays for the processes that read it."""
+    import kvcore
+
+    kv, keys, blobs = chunks
+    tm = kvcore.TierManager(ddr_bytes=0, ssd_dir=tmp_path, ssd_bytes=1 << 30, chunk_tokens=256,
+                            namespace="test-model", read_ahead=0 if streamed else 2)
+    assert tm.ssd.write(keys[0].digest, with_version(blobs[0], 2), ns_tag=tm._ns_tag, start=0, ntokens=256,
+                        verify_blob=False)  # this kvcore would not write it
+    out = torch.zeros_like(kv)
+    assert tm.retrieve(list(range(1024)), out, on_layer=None if streamed else (lambda layer: None)) == 0
+    assert tm.ssd.contains(keys[0].digest) and tm.ssd.entry(keys[0].digest).path.exists()
+    snap = tm.metrics.snapshot()["tiers"]["ssd"]
+    assert snap["corrupt"] == 0 and snap["misses"] >= 1
+    tm.close()
 
 
 @pytest.mark.parametrize("streamed", [True, False])

@@ -263,9 +263,19 @@ def leftover_temporaries(directory) -> list:
 
 def with_codec(blob: bytes, code: int) -> bytes:
     """blob as a kvcore that stores frames with codec code would write it (checksum included)."""
+    return _with_byte(blob, 5, code)
+
+
+def with_version(blob: bytes, version: int) -> bytes:
+    """blob with another format version in its header (checksum included), as a later kvcore
+    whose format kept the same header start would write it."""
+    return _with_byte(blob, 4, version)
+
+
+def _with_byte(blob: bytes, offset: int, value: int) -> bytes:
     from kvcore.tiers.blob import checksum
 
     b = bytearray(blob)
-    b[5] = code
+    b[offset] = value
     b[-8:] = checksum(bytes(b[:-8])).to_bytes(8, "little")
     return bytes(b)

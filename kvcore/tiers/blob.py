@@ -125,8 +125,7 @@ class BlobHeader:
          nframes) = _HEAD.unpack_from(view, 0)
         if magic != MAGIC:
             raise CorruptFrameError("not a kvcore chunk blob (bad magic)")
-        if version != VERSION:
-            raise CorruptFrameError(f"chunk blob version {version} is not supported")
+        _check_version(version)
         if dtype_code not in CODE_DTYPES:
             raise CorruptFrameError(f"chunk blob has unknown dtype code {dtype_code}")
         if per_frame == 0 or layers == 0 or nframes != -(-layers // per_frame):
@@ -149,6 +148,19 @@ class BlobHeader:
                           bytes(key), tuple(frames), size, per_frame)
 
 
+class NewerBlobError(CorruptFrameError):
+    """A chunk blob of a later format version than this kvcore reads: unreadable here, not
+    corrupt. Reads count it a miss and leave it for the kvcore versions that read it (in a
+    rolling upgrade, older readers must not delete what newer writers stored)."""
+
+
+def _check_version(version: int) -> None:
+    if version > VERSION:
+        raise NewerBlobError(f"chunk blob version {version} is newer than this kvcore reads ({VERSION})")
+    if version != VERSION:
+        raise CorruptFrameError(f"chunk blob version {version} is not supported")
+
+
 def blob_total_size(prefix) -> int:
     """A blob's total size from its first bytes (header and frame table), for split reads."""
     view = memoryview(prefix).cast("B")
@@ -156,8 +168,9 @@ def blob_total_size(prefix) -> int:
         raise CorruptFrameError("chunk blob header is truncated")
     magic, version, *_rest = _HEAD.unpack_from(view, 0)
     nframes = _rest[-1]
-    if magic != MAGIC or version != VERSION:
+    if magic != MAGIC:
         raise CorruptFrameError("not a kvcore chunk blob")
+    _check_version(version)
     table_end = _table_end(nframes)
     if view.nbytes < table_end:
         raise CorruptFrameError("chunk blob frame table is truncated")

@@ -150,10 +150,17 @@ META_SLACK = 1024
 _DEFAULT_BW = {"ddr": 8e9, "ssd": 1.5e9, "remote": 0.5e9, "decode": 1.5e9, "pending": 5e9}
 
 
+def _holds(ck: ChunkKey, header: BlobHeader) -> bool:
+    """Whether a blob's header is ck's chunk: its key, and the place and token count that
+    key stands for (a blob that claims ck's key with fewer tokens would restore only those
+    while the chunk counted as restored whole)."""
+    return header.key == ck.digest and header.index == ck.index and header.ntokens == ck.ntokens
+
+
 def _checked_header(ck: ChunkKey, blob) -> BlobHeader:
     """The header of a fetched blob, which must be the one stored under ck's key."""
     header = BlobHeader.parse(blob)
-    if header.key != ck.digest:
+    if not _holds(ck, header):
         raise InvalidArgumentError("stored chunk does not match its key")
     return header
 
@@ -756,16 +763,29 @@ class TierManager:
         if self.ssd is not None:
             t0 = time.perf_counter()
             blob = self.ssd.read(ck.digest, scratch=self._scratch)
-            if blob is not None:
+            if blob is not None and not self._foreign(ck, blob, "ssd"):
                 self._measure("ssd", blob.nbytes, time.perf_counter() - t0)
                 return "ssd", blob
         if self.remote is not None:
             t0 = time.perf_counter()
             blob = self.remote.get(self._ns_tag, ck.digest, scratch=self._scratch)
-            if blob is not None:
+            if blob is not None and not self._foreign(ck, blob, "remote"):
                 self._measure("remote", blob.nbytes, time.perf_counter() - t0)
                 return "remote", blob
         return None, None
+
+    def _foreign(self, ck: ChunkKey, blob, tier: str) -> bool:
+        """Whether a verified blob read from tier under ck's key holds another chunk (see
+        _holds): then it is counted corrupt and removed from that tier, and the read is a
+        miss (its buffer is dropped, not given back: a streamed remote read's caller does that)."""
+        if _holds(ck, BlobHeader.parse(blob)):
+            return False
+        self.metrics.inc(tier, "corrupt")
+        if tier == "ssd":
+            self.ssd.remove(ck.digest)
+        else:
+            self.remote.delete(self._ns_tag, [ck.digest])
+        return True
 
     def _measure(self, what: str, nbytes: int, seconds: float) -> None:
         if nbytes > (1 << 16) and seconds > 0:
@@ -910,7 +930,7 @@ class TierManager:
         try:
             if stream.wait(64 << 10):
                 header = BlobHeader.parse(stream.view)
-                if header.key == ck.digest:
+                if _holds(ck, header):
                     for i, (off, n) in enumerate(header.frames):
                         if not stream.wait(off + n):
                             break
@@ -920,8 +940,9 @@ class TierManager:
                 return None
             raise  # a valid blob that does not fit out: the caller's error
         blob = stream.finish()
-        if blob is not None:
-            self._measure(tier, blob.nbytes, time.perf_counter() - t0)
+        if blob is None or self._foreign(ck, blob, tier):
+            return None
+        self._measure(tier, blob.nbytes, time.perf_counter() - t0)
         return blob
 
     def _decode(self, item, out: torch.Tensor) -> None:

@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from .._args import int_arg, optional_seconds_arg, seconds_arg, wait_seconds
 from ..errors import BackendError, CorruptFrameError, InvalidArgumentError, UnsupportedError
-from .blob import BlobHeader, StreamingChecksum, blob_total_size, body_size
+from .blob import BlobHeader, NewerBlobError, StreamingChecksum, blob_total_size, body_size
 from .codecs import can_decode
 from .metrics import Metrics
 from .resp import RawGetter, RespError
@@ -372,10 +372,11 @@ class RemoteTier:
             h = BlobHeader.parse(data, verify=True, digest=digest)
             if h.key != key:
                 raise CorruptFrameError("value holds another key")
-        except CorruptFrameError:
-            self.metrics.inc(self.name, "corrupt")
+        except CorruptFrameError as exc:
             self.metrics.inc(self.name, "misses")
-            self.delete(ns_tag, [key])
+            if not isinstance(exc, NewerBlobError):  # a newer kvcore's value stays for its readers
+                self.metrics.inc(self.name, "corrupt")
+                self.delete(ns_tag, [key])
             return None
         if not can_decode(h.codec):  # a newer kvcore's codec (or the native one, not built here): a
             self.metrics.inc(self.name, "misses")  # miss, and the value stays for the readers that decode it

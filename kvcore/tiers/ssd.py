@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
 from ..errors import CorruptFrameError, InvalidArgumentError
-from .blob import BlobHeader, StreamingChecksum, body_size
+from .blob import BlobHeader, NewerBlobError, StreamingChecksum, body_size
 from .codecs import can_decode
 from .metrics import Metrics
 from .policy import LRUPolicy, Policy
@@ -1067,10 +1067,12 @@ class StreamRead:
             h = BlobHeader.parse(self.view, verify=True, digest=self._sum.intdigest())
             if h.key != self.key:
                 raise CorruptFrameError("file holds another key")
-        except CorruptFrameError:
+        except CorruptFrameError as exc:
+            t.metrics.inc(t.name, "misses")
+            if isinstance(exc, NewerBlobError):  # a newer kvcore's file stays for its readers
+                return None
             if not isinstance(self._error, FileNotFoundError):
                 t.metrics.inc(t.name, "corrupt")
-            t.metrics.inc(t.name, "misses")
             t._forget(self.key, self.entry)
             return None
         if not can_decode(h.codec):  # a newer kvcore's codec (or the native one, not built here): a
