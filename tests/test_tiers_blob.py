@@ -64,6 +64,18 @@ def test_all_dtypes_raw():
         assert torch.equal(out.view(torch.uint8), kv.view(torch.uint8))
 
 
+@pytest.mark.parametrize("kv_field", [0, 1, 3, 0xFFFF])
+def test_a_blob_of_other_than_k_and_v_is_corrupt(blob, kv_field):
+    """A checksum-valid blob whose header holds other than 2 tensors a layer is no chunk:
+    CorruptFrameError (a miss in every tier), not the InvalidArgumentError a retrieve
+    gives for an out of the wrong shape (the caller's error)."""
+    from tiers_support import with_bytes
+
+    _, b = blob
+    with pytest.raises(CorruptFrameError, match="K and V"):
+        BlobHeader.parse(with_bytes(b, 10, kv_field.to_bytes(2, "little")), verify=True)
+
+
 def test_decode_checks_out(blob):
     kv, b = blob
     h = BlobHeader.parse(b)

@@ -1,6 +1,7 @@
 """SSD tier: atomic files, checksums, index rebuild, capacity, full disk, O_DIRECT."""
 
 import os
+import threading
 
 import pytest
 import torch
@@ -240,6 +241,38 @@ def test_a_blob_of_fewer_tokens_under_a_chunks_key_is_a_corrupt_miss(tmp_path, c
     out = torch.zeros_like(kv)
     assert tm.retrieve(list(range(1024)), out, on_layer=None if streamed else (lambda layer: None)) == 0
     assert not tm.ssd.contains(keys[0].digest)
+    assert tm.metrics.snapshot()["tiers"]["ssd"]["corrupt"] == 1
+    tm.close()
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_fifo_in_place_of_a_chunk_file_is_a_corrupt_miss(tmp_path, chunks, streamed):
+    """A FIFO put where a chunk's file was blocked the read's open for good (until some
+    writer opened it), and drop_page_cache's too. Now it is refused at once: a corrupt
+    miss, removed."""
+    import kvcore
+
+    kv, keys, blobs = chunks
+    tm = kvcore.TierManager(ddr_bytes=0, ssd_dir=tmp_path, ssd_bytes=1 << 30, chunk_tokens=256,
+                            namespace="test-model", read_ahead=0 if streamed else 2)
+    assert tm.ssd.write(keys[0].digest, blobs[0], ns_tag=tm._ns_tag, start=0, ntokens=256)
+    path = tm.ssd.entry(keys[0].digest).path
+    path.unlink()
+    os.mkfifo(path)
+    done = []
+
+    def reads() -> None:
+        tm.ssd.drop_page_cache()
+        done.append(tm.retrieve(list(range(1024)), torch.zeros_like(kv),
+                                on_layer=None if streamed else (lambda layer: None)))
+
+    th = threading.Thread(target=reads, daemon=True)
+    th.start()
+    th.join(60)
+    if th.is_alive():  # unblock the open so the thread ends, then fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("a read opened the FIFO and waited for a writer")
+    assert done == [0] and not path.exists()
     assert tm.metrics.snapshot()["tiers"]["ssd"]["corrupt"] == 1
     tm.close()
 

@@ -263,19 +263,20 @@ def leftover_temporaries(directory) -> list:
 
 def with_codec(blob: bytes, code: int) -> bytes:
     """blob as a kvcore that stores frames with codec code would write it (checksum included)."""
-    return _with_byte(blob, 5, code)
+    return with_bytes(blob, 5, bytes([code]))
 
 
 def with_version(blob: bytes, version: int) -> bytes:
     """blob with another format version in its header (checksum included), as a later kvcore
     whose format kept the same header start would write it."""
-    return _with_byte(blob, 4, version)
+    return with_bytes(blob, 4, bytes([version]))
 
 
-def _with_byte(blob: bytes, offset: int, value: int) -> bytes:
+def with_bytes(blob: bytes, offset: int, data: bytes) -> bytes:
+    """blob with data written at offset and its checksum recomputed (a forged blob)."""
     from kvcore.tiers.blob import checksum
 
     b = bytearray(blob)
-    b[offset] = value
+    b[offset:offset + len(data)] = data
     b[-8:] = checksum(bytes(b[:-8])).to_bytes(8, "little")
     return bytes(b)

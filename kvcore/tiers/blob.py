@@ -128,6 +128,8 @@ class BlobHeader:
         _check_version(version)
         if dtype_code not in CODE_DTYPES:
             raise CorruptFrameError(f"chunk blob has unknown dtype code {dtype_code}")
+        if kv != 2:  # K and V: a blob of anything else is no chunk (and fits no out)
+            raise CorruptFrameError(f"chunk blob holds {kv} tensors per layer, not K and V")
         if per_frame == 0 or layers == 0 or nframes != -(-layers // per_frame):
             raise CorruptFrameError("chunk blob frame count does not match its shape")
         table_end = _table_end(nframes)

@@ -662,13 +662,24 @@ class SSDTier:
         """Drops every indexed file from the page cache (so the next reads are cold)."""
         for e in list(self.index.values()):
             try:
-                fd = os.open(e.path, os.O_RDONLY)
-            except OSError:
+                fd = _open_to_read(e.path)
+            except (OSError, CorruptFrameError):
                 continue
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+def _open_to_read(path: Path, flags: int = 0) -> int:
+    """A descriptor to read a chunk file with. O_NONBLOCK (no effect on regular files) so
+    that a FIFO put in the file's place cannot block the open; anything but a regular
+    file is refused as corrupt."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CorruptFrameError("not a regular file")
+    return fd
 
 
 def _file_name(key: bytes, start: int, ntokens: int, expires_ms: int) -> str:
@@ -912,15 +923,15 @@ class StreamRead:
         try:
             if direct:
                 try:
-                    self._fd = os.open(self.entry.path, os.O_RDONLY | os.O_DIRECT)
+                    self._fd = _open_to_read(self.entry.path, os.O_DIRECT)
                     self.direct = True
                 except OSError as exc:
                     if exc.errno != errno.EINVAL:
                         raise
                     tier._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
             if self._fd < 0:
-                self._fd = os.open(self.entry.path, os.O_RDONLY)
-        except OSError as exc:
+                self._fd = _open_to_read(self.entry.path)
+        except (OSError, CorruptFrameError) as exc:
             self._error = exc
             return
         self._left = nseg
@@ -979,7 +990,7 @@ class StreamRead:
                     if n <= 0 or (pos < end and pos % _ALIGN):
                         raise CorruptFrameError("file is shorter than indexed")
                 if pos < end:  # O_DIRECT refused: the rest of this segment buffered
-                    fd = os.open(self.entry.path, os.O_RDONLY)
+                    fd = _open_to_read(self.entry.path)
                     try:
                         pos = self._read_buffered(fd, pos, end)
                     finally:
