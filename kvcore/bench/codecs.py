@@ -52,6 +52,11 @@ class KvcoreCodec(Codec):
         coded_for = "" if decoder == "any" else f", decoder={decoder!r}"
         self.description = f"kvcore {mode} mode{coded_for}, threads={threads}{into}{laid}, decompress into out="
 
+    def applies(self, dtype: torch.dtype) -> bool:
+        from kvcore.dtypes import SUPPORTED
+
+        return str(dtype).removeprefix("torch.") in SUPPORTED  # not int64, bool, float64...
+
     def bind(self, data: torch.Tensor, like: Optional[torch.Tensor] = None) -> Bound:
         import kvcore
 

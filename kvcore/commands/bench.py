@@ -133,15 +133,20 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"{e}")
     except (OSError, ValueError) as e:
         return _error(f"{e}")
+    inputs = [(name, t) for name, t in inputs if t.numel()]
+    if not inputs:
+        return _error("the input holds no elements to measure")
+
+    from kvcore.bench.data import dtype_name
 
     jobs = [(name, t, c) for name, t in inputs for c in codecs]
-    na = {(name, c.name) for name, t, c in jobs if not c.applies(t.dtype)}
-    jobs = [j for j in jobs if (j[0], j[2].name) not in na]
+    na = sorted(f"{c.name} on {name} ({dtype_name(t.dtype)})" for name, t, c in jobs if not c.applies(t.dtype))
+    jobs = [j for j in jobs if j[2].applies(j[1].dtype)]
+    if not jobs:
+        return _error(f"no codec applies to the input: {'; '.join(na)}")
     progress.total = max(1, len(jobs))
     results = []
     for name, t, codec in jobs:
-        from kvcore.bench.data import dtype_name
-
         progress.step(f"{codec.name} on {name} ({dtype_name(t.dtype)}, {t.numel() * t.element_size() / 1e6:.1f} MB)")
         try:
             results.append(measure(codec, t, name, repeat=args.repeat, clock=args.clock))
@@ -151,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     progress.done()
 
     import kvcore
+    from kvcore.dtypes import SUPPORTED
 
     summary = {
         "source": source,
@@ -160,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         "clock": args.clock,
         "kvcore": {"version": kvcore.__version__, "features": kvcore.features()},
         "results": [r.to_dict() for r in results],
-        "not_applicable": sorted(f"{c} on {n}" for n, c in na),
+        "not_applicable": na,
         "skipped": skipped,
     }
     if args.json:
@@ -180,4 +186,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(results))
     for name, why in skipped.items():
         print(f"skipped {name}: {why}")
+    if any(n.startswith("kvcore-") for n in na):
+        print("not measured (kvcore codes " + ", ".join(SUPPORTED) + "; --dtype casts floating-point tensors): "
+              + "; ".join(n for n in na if n.startswith("kvcore-")))
     return 0
