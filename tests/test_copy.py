@@ -244,6 +244,36 @@ def test_done_callback_runs_once_from_kvcore_thread():
     assert calls == [fut]
 
 
+@pytest.fixture
+def notifier_restarted():
+    """Restarts kvcore's notifier thread should a test end it (so later tests still complete)."""
+    from kvcore.mover.future import _notifier
+
+    yield
+    if _notifier._thread is not None and not _notifier._thread.is_alive():
+        _notifier._thread = None
+
+
+@pytest.mark.parametrize("raised", [SystemExit, asyncio.CancelledError])
+def test_a_callback_raising_a_base_exception_stops_no_other_callback(raised, notifier_restarted):
+    """A done-callback's BaseException is logged like an Exception: it used to end the
+    notifier thread, so the future's other callbacks, and every later Future's callbacks
+    and awaits, waited forever."""
+
+    def fail(_f):
+        raise raised
+
+    src = rand_bytes(4 * MiB)
+    dst = np.empty_like(src)
+    for _ in range(2):  # the second Future needs the notifier still running
+        fut = kvcore.copy_async(dst, src)
+        fut.done = lambda: False  # still running when the callbacks are added: kvcore's thread calls them
+        called = threading.Event()
+        fut.add_done_callback(fail)
+        fut.add_done_callback(lambda f: called.set())
+        assert called.wait(10)
+
+
 def test_errors_in_async_work_propagate():
     """A native task that fails (a null destination) raises from result()/await."""
     native = _native.mover_copy_segments(

@@ -179,7 +179,9 @@ class Future:
             callbacks, self._callbacks = self._callbacks, []
         self._release_buffers()
         for cb in callbacks:
-            _call(cb, self)
+            # On kvcore's thread even a BaseException (SystemExit, asyncio.CancelledError)
+            # is only logged: it would end the notifier, and no later Future would complete.
+            _call(cb, self, BaseException)
 
     def _release_buffers(self) -> None:
         keep, self._keep = self._keep, None
@@ -290,10 +292,10 @@ class Future:
         return f"<kvcore.Future {'done' if self.done() else 'pending'} parts={len(self._parts)}>"
 
 
-def _call(fn: Callable[[Future], None], fut: Future) -> None:
+def _call(fn: Callable[[Future], None], fut: Future, logged: type[BaseException] = Exception) -> None:
     try:
         fn(fut)
-    except Exception:  # a failing callback must not kill the notifier thread
+    except logged:  # a failing callback must not kill the notifier thread
         import logging
 
         logging.getLogger("kvcore").exception("exception in a kvcore.Future done-callback")
