@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import itertools
+import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Optional
@@ -58,6 +59,17 @@ class _Notifier:
                 if fut is not None:
                     fut._part_finished()
 
+    def after_fork_in_child(self) -> None:
+        """Starts over in a forked child, which has only the thread that forked: no
+        notifier thread (a Future's callbacks and ``await`` would wait forever), a lock
+        that another thread may have held, and the parent's operations in flight, which
+        never finish here (their native tasks stay with the parent), so that shutdown()
+        must not wait for them at the child's exit."""
+        self._lock = threading.Lock()
+        self._pending = {}
+        self._thread = None
+        self._stopping = False
+
     def shutdown(self) -> None:
         """Waits for operations still in flight, then stops the thread (at exit)."""
         with self._lock:
@@ -72,6 +84,7 @@ class _Notifier:
 
 _notifier = _Notifier()
 atexit.register(_notifier.shutdown)
+os.register_at_fork(after_in_child=_notifier.after_fork_in_child)
 
 
 class _NativePart:
