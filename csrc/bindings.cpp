@@ -254,13 +254,15 @@ Status wait_in_slices(double timeout_s, F attempt) {
     // steady_clock's int64 nanoseconds overflows near 292 years. NaN waits like 0.
     const bool forever = timeout_s < 0 || timeout_s >= 1e9;
     const double limit_s = forever || std::isnan(timeout_s) ? 0.0 : timeout_s;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(limit_s * 1000.0));
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::ceil<std::chrono::steady_clock::duration>(std::chrono::duration<double>(limit_s));
     for (bool first = true;; first = false) {
         int64_t slice = 0;
         if (forever) {
             slice = 100;
         } else if (!first || timeout_s > 0) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+            // Rounded up: the last part of a millisecond is waited for, not spun through in slices of 0.
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
             slice = std::max<int64_t>(0, std::min<int64_t>(left, 100));
         }
         Status st;
@@ -1230,7 +1232,12 @@ PYBIND11_MODULE(_native, m) {
             .def(py::init([](std::shared_ptr<kp::PinnedPool> pool, size_t nbytes, double timeout_s) {
                      auto b = std::make_unique<PinnedBlock>();
                      uint8_t* ptr = nullptr;
-                     check(wait_in_slices(timeout_s, [&](int64_t slice_ms) { return pool->allocate(nbytes, slice_ms, &ptr); }));
+                     Status st = wait_in_slices(timeout_s, [&](int64_t slice_ms) {
+                         return pool->allocate(nbytes, slice_ms, &ptr, /*count_failure=*/false);
+                     });
+                     // One failed allocation, however many slices it waited: the last try counts it.
+                     if (st.code == Code::kPoolExhausted) st = pool->allocate(nbytes, 0, &ptr);
+                     check(st);
                      b->pool = std::move(pool);
                      b->ptr = ptr;
                      b->nbytes = nbytes;

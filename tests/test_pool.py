@@ -95,6 +95,26 @@ def test_alloc_waits_for_a_release_up_to_timeout(pool):
     assert b.nbytes == MiB
 
 
+def test_an_alloc_that_waits_counts_one_failure_or_none(pool):
+    """A waiting alloc tries again every 100 ms slice (and spun through the last part of
+    a millisecond in slices of 0 ms): each try was counted, thousands of failed
+    allocations for one alloc(timeout=...)."""
+    a = pool.alloc(16 * MiB)
+    with pytest.raises(kvcore.PoolExhausted):
+        pool.alloc(MiB, timeout=0.3)
+    assert pool.stats()["failed_allocations"] == 1
+
+    def release_later():
+        time.sleep(0.25)
+        a.free()
+
+    threading.Thread(target=release_later).start()
+    b = pool.alloc(MiB, timeout=None)  # waits more than one slice, then succeeds
+    s = pool.stats()
+    assert s["failed_allocations"] == 1 and s["total_allocations"] == 2
+    del b
+
+
 def test_alloc_without_limit_wakes_on_gc_release(pool):
     holder = [pool.alloc(16 * MiB)]
 
