@@ -123,6 +123,29 @@ def test_pinned_buffer_cannot_be_freed_while_a_copy_uses_it():
     buf.free()
 
 
+def test_a_freed_pinned_buffer_is_an_invalid_argument_everywhere():
+    """Each operation raised Python's BufferError (from memoryview()) for a freed PinnedBuffer."""
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(4096)
+    buf.free()
+    data = np.zeros(4096, np.uint8)
+    calls = {
+        "copy_async dst": lambda: kvcore.copy_async(buf, data),
+        "copy_async src": lambda: kvcore.copy_async(data, buf),
+        "copy_many": lambda: kvcore.copy_many([(data, data), (data, buf)]),
+        "gather out": lambda: kvcore.gather(np.zeros((4, 1024), np.uint8), [0], out=buf),
+        "gather blocks": lambda: kvcore.gather([buf], [0]),
+        "scatter staging": lambda: kvcore.scatter(buf, np.zeros((4, 4096), np.uint8), [0]),
+        "scatter blocks": lambda: kvcore.scatter(data, [buf], [0]),
+        "decompress_async frame": lambda: kvcore.decompress_async(buf),
+    }
+    for name, call in calls.items():
+        with pytest.raises(kvcore.InvalidArgumentError, match="freed"):
+            call()
+            pytest.fail(name)
+    assert pool.stats()["used"] == 0
+
+
 def test_overlapping_copy_behaves_like_memmove():
     a = np.arange(10 * MiB, dtype=np.uint8)
     expect = a.copy()

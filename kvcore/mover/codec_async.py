@@ -71,8 +71,8 @@ def decompress_async(frame: Any, *, out: Any = None, threads: Optional[int] = No
     from .. import codec
 
     fresh = out is None
+    src = region(frame, writable=False, what="frame")  # first: it refuses a freed PinnedBuffer
     out = codec.output_for(frame, out)
-    src = region(frame, writable=False, what="frame")
     native = _native.mover_decompress_async(
         src.addr, src.nbytes, *codec.tensor_span(out), _threads(threads), fresh=fresh
     )

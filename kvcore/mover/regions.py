@@ -43,6 +43,8 @@ def region(obj: Any, *, writable: bool, what: str) -> Region:
             raise InvalidArgumentError(f"{what}: buffer is read-only")
         return Region(obj.__array_interface__["data"][0], obj.nbytes, obj)
     if isinstance(obj, PinnedBuffer):
+        if obj.freed:  # (memoryview() would raise a BufferError)
+            raise InvalidArgumentError(f"{what}: the PinnedBuffer was freed")
         mv = memoryview(obj)  # an export: free() is refused while the copy runs
         return Region(obj.address, obj.nbytes, mv)
     if is_tensor(obj):
