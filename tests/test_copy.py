@@ -173,6 +173,22 @@ def test_bad_arguments():
         kvcore.copy_many([(np.zeros(4),)])
 
 
+def test_more_threads_than_32_bits_hold_means_all_threads():
+    """threads >= 2**32 is a valid int that passed the checks, then failed with pybind11's
+    TypeError (the native count is 32-bit)."""
+    src = rand_bytes(MiB)
+    dst = np.zeros_like(src)
+    kvcore.copy_async(dst, src, threads=2**40).result()
+    assert np.array_equal(dst, src)
+    staging = kvcore.gather(src.reshape(16, -1), [3, 1], threads=2**32).result()
+    assert np.array_equal(staging, src.reshape(16, -1)[[3, 1]])
+    kv = torch.randn(16, 8, 128).to(torch.bfloat16)
+    frame = kvcore.compress_async(kv, threads=2**40).result()
+    assert frame == kvcore.compress(kv)
+    out = kvcore.decompress_async(frame, threads=2**63 - 1).result()
+    assert torch.equal(out.view(torch.int16), kv.view(torch.int16))
+
+
 def test_copy_many_blocks():
     rng = np.random.default_rng(3)
     sizes = rng.integers(0, 200_000, 300)

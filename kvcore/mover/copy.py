@@ -44,8 +44,9 @@ def _engine_code(engine: str) -> int:
 
 
 def _threads(threads: Optional[int]) -> int:
-    """The native thread count: 0 (all cores) for None."""
-    return optional_int_arg(threads, "threads", 1) or 0
+    """The native thread count: 0 (all cores) for None. The native side takes an unsigned
+    32-bit count and uses at most the threads its pool has, so a larger one is capped."""
+    return min(optional_int_arg(threads, "threads", 1) or 0, 2**32 - 1)
 
 
 # Host copies smaller than this run inline on the calling thread (a hand-off to
