@@ -154,6 +154,39 @@ def test_overlapping_copy_behaves_like_memmove():
     assert np.array_equal(a, expect)
 
 
+def test_copies_whose_result_depends_on_their_order_are_refused():
+    """Copies of one operation run in any order or at once: where one wrote what another
+    read or wrote, the result was silently wrong (gather into out one block after the
+    blocks it read gave every block the first block's bytes)."""
+    def layer():
+        return np.stack([np.full(4096, i, np.uint8) for i in range(8)])
+
+    kv = layer()
+    calls = {
+        "gather out over later blocks": lambda: kvcore.gather(kv, list(range(7)), out=kv[1:8]),
+        "scatter staging over later blocks": lambda: kvcore.scatter(kv[0:7], kv, list(range(1, 8))),
+        "copy_many chain": lambda: kvcore.copy_many([(kv[i + 1], kv[i]) for i in range(7)]),
+        "scatter to one buffer twice": lambda: kvcore.scatter(kv[0:2], [kv[5], kv[5]], [0, 1]),
+        "scatter to an expanded tensor": lambda: kvcore.scatter(
+            torch.ones(2, 4096, dtype=torch.uint8), torch.zeros(1, 4096, dtype=torch.uint8).expand(3, 4096), [0, 2]),
+        "copy_many to overlapping halves": lambda: kvcore.copy_many([(kv[0, :3000], kv[1, :3000]), (kv[0, 2000:], kv[2, 2000:])]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(kvcore.InvalidArgumentError, match="order"):
+            call()
+            pytest.fail(name)
+    assert np.array_equal(kv, layer())  # nothing was written
+
+    # What is independent still runs: repeated reads, a compaction whose reads and writes
+    # do not meet, and copies that each overlap only their own source (memmove).
+    assert np.array_equal(kvcore.gather(kv, [3, 3, 1]).result()[:, 0], [3, 3, 1])
+    kvcore.gather(kv, [5, 6], out=kv[0:2]).result()
+    assert list(kv[:, 0]) == [5, 6, 2, 3, 4, 5, 6, 7]
+    a, b = np.arange(100, dtype=np.uint8), np.arange(100, 200, dtype=np.uint8)
+    kvcore.copy_many([(a[10:], a[:90]), (b[:90], b[10:]), (a[:0], b[:0])]).result()
+    assert list(a[10:13]) == [0, 1, 2] and list(b[:3]) == [110, 111, 112]
+
+
 def test_bad_arguments():
     with pytest.raises(kvcore.InvalidArgumentError, match="read-only"):
         kvcore.copy_async(b"immutable", b"x")

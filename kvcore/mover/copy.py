@@ -54,9 +54,33 @@ def _threads(threads: Optional[int]) -> int:
 INLINE_BYTES = 256 << 10
 
 
+def _check_independent(dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray) -> None:
+    """Refuses copies that write where another one of them reads or writes: they run in
+    any order (or at once), so the result would depend on it. A copy that overlaps only
+    its own source is fine (it keeps memmove semantics)."""
+    live = sizes > 0
+    if np.count_nonzero(live) < 2:
+        return
+    d, s, n = dsts[live], srcs[live], sizes[live]
+    order = np.argsort(d, kind="stable")
+    starts, ends = d[order], d[order] + n[order]
+    if np.any(starts[1:] < ends[:-1]):
+        raise InvalidArgumentError("two copies write to overlapping memory: the result would depend on their order")
+    # The destinations are now disjoint and sorted: those that a source meets are the run lo..hi.
+    lo = np.searchsorted(ends, s, side="right")
+    hi = np.searchsorted(starts, s + n, side="left") - 1
+    own = (lo == hi) & (order[np.minimum(lo, len(order) - 1)] == np.arange(len(s)))
+    if np.any((lo <= hi) & ~own):
+        raise InvalidArgumentError(
+            "a copy writes to memory another one reads (such as gather's out over the blocks it gathers): "
+            "the result would depend on their order"
+        )
+
+
 def _host_future(
     dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, engine: str, threads: Optional[int], keep: list, value: Any
 ) -> Future:
+    _check_independent(dsts, srcs, sizes)
     code = _engine_code(engine)
     nthreads = _threads(threads)
     args = (
