@@ -187,8 +187,9 @@ kvcore::frame::EncodeOptions encode_options(uint8_t mode, uint8_t backend, bool 
 // ---- data mover helpers ----
 
 // A block of a pinned pool exposed to Python with the buffer protocol.
-// `exports` counts live memoryviews/numpy arrays over it, so free() can refuse
-// to hand the memory back while something still reads it.
+// `exports` counts live memoryviews/numpy arrays over it (and tensor() views, which
+// torch makes over a memoryview), so free() can refuse to hand the memory back
+// while something still reads it.
 struct PinnedBlock {
     std::shared_ptr<kvcore::pool::PinnedPool> pool;
     uint8_t* ptr = nullptr;
@@ -1258,7 +1259,8 @@ PYBIND11_MODULE(_native, m) {
                 if (b.exports > 0)
                     throw NativeError{Code::kInvalidArgument,
                                       "cannot free a PinnedBuffer while " + std::to_string(b.exports) +
-                                          " memoryview/array export(s) of it are alive; release them first"};
+                                          " export(s) of it are alive (memoryviews, arrays, tensor views and "
+                                          "the views made from them); release or delete them first"};
                 check(b.pool->release(b.ptr));
                 b.ptr = nullptr;
                 return true;

@@ -248,6 +248,26 @@ def test_free_is_refused_while_views_are_alive(pool):
         _ = buf.address
 
 
+def test_free_is_refused_while_a_view_of_a_tensor_view_is_alive(pool):
+    """free() counted only the tensors tensor() returned: with one deleted, a view made from
+    it (a layer of the KV chunk) still read the block, which the next alloc handed out."""
+    buf = pool.alloc(4096)
+    kv = buf.tensor(torch.bfloat16, (2, 1024))
+    layer0 = kv[0]
+    del kv
+    gc.collect()
+    with pytest.raises(kvcore.InvalidArgumentError, match="tensor"):
+        buf.free()
+    assert pool.stats()["used"] == 4096
+    other = pool.alloc(4096)
+    other.numpy()[:] = 7
+    assert not bool(layer0.view(torch.uint8).eq(7).any())  # another block
+    del layer0
+    gc.collect()
+    buf.free()
+    assert buf.freed and pool.stats()["used"] == 4096
+
+
 def test_concurrent_alloc_free_from_threads():
     pool = make_pool(32 * MiB, huge_pages=False)
     errors = []
