@@ -1388,7 +1388,7 @@ PYBIND11_MODULE(_native, m) {
         });
         m.def("dsa_emulated_copy", [](const py::buffer& dsts, const py::buffer& srcs, const py::buffer& sizes,
                                        uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every,
-                                       uint32_t fault_after, bool dedicated) {
+                                       uint32_t fault_after, bool dedicated, uint32_t wq_size) {
             const std::vector<uint64_t> d = u64_array(dsts, "dsts"), s = u64_array(srcs, "srcs"),
                                         n = u64_array(sizes, "sizes");
             if (d.size() != s.size() || d.size() != n.size())
@@ -1402,6 +1402,7 @@ PYBIND11_MODULE(_native, m) {
             o.fault_every = fault_every;
             o.fault_after = fault_after;
             o.dedicated = dedicated;
+            o.wq_size = wq_size;
             kd::EmulationStats stats;
             Status st;
             {
@@ -1418,7 +1419,7 @@ PYBIND11_MODULE(_native, m) {
             return r;
         }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"), py::arg("max_batch") = 32,
            py::arg("max_transfer") = 1u << 20, py::arg("fault_every") = 0, py::arg("fault_after") = 0,
-           py::arg("dedicated") = true);
+           py::arg("dedicated") = true, py::arg("wq_size") = 16);
         m.def("dsa_build_memmove", [](uint64_t src, uint64_t dst, uint32_t size, uint64_t comp, uint32_t flags) {
             kd::HwDesc d;
             kd::make_memmove(&d, src, dst, size, comp, flags);
