@@ -154,6 +154,31 @@ def test_overlapping_copy_behaves_like_memmove():
     assert np.array_equal(a, expect)
 
 
+def test_a_failed_call_leaves_no_export_of_a_pinned_buffer():
+    """A call that failed after taking the export of a PinnedBuffer left it to the frames
+    of the exception's traceback: while the caller kept the exception, free() was refused."""
+    pool = make_pool(MiB, huge_pages=False)
+    layer = np.zeros((4, 4096), np.uint8)
+    calls = {
+        "copy_async": lambda buf: kvcore.copy_async(buf, np.zeros(8192, np.uint8)),
+        "copy_many": lambda buf: kvcore.copy_many([(buf, layer[0]), (layer[1], None)]),
+        "gather out": lambda buf: kvcore.gather(layer, [0, 1], out=buf),
+        "gather blocks": lambda buf: kvcore.gather([buf, layer[0, :100]], [0]),
+        "scatter staging": lambda buf: kvcore.scatter(buf, layer, [0, 1]),
+        "scatter blocks": lambda buf: kvcore.scatter(layer, [buf, layer[0]], [0, 1]),
+        "engine": lambda buf: kvcore.copy_async(buf, layer[0], engine="no such engine"),
+        "decompress_async": lambda buf: kvcore.decompress_async(buf),
+    }
+    for name, call in calls.items():
+        buf = pool.alloc(4096)
+        with pytest.raises(kvcore.KVCoreError) as kept:  # keeps the traceback
+            call(buf)
+        assert buf.exports == 0, name
+        buf.free()
+        del kept
+    assert pool.stats()["used"] == 0
+
+
 def test_copies_whose_result_depends_on_their_order_are_refused():
     """Copies of one operation run in any order or at once: where one wrote what another
     read or wrote, the result was silently wrong (gather into out one block after the

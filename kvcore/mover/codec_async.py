@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .. import _native
 from .copy import _threads
 from .future import Future
-from .regions import region
+from .regions import region, release_exports_on_error
 
 if TYPE_CHECKING:
     from ..codec import Layout
@@ -60,6 +60,7 @@ def compress_async(
     return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
 
 
+@release_exports_on_error
 def decompress_async(frame: Any, *, out: Any = None, threads: Optional[int] = None) -> Future:
     """kvcore.decompress(frame, out=...) as a Future whose result is the tensor.
 

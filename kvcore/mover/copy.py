@@ -24,7 +24,7 @@ from .._args import check_plain_buffer, check_tensor_memory, optional_int_arg
 from ..errors import BufferTooSmallError, InvalidArgumentError
 from . import cuda as _cuda
 from .future import Future
-from .regions import Region, byte_tensor, is_tensor, region
+from .regions import Region, byte_tensor, is_tensor, region, release_exports_on_error
 
 __all__ = ["copy_async", "copy_many", "gather", "scatter", "copy_engines"]
 
@@ -117,6 +117,7 @@ def copy_async(dst: Any, src: Any, *, engine: str = "auto", threads: Optional[in
     return copy_many([(dst, src)], engine=engine, threads=threads, _result=dst)
 
 
+@release_exports_on_error
 def copy_many(
     pairs: Iterable[tuple[Any, Any]],
     *,
@@ -272,6 +273,7 @@ def _staging(out: Any, count: int, block_bytes: int, *, writable: bool, what: st
     return r
 
 
+@release_exports_on_error
 def gather(
     blocks: Any,
     indices: Optional[Sequence[int]] = None,
@@ -303,6 +305,7 @@ def gather(
     return _host_future(dsts, src.addrs[idx], np.full(len(idx), bb, np.uint64), engine, threads, [r.keep, *src.keep], out)
 
 
+@release_exports_on_error
 def scatter(
     staging: Any,
     blocks: Any,
