@@ -371,6 +371,32 @@ def test_a_callback_raising_a_base_exception_stops_no_other_callback(raised, not
         assert called.wait(10)
 
 
+class _Running:
+    """A native operation that is still running (finished only for a wait without limit, at exit)."""
+
+    def notify_with(self, token):
+        pass
+
+    def done(self):
+        return False
+
+    def wait(self, timeout_s):
+        return timeout_s < 0
+
+    def check(self):
+        pass
+
+
+def test_exception_of_a_running_operation_raises_timeout_error():
+    """exception(timeout) returned the TimeoutError of its own wait, as if the operation
+    had failed with it, while the operation was still running."""
+    fut = kvcore.Future(native=[_Running()])
+    for call in (fut.exception, fut.result):
+        with pytest.raises(kvcore.TimeoutError):
+            call(0.01)
+    assert not fut.done()
+
+
 def test_errors_in_async_work_propagate():
     """A native task that fails (a null destination) raises from result()/await."""
     native = _native.mover_copy_segments(

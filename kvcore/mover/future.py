@@ -246,10 +246,7 @@ class Future:
 
         Raises kvcore.TimeoutError if it did not finish within ``timeout`` seconds.
         """
-        if not self.wait(timeout):
-            from ..errors import TimeoutError as KVTimeout
-
-            raise KVTimeout(f"operation did not finish within {timeout} s")
+        self._finish_within(timeout)
         for part in self._parts:
             part.check()
         if self._result_fn is not None and not self._value_ready:
@@ -260,13 +257,23 @@ class Future:
         return self._value
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        """The error the operation raised, or None."""
-        timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)  # a bad timeout raises
+        """The error the operation raised, or None.
+
+        Raises kvcore.TimeoutError (not the operation's error: it is still running) if it
+        did not finish within ``timeout`` seconds.
+        """
+        self._finish_within(timeout)
         try:
-            self.result(timeout)
+            self.result()
         except Exception as e:  # noqa: BLE001 - reported, not handled
             return e
         return None
+
+    def _finish_within(self, timeout: Optional[float]) -> None:
+        if not self.wait(timeout):
+            from ..errors import TimeoutError as KVTimeout
+
+            raise KVTimeout(f"operation did not finish within {timeout} s")
 
     def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
         """Calls ``fn(future)`` once the operation finished (from a kvcore thread,
