@@ -80,6 +80,12 @@ def _check_independent(dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray) ->
 def _host_future(
     dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, engine: str, threads: Optional[int], keep: list, value: Any
 ) -> Future:
+    return Future(native=_host_copies(dsts, srcs, sizes, engine, threads), keep=keep, value=value)
+
+
+def _host_copies(dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, engine: str, threads: Optional[int]) -> list:
+    """Runs the copies inline (small ones: no native operation) or starts them; returns
+    the native operation to wait for, if any."""
     _check_independent(dsts, srcs, sizes)
     code = _engine_code(engine)
     nthreads = _threads(threads)
@@ -93,8 +99,8 @@ def _host_future(
     )
     if code != _ENGINES["dsa"] and int(sizes.sum()) < INLINE_BYTES:
         _native.mover_copy_segments(*args, False)
-        return Future(value=value)
-    return Future(native=[_native.mover_copy_segments(*args, True)], keep=keep, value=value)
+        return []
+    return [_native.mover_copy_segments(*args, True)]
 
 
 def _check_host_engine(engine: str, has_cuda: bool) -> None:
@@ -176,7 +182,7 @@ def copy_many(
         dsts = np.fromiter((d.addr for d, _ in host), np.uint64, len(host))
         srcs = np.fromiter((s.addr for _, s in host), np.uint64, len(host))
         sizes = np.fromiter((s.nbytes for _, s in host), np.uint64, len(host))
-        natives = [p.native for p in _host_future(dsts, srcs, sizes, engine, threads, [], None)._parts]
+        natives = _host_copies(dsts, srcs, sizes, engine, threads)
     events = []
     if device:
         dev = _cuda.device_of([r.cuda for *_, d, s in device for r in (d, s)])
