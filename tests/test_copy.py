@@ -433,6 +433,45 @@ def test_a_copy_many_with_a_device_pair_leaves_no_future_pending(monkeypatch):
     assert all(f is fut for f in started)  # (fut itself may be done and gone already)
 
 
+class _Gate:
+    """A CUDA event of a copy that ends when the test opens the gate."""
+
+    def __init__(self):
+        self.opened = threading.Event()
+
+    def query(self):
+        return self.opened.is_set()
+
+    def synchronize(self):
+        self.opened.wait()
+
+
+def test_a_dropped_cuda_future_keeps_its_buffers_until_the_copy_ends():
+    """A Future of CUDA copies was referenced by nothing of kvcore's (unless a callback was
+    added): dropped, it released its buffers while the device still copied, and a
+    PinnedBuffer could be freed, and handed out again, under the DMA."""
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(4096)
+    copy = _Gate()
+    kvcore.Future(cuda_events=[copy], keep=[memoryview(buf)])  # dropped at once
+    gc.collect()
+    with pytest.raises(kvcore.InvalidArgumentError, match="export"):
+        buf.free()
+    copy.opened.set()
+    deadline = time.monotonic() + 30
+    while buf.exports and time.monotonic() < deadline:
+        time.sleep(0.005)
+    buf.free()
+    assert pool.stats()["used"] == 0
+
+    called = threading.Event()
+    copy = _Gate()
+    kvcore.Future(cuda_events=[copy]).add_done_callback(lambda f: called.set())
+    assert not called.is_set()
+    copy.opened.set()
+    assert called.wait(30)
+
+
 def test_errors_in_async_work_propagate():
     """A native task that fails (a null destination) raises from result()/await."""
     native = _native.mover_copy_segments(

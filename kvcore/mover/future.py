@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import itertools
 import os
 import threading
@@ -82,9 +83,50 @@ class _Notifier:
             self._thread.join(timeout=5)
 
 
+class _CudaWatcher:
+    """One daemon thread that waits for the events of CUDA parts (the GIL released) in the
+    order they were recorded, as a copy stream runs its copies, and finishes their
+    Futures. Until then a Future stays referenced here, with its buffers, even if the
+    caller dropped it: the device may still be copying into or out of them."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition(threading.Lock())
+        self._queue: collections.deque = collections.deque()
+        self._thread: Optional[threading.Thread] = None
+
+    def watch(self, fut: "Future", part: "_CudaPart") -> None:
+        with self._ready:
+            self._queue.append((fut, part))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kvcore-cuda-watch", daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue:
+                    self._ready.wait()
+                fut, part = self._queue.popleft()
+            try:
+                part.wait(None)
+            except Exception:  # the error is raised again by result()
+                pass
+            fut._part_finished()
+            del fut, part  # not kept while the next event is awaited
+
+    def after_fork_in_child(self) -> None:
+        """As the notifier's: no thread in the child, and the parent's copies are not its own."""
+        self._ready = threading.Condition(threading.Lock())
+        self._queue = collections.deque()
+        self._thread = None
+
+
 _notifier = _Notifier()
 atexit.register(_notifier.shutdown)
+_cuda_watcher = _CudaWatcher()
 os.register_at_fork(after_in_child=_notifier.after_fork_in_child)
+os.register_at_fork(after_in_child=_cuda_watcher.after_fork_in_child)
 
 
 class _NativePart:
@@ -162,7 +204,6 @@ class Future:
         self._callbacks: list[Callable[["Future"], None]] = []
         self._remaining = len(self._parts)
         self._fired = False
-        self._cuda_watch = False
         self._value_ready = False
         self.event = None
         if not self._parts:  # finished before it was made (inline work)
@@ -173,8 +214,8 @@ class Future:
             if isinstance(part, _NativePart):
                 _notifier.register(self, part.native)
             else:
-                self._cuda_watch = True
                 self.event = part.event
+                _cuda_watcher.watch(self, part)
 
     # -- completion bookkeeping -------------------------------------------------
     def _part_finished(self) -> None:
@@ -209,24 +250,6 @@ class Future:
             if not part.wait(left):
                 return False
         return True
-
-    def _start_cuda_watch(self) -> None:
-        # CUDA parts have no native notification: one short-lived thread waits
-        # on their events (the GIL is released while it does).
-        if not self._cuda_watch:
-            return
-        self._cuda_watch = False
-
-        def watch() -> None:
-            for part in self._parts:
-                if isinstance(part, _CudaPart):
-                    try:
-                        part.wait(None)
-                    except Exception:  # the error is raised again by result()
-                        pass
-                    self._part_finished()
-
-        threading.Thread(target=watch, name="kvcore-cuda-watch", daemon=True).start()
 
     # -- public API --------------------------------------------------------------
     def done(self) -> bool:
@@ -286,8 +309,6 @@ class Future:
                 fn = None  # type: ignore[assignment]
         if fn is not None:
             _call(fn, self)
-        else:
-            self._start_cuda_watch()
 
     def __await__(self):
         if not self.done():
