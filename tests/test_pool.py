@@ -310,6 +310,13 @@ def test_invalid_arguments():
             pool.alloc(1, timeout=timeout)
 
 
+def test_a_buffer_of_something_else_than_a_pool_is_an_invalid_argument():
+    """PinnedBuffer(pool, nbytes, timeout) with another object as the pool raised AttributeError."""
+    for not_a_pool in ("pool", None, make_pool(MiB, huge_pages=False)._native):
+        with pytest.raises(kvcore.InvalidArgumentError, match="PinnedPool"):
+            kvcore.PinnedBuffer(not_a_pool, 64, 0.0)
+
+
 def test_alloc_with_a_huge_timeout_still_waits_for_a_release(pool):
     """A finite timeout too long for a deadline in int64 nanoseconds waits without limit (it
     once overflowed natively); the buffer freed by another thread ends the wait."""

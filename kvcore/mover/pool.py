@@ -57,6 +57,8 @@ class PinnedBuffer(_native.PinnedBlock):
     """
 
     def __init__(self, pool: "PinnedPool", nbytes: int, timeout: Optional[float]) -> None:
+        if not isinstance(pool, PinnedPool):
+            raise InvalidArgumentError(f"pool must be a kvcore.PinnedPool, got {type(pool).__name__}")
         nbytes = int_arg(nbytes, "nbytes")
         timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)
         super().__init__(pool._native, int(nbytes), -1.0 if timeout is None else timeout)
