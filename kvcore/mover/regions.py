@@ -70,9 +70,10 @@ def region(obj: Any, *, writable: bool, what: str) -> Region:
             raise InvalidArgumentError(f"{what}: buffer is read-only")
         return Region(obj.__array_interface__["data"][0], obj.nbytes, obj)
     if isinstance(obj, PinnedBuffer):
-        if obj.freed:  # (memoryview() would raise a BufferError)
-            raise InvalidArgumentError(f"{what}: the PinnedBuffer was freed")
-        mv = memoryview(obj)  # an export: free() is refused while the copy runs
+        try:
+            mv = memoryview(obj)  # an export: free() is refused while the copy runs
+        except BufferError as e:  # freed (maybe by another thread just now)
+            raise InvalidArgumentError(f"{what}: {e}") from None
         taken = getattr(_taken, "exports", None)
         if taken is not None:
             taken.append(mv)
