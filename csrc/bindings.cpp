@@ -300,6 +300,9 @@ Engine pick_engine(int requested, const std::vector<kvcore::copy::Segment>& segs
     }
     if (requested != int(Engine::kAuto)) throw NativeError{Code::kInvalidArgument, "unknown copy engine"};
     if (!dsa || segs.empty()) return Engine::kCpu;
+    // DSA refuses a copy that overlaps its own source; the CPU engine moves it like memmove.
+    for (const auto& s : segs)
+        if (s.size && s.dst < s.src + s.size && s.src < s.dst + s.size) return Engine::kCpu;
     size_t total = 0;
     for (const auto& s : segs) total += s.size;
     return total / segs.size() >= dsa->break_even() ? Engine::kDsa : Engine::kCpu;

@@ -165,6 +165,19 @@ def test_dsa_engine_copies_when_a_queue_exists():
     assert int(fresh.min()) == 1
 
 
+def test_auto_engine_moves_an_overlapping_copy_on_a_dsa_machine():
+    """engine="auto" chose DSA for a large copy that overlaps its own source, which DSA
+    refuses: the memmove that the CPU engine does failed on DSA machines alone.
+    Runs only on a machine with an enabled user-mode DSA work queue."""
+    if not _native.dsa_status()["available"]:
+        pytest.skip("no usable DSA work queue on this machine")
+    a = np.arange(8 << 20, dtype=np.uint8)
+    expect = a.copy()
+    expect[4096:] = a[:-4096].copy()
+    kvcore.copy_async(a[4096:], a[:-4096]).result()
+    assert np.array_equal(a, expect)
+
+
 def _addrs(arrays):
     return np.array([a.__array_interface__["data"][0] for a in arrays], np.uint64)
 
