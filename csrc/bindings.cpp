@@ -187,8 +187,9 @@ kvcore::frame::EncodeOptions encode_options(uint8_t mode, uint8_t backend, bool 
 // ---- data mover helpers ----
 
 // A block of a pinned pool exposed to Python with the buffer protocol.
-// `exports` counts live memoryviews/numpy arrays over it, so free() can refuse
-// to hand the memory back while something still reads it.
+// `exports` counts live memoryviews/numpy arrays over it (and tensor() views, which
+// torch makes over a memoryview), so free() can refuse to hand the memory back
+// while something still reads it.
 struct PinnedBlock {
     std::shared_ptr<kvcore::pool::PinnedPool> pool;
     uint8_t* ptr = nullptr;
@@ -254,13 +255,15 @@ Status wait_in_slices(double timeout_s, F attempt) {
     // steady_clock's int64 nanoseconds overflows near 292 years. NaN waits like 0.
     const bool forever = timeout_s < 0 || timeout_s >= 1e9;
     const double limit_s = forever || std::isnan(timeout_s) ? 0.0 : timeout_s;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(limit_s * 1000.0));
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::ceil<std::chrono::steady_clock::duration>(std::chrono::duration<double>(limit_s));
     for (bool first = true;; first = false) {
         int64_t slice = 0;
         if (forever) {
             slice = 100;
         } else if (!first || timeout_s > 0) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+            // Rounded up: the last part of a millisecond is waited for, not spun through in slices of 0.
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
             slice = std::max<int64_t>(0, std::min<int64_t>(left, 100));
         }
         Status st;
@@ -297,6 +300,9 @@ Engine pick_engine(int requested, const std::vector<kvcore::copy::Segment>& segs
     }
     if (requested != int(Engine::kAuto)) throw NativeError{Code::kInvalidArgument, "unknown copy engine"};
     if (!dsa || segs.empty()) return Engine::kCpu;
+    // DSA refuses a copy that overlaps its own source; the CPU engine moves it like memmove.
+    for (const auto& s : segs)
+        if (s.size && s.dst < s.src + s.size && s.src < s.dst + s.size) return Engine::kCpu;
     size_t total = 0;
     for (const auto& s : segs) total += s.size;
     return total / segs.size() >= dsa->break_even() ? Engine::kDsa : Engine::kCpu;
@@ -1230,7 +1236,12 @@ PYBIND11_MODULE(_native, m) {
             .def(py::init([](std::shared_ptr<kp::PinnedPool> pool, size_t nbytes, double timeout_s) {
                      auto b = std::make_unique<PinnedBlock>();
                      uint8_t* ptr = nullptr;
-                     check(wait_in_slices(timeout_s, [&](int64_t slice_ms) { return pool->allocate(nbytes, slice_ms, &ptr); }));
+                     Status st = wait_in_slices(timeout_s, [&](int64_t slice_ms) {
+                         return pool->allocate(nbytes, slice_ms, &ptr, /*count_failure=*/false);
+                     });
+                     // One failed allocation, however many slices it waited: the last try counts it.
+                     if (st.code == Code::kPoolExhausted) st = pool->allocate(nbytes, 0, &ptr);
+                     check(st);
                      b->pool = std::move(pool);
                      b->ptr = ptr;
                      b->nbytes = nbytes;
@@ -1251,7 +1262,8 @@ PYBIND11_MODULE(_native, m) {
                 if (b.exports > 0)
                     throw NativeError{Code::kInvalidArgument,
                                       "cannot free a PinnedBuffer while " + std::to_string(b.exports) +
-                                          " memoryview/array export(s) of it are alive; release them first"};
+                                          " export(s) of it are alive (memoryviews, arrays, tensor views and "
+                                          "the views made from them); release or delete them first"};
                 check(b.pool->release(b.ptr));
                 b.ptr = nullptr;
                 return true;
@@ -1379,7 +1391,7 @@ PYBIND11_MODULE(_native, m) {
         });
         m.def("dsa_emulated_copy", [](const py::buffer& dsts, const py::buffer& srcs, const py::buffer& sizes,
                                        uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every,
-                                       uint32_t fault_after, bool dedicated) {
+                                       uint32_t fault_after, bool dedicated, uint32_t wq_size) {
             const std::vector<uint64_t> d = u64_array(dsts, "dsts"), s = u64_array(srcs, "srcs"),
                                         n = u64_array(sizes, "sizes");
             if (d.size() != s.size() || d.size() != n.size())
@@ -1393,6 +1405,7 @@ PYBIND11_MODULE(_native, m) {
             o.fault_every = fault_every;
             o.fault_after = fault_after;
             o.dedicated = dedicated;
+            o.wq_size = wq_size;
             kd::EmulationStats stats;
             Status st;
             {
@@ -1409,7 +1422,7 @@ PYBIND11_MODULE(_native, m) {
             return r;
         }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"), py::arg("max_batch") = 32,
            py::arg("max_transfer") = 1u << 20, py::arg("fault_every") = 0, py::arg("fault_after") = 0,
-           py::arg("dedicated") = true);
+           py::arg("dedicated") = true, py::arg("wq_size") = 16);
         m.def("dsa_build_memmove", [](uint64_t src, uint64_t dst, uint32_t size, uint64_t comp, uint32_t flags) {
             kd::HwDesc d;
             kd::make_memmove(&d, src, dst, size, comp, flags);

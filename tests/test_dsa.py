@@ -3,6 +3,7 @@ descriptors/completion records match the kernel's linux/idxd.h byte for byte."""
 
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +165,19 @@ def test_dsa_engine_copies_when_a_queue_exists():
     assert int(fresh.min()) == 1
 
 
+def test_auto_engine_moves_an_overlapping_copy_on_a_dsa_machine():
+    """engine="auto" chose DSA for a large copy that overlaps its own source, which DSA
+    refuses: the memmove that the CPU engine does failed on DSA machines alone.
+    Runs only on a machine with an enabled user-mode DSA work queue."""
+    if not _native.dsa_status()["available"]:
+        pytest.skip("no usable DSA work queue on this machine")
+    a = np.arange(8 << 20, dtype=np.uint8)
+    expect = a.copy()
+    expect[4096:] = a[:-4096].copy()
+    kvcore.copy_async(a[4096:], a[:-4096]).result()
+    assert np.array_equal(a, expect)
+
+
 def _addrs(arrays):
     return np.array([a.__array_interface__["data"][0] for a in arrays], np.uint64)
 
@@ -194,6 +208,29 @@ def test_engine_on_an_emulated_queue(dedicated, max_batch, max_transfer, fault_e
         assert stats["batches"] == 0
     if fault_every:
         assert stats["faults_injected"] > 0
+
+
+@pytest.mark.parametrize("wq_size", [1, 2, 3])
+def test_a_dedicated_queue_smaller_than_the_batch_window(wq_size):
+    """A dedicated queue of fewer entries than the batches the engine keeps in flight (4):
+    the engine spun forever waiting for a slot that only its own batches, not yet
+    finished, held (a thread that holds slots now finishes a batch instead)."""
+    sizes = [100_000] * 64  # 8 batches of 8
+    srcs = [np.full(n, i, np.uint8) for i, n in enumerate(sizes)]
+    dsts = [np.zeros(n, np.uint8) for n in sizes]
+    stats = {}
+
+    def run():
+        stats.update(_native.dsa_emulated_copy(
+            _addrs(dsts), _addrs(srcs), np.array(sizes, np.uint64), 8, 1 << 20, 5, 1000, True, wq_size))
+
+    worker = threading.Thread(target=run, daemon=True)  # (the GIL is released while it copies)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the DSA engine deadlocked on its own queue slots"
+    assert stats["batches"] >= 8 and stats["errors"] == 0 and stats["faults_injected"] > 0
+    for d, s in zip(dsts, srcs):
+        assert np.array_equal(d, s)
 
 
 def test_emulated_queue_that_always_faults_finishes_on_the_cpu():

@@ -60,3 +60,50 @@ def test_pools_work_in_a_forked_child(round_):
     run = subprocess.run([sys.executable, "-c", CHILD_WORK], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert "child ok" in run.stdout and "parent ok" in run.stdout, run.stdout
+
+
+NOTIFIER_AFTER_FORK = textwrap.dedent("""
+    import os, sys, threading
+    import numpy as np
+    import kvcore
+
+    class LeftWithTheParent:
+        # A native operation in flight at fork(): its task stays with the parent, so in
+        # the child it never finishes, and waiting for it there never returns.
+        def notify_with(self, token):
+            pass
+
+        def done(self):
+            return False
+
+        def wait(self, timeout_s):
+            if os.getpid() != parent:
+                print("the child waited for the parent's operation", flush=True)
+                os._exit(3)
+            return True
+
+    parent = os.getpid()
+    src = np.ones(4 << 20, np.uint8)
+    dst = np.empty_like(src)
+    kvcore.copy_async(dst, src).result()  # the notifier thread now runs in the parent
+    in_flight = kvcore.Future(native=[LeftWithTheParent()])
+    pid = os.fork()
+    if pid == 0:
+        fut = kvcore.copy_async(dst, src)
+        fut.done = lambda: False  # still running when the callback is added: the notifier calls it
+        called = threading.Event()
+        fut.add_done_callback(lambda f: called.set())
+        print("child callback", called.wait(10), flush=True)
+        sys.exit(0)  # a normal exit: the notifier's shutdown runs at exit
+    _, status = os.waitpid(pid, 0)
+    print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+""")
+
+
+def test_futures_complete_in_a_forked_child_and_its_exit_waits_for_none_of_the_parents():
+    """The child of a fork() has no notifier thread: a Future's done-callbacks and awaits
+    there waited forever; and the child's exit waited, forever, for the operations the
+    parent had in flight at fork() (they never finish in the child)."""
+    run = subprocess.run([sys.executable, "-c", NOTIFIER_AFTER_FORK], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert "child callback True" in run.stdout and "child exit 0" in run.stdout, run.stdout + run.stderr[-2000:]

@@ -95,6 +95,26 @@ def test_alloc_waits_for_a_release_up_to_timeout(pool):
     assert b.nbytes == MiB
 
 
+def test_an_alloc_that_waits_counts_one_failure_or_none(pool):
+    """A waiting alloc tries again every 100 ms slice (and spun through the last part of
+    a millisecond in slices of 0 ms): each try was counted, thousands of failed
+    allocations for one alloc(timeout=...)."""
+    a = pool.alloc(16 * MiB)
+    with pytest.raises(kvcore.PoolExhausted):
+        pool.alloc(MiB, timeout=0.3)
+    assert pool.stats()["failed_allocations"] == 1
+
+    def release_later():
+        time.sleep(0.25)
+        a.free()
+
+    threading.Thread(target=release_later).start()
+    b = pool.alloc(MiB, timeout=None)  # waits more than one slice, then succeeds
+    s = pool.stats()
+    assert s["failed_allocations"] == 1 and s["total_allocations"] == 2
+    del b
+
+
 def test_alloc_without_limit_wakes_on_gc_release(pool):
     holder = [pool.alloc(16 * MiB)]
 
@@ -228,6 +248,26 @@ def test_free_is_refused_while_views_are_alive(pool):
         _ = buf.address
 
 
+def test_free_is_refused_while_a_view_of_a_tensor_view_is_alive(pool):
+    """free() counted only the tensors tensor() returned: with one deleted, a view made from
+    it (a layer of the KV chunk) still read the block, which the next alloc handed out."""
+    buf = pool.alloc(4096)
+    kv = buf.tensor(torch.bfloat16, (2, 1024))
+    layer0 = kv[0]
+    del kv
+    gc.collect()
+    with pytest.raises(kvcore.InvalidArgumentError, match="tensor"):
+        buf.free()
+    assert pool.stats()["used"] == 4096
+    other = pool.alloc(4096)
+    other.numpy()[:] = 7
+    assert not bool(layer0.view(torch.uint8).eq(7).any())  # another block
+    del layer0
+    gc.collect()
+    buf.free()
+    assert buf.freed and pool.stats()["used"] == 4096
+
+
 def test_concurrent_alloc_free_from_threads():
     pool = make_pool(32 * MiB, huge_pages=False)
     errors = []
@@ -268,6 +308,13 @@ def test_invalid_arguments():
     for timeout in (-3, -1, float("inf"), float("nan"), True, "1"):  # -1 was once read as "no limit"
         with pytest.raises(kvcore.InvalidArgumentError, match="timeout"):
             pool.alloc(1, timeout=timeout)
+
+
+def test_a_buffer_of_something_else_than_a_pool_is_an_invalid_argument():
+    """PinnedBuffer(pool, nbytes, timeout) with another object as the pool raised AttributeError."""
+    for not_a_pool in ("pool", None, make_pool(MiB, huge_pages=False)._native):
+        with pytest.raises(kvcore.InvalidArgumentError, match="PinnedPool"):
+            kvcore.PinnedBuffer(not_a_pool, 64, 0.0)
 
 
 def test_alloc_with_a_huge_timeout_still_waits_for_a_release(pool):

@@ -292,15 +292,19 @@ public:
     const WorkQueueInfo& info() const { return info_; }
 
     // Dedicated queues have no back-pressure: never more descriptors in
-    // flight than the queue has entries.
-    void acquire() {
-        if (!info_.dedicated) return;
+    // flight than the queue has entries (slots; see Slot).
+    bool try_acquire() {
+        if (!info_.dedicated) return true;
         const int limit = std::max<int>(1, int(info_.size));
-        for (;;) {
-            int cur = inflight_.load(std::memory_order_relaxed);
-            if (cur < limit && inflight_.compare_exchange_weak(cur, cur + 1)) return;
-            spin_pause();
-        }
+        int cur = inflight_.load(std::memory_order_relaxed);
+        while (cur < limit)
+            if (inflight_.compare_exchange_weak(cur, cur + 1)) return true;
+        return false;
+    }
+    // Only for a thread that holds no slot: the slots it waits for must be
+    // returned by threads that do not wait in turn.
+    void acquire() {
+        while (!try_acquire()) spin_pause();
     }
     void release() {
         if (info_.dedicated) inflight_.fetch_sub(1);
@@ -333,6 +337,27 @@ private:
     std::atomic<int> inflight_{0};
 };
 
+// A taken slot of a queue, returned when destroyed, unless keep_taken() was
+// called: a descriptor that timed out may still be in the device.
+class Slot {
+public:
+    Slot() = default;
+    explicit Slot(Queue* q) : q_(q) {}
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    Slot& operator=(Slot&& other) noexcept {
+        std::swap(q_, other.q_);
+        return *this;
+    }
+    ~Slot() {
+        if (q_) q_->release();
+    }
+    void keep_taken() { q_ = nullptr; }
+
+private:
+    Queue* q_ = nullptr;
+};
+
 namespace {
 
 struct EngineHolder {
@@ -358,6 +383,7 @@ struct BatchJob {
     Single batch;
     std::vector<copy::Segment> segs;
     Queue* queue = nullptr;
+    Slot slot;  // of queue: kept while the batch and its fix-ups run
 };
 
 }  // namespace
@@ -415,7 +441,7 @@ static uint32_t memmove_flags(const Queue& q) {
 
 Queue& Engine::next_queue() { return *queues_[next_.fetch_add(1, std::memory_order_relaxed) % queues_.size()]; }
 
-Status Engine::run_one(Queue& q, uint8_t* dst, const uint8_t* src, size_t n) {
+Status Engine::run_one(Slot& slot, Queue& q, uint8_t* dst, const uint8_t* src, size_t n) {
     auto job = std::make_shared<Single>();
     size_t done = 0;
     int faults = 0;
@@ -425,17 +451,12 @@ Status Engine::run_one(Queue& q, uint8_t* dst, const uint8_t* src, size_t n) {
                      uint32_t(len), reinterpret_cast<uint64_t>(&job->comp),
                      memmove_flags(q));
         reset(&job->comp);
-        q.acquire();
-        Status st = q.submit(&job->desc);
-        if (!st.is_ok()) {
-            q.release();
-            return st;
-        }
+        KVCORE_RETURN_IF_ERROR(q.submit(&job->desc));
         if (!poll(&job->comp)) {
             abandon(job);
+            slot.keep_taken();
             return make_status(Code::kBackendError, "DSA memmove on " + q.info().name + " did not complete in 5 s");
         }
-        q.release();
         const uint8_t status = load_status(&job->comp);
         if ((status & kStatusMask) == kStatusSuccess) {
             done += len;
@@ -482,7 +503,6 @@ Status Engine::copy_many(const copy::Segment* segs, size_t count) {
     auto finish = [&](BatchJob& job) -> Status {
         const bool ok = poll(&job.batch.comp);
         if (!ok) return make_status(Code::kBackendError, "DSA batch on " + job.queue->info().name + " did not complete in 5 s");
-        job.queue->release();
         if ((load_status(&job.batch.comp) & kStatusMask) == kStatusSuccess) return Status::ok();
         // Some descriptors failed or never ran: finish each one that did not succeed.
         for (size_t k = 0; k < job.segs.size(); ++k) {
@@ -497,54 +517,67 @@ Status Engine::copy_many(const copy::Segment* segs, size_t count) {
                 return make_status(Code::kBackendError, std::string("DSA memmove in a batch failed: ") + status_name(st));
             }
             const copy::Segment& s = job.segs[k];
-            KVCORE_RETURN_IF_ERROR(run_one(*job.queue, s.dst + skip, s.src + skip, s.size - skip));
+            KVCORE_RETURN_IF_ERROR(run_one(job.slot, *job.queue, s.dst + skip, s.src + skip, s.size - skip));
         }
         return Status::ok();
     };
-
-    while (next < chunks.size() || !inflight.empty()) {
-        while (next < chunks.size() && inflight.size() < kBatchWindow && result.is_ok()) {
-            Queue& q = next_queue();
-            const size_t k = std::min(batch, chunks.size() - next);
-            if (k < 2) {  // a batch holds at least two descriptors
-                result = run_one(q, chunks[next].dst, chunks[next].src, chunks[next].size);
-                ++next;
-                continue;
-            }
-            auto job = std::make_shared<BatchJob>();
-            job->queue = &q;
-            job->descs.resize(k);
-            job->comps.resize(k);
-            job->segs.assign(chunks.begin() + next, chunks.begin() + next + k);
-            for (size_t j = 0; j < k; ++j) {
-                reset(&job->comps[j]);
-                make_memmove(&job->descs[j], reinterpret_cast<uint64_t>(job->segs[j].src),
-                             reinterpret_cast<uint64_t>(job->segs[j].dst), uint32_t(job->segs[j].size),
-                             reinterpret_cast<uint64_t>(&job->comps[j]), memmove_flags(q));
-            }
-            reset(&job->batch.comp);
-            make_batch(&job->batch.desc, reinterpret_cast<uint64_t>(job->descs.data()), uint32_t(k),
-                       reinterpret_cast<uint64_t>(&job->batch.comp), kFlagCompletionAddrValid | kFlagRequestCompletion);
-            q.acquire();
-            Status st = q.submit(&job->batch.desc);
-            if (!st.is_ok()) {
-                q.release();
-                result = st;
-                break;
-            }
-            inflight.push_back(std::move(job));
-            next += k;
-        }
-        if (inflight.empty()) break;
+    auto finish_oldest = [&] {
         std::shared_ptr<BatchJob> job = std::move(inflight.front());
         inflight.pop_front();
         Status st = finish(*job);
         if (!st.is_ok()) {
-            if (load_status(&job->batch.comp) == kStatusNone) abandon(job);  // the device may still write to it
+            if (load_status(&job->batch.comp) == kStatusNone) {  // the device may still write to it
+                job->slot.keep_taken();
+                abandon(job);
+            }
             if (result.is_ok()) result = st;
         }
-        if (!result.is_ok()) next = chunks.size();  // stop submitting; drain what is in flight
+    };
+
+    while (next < chunks.size() && result.is_ok()) {
+        if (inflight.size() == kBatchWindow) {
+            finish_oldest();
+            continue;
+        }
+        Queue& q = next_queue();
+        // A thread that holds slots never waits for one: the slots it would wait for
+        // can be its own (a queue of fewer entries than kBatchWindow) or those of a
+        // thread that waits too. Finishing its oldest batch returns one.
+        if (!q.try_acquire()) {
+            if (!inflight.empty()) {
+                finish_oldest();
+                continue;
+            }
+            q.acquire();
+        }
+        Slot slot(&q);
+        const size_t k = std::min(batch, chunks.size() - next);
+        if (k < 2) {  // a batch holds at least two descriptors
+            result = run_one(slot, q, chunks[next].dst, chunks[next].src, chunks[next].size);
+            ++next;
+            continue;
+        }
+        auto job = std::make_shared<BatchJob>();
+        job->queue = &q;
+        job->slot = std::move(slot);
+        job->descs.resize(k);
+        job->comps.resize(k);
+        job->segs.assign(chunks.begin() + next, chunks.begin() + next + k);
+        for (size_t j = 0; j < k; ++j) {
+            reset(&job->comps[j]);
+            make_memmove(&job->descs[j], reinterpret_cast<uint64_t>(job->segs[j].src),
+                         reinterpret_cast<uint64_t>(job->segs[j].dst), uint32_t(job->segs[j].size),
+                         reinterpret_cast<uint64_t>(&job->comps[j]), memmove_flags(q));
+        }
+        reset(&job->batch.comp);
+        make_batch(&job->batch.desc, reinterpret_cast<uint64_t>(job->descs.data()), uint32_t(k),
+                   reinterpret_cast<uint64_t>(&job->batch.comp), kFlagCompletionAddrValid | kFlagRequestCompletion);
+        result = q.submit(&job->batch.desc);
+        if (!result.is_ok()) break;
+        inflight.push_back(std::move(job));
+        next += k;
     }
+    while (!inflight.empty()) finish_oldest();  // after an error too: the device may still be writing
     return result;
 }
 
@@ -552,6 +585,8 @@ void Engine::measure_break_even() {
     constexpr size_t kMax = size_t(1) << 20;
     std::vector<uint8_t> a(kMax, 1), b(kMax, 2);
     Queue& q = *queues_[0];
+    q.acquire();
+    Slot slot(&q);
     size_t found = 0;
     for (size_t size = 4096; size <= kMax && !found; size *= 2) {
         double cpu = 1e30, dev = 1e30;
@@ -559,7 +594,7 @@ void Engine::measure_break_even() {
             auto t0 = std::chrono::steady_clock::now();
             std::memcpy(b.data(), a.data(), size);
             auto t1 = std::chrono::steady_clock::now();
-            if (!run_one(q, b.data(), a.data(), size).is_ok()) return;  // keep the default
+            if (!run_one(slot, q, b.data(), a.data(), size).is_ok()) return;  // keep the default
             auto t2 = std::chrono::steady_clock::now();
             cpu = std::min(cpu, std::chrono::duration<double>(t1 - t0).count());
             dev = std::min(dev, std::chrono::duration<double>(t2 - t1).count());

@@ -50,6 +50,7 @@ struct Discovery {
 Discovery discover(const std::string& library = "libaccel-config.so.1");
 
 class Queue;
+class Slot;
 
 // A software stand-in for a work queue, for tests of the submission,
 // batching and page-fault paths on machines without DSA: it executes each
@@ -61,7 +62,7 @@ struct EmulationOptions {
     uint32_t fault_every = 0;   // every n-th MEMMOVE stops early with a page fault (0: never)
     uint32_t fault_after = 0;   // bytes it completes before the fault
     bool dedicated = true;
-    uint32_t wq_size = 16;
+    uint32_t wq_size = 16;      // entries of a dedicated queue (the engine's flow control)
 };
 struct EmulationStats {
     uint64_t descriptors = 0;   // MEMMOVEs executed (inside batches or alone)
@@ -101,7 +102,8 @@ public:
 
 private:
     Queue& next_queue();
-    Status run_one(Queue& q, uint8_t* dst, const uint8_t* src, size_t n);
+    // MEMMOVEs one after another in `slot`, a slot of q that the caller holds.
+    Status run_one(Slot& slot, Queue& q, uint8_t* dst, const uint8_t* src, size_t n);
     void measure_break_even();
 
     std::vector<std::unique_ptr<Queue>> queues_;

@@ -227,7 +227,7 @@ bool PinnedPool::try_allocate_locked(size_t rounded, uint8_t** out) {
     return true;
 }
 
-Status PinnedPool::allocate(size_t nbytes, int64_t timeout_ms, uint8_t** out) {
+Status PinnedPool::allocate(size_t nbytes, int64_t timeout_ms, uint8_t** out, bool count_failure) {
     const size_t align = options_.alignment;
     if (nbytes > options_.segment_bytes)
         return invalid("cannot allocate " + std::to_string(nbytes) + " bytes from a pinned pool whose largest block is " +
@@ -247,7 +247,7 @@ Status PinnedPool::allocate(size_t nbytes, int64_t timeout_ms, uint8_t** out) {
             if (try_allocate_locked(rounded, out)) return Status::ok();
         }
     }
-    ++failed_allocations_;
+    if (count_failure) ++failed_allocations_;
     return make_status(Code::kPoolExhausted,
                        "pinned pool exhausted: no free block of " + std::to_string(rounded) + " bytes (capacity " +
                            std::to_string(options_.capacity) + ", used " + std::to_string(used_) +

@@ -92,8 +92,10 @@ public:
 
     // Allocates a block of at least nbytes (nbytes == 0 takes one granule).
     // timeout_ms < 0 waits without limit, 0 never waits. A request larger than
-    // a segment fails with kInvalidArgument (it can never be satisfied).
-    Status allocate(size_t nbytes, int64_t timeout_ms, uint8_t** out);
+    // a segment fails with kInvalidArgument (it can never be satisfied). A
+    // kPoolExhausted failure counts in stats().failed_allocations unless
+    // count_failure is false (the attempts of a wait in slices, which counts once).
+    Status allocate(size_t nbytes, int64_t timeout_ms, uint8_t** out, bool count_failure = true);
     // Returns a block to the pool; unknown pointers give kInvalidArgument.
     Status release(uint8_t* ptr);
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .. import _native
 from .copy import _threads
 from .future import Future
-from .regions import region
+from .regions import region, release_exports_on_error
 
 if TYPE_CHECKING:
     from ..codec import Layout
@@ -60,6 +60,7 @@ def compress_async(
     return Future(native=[native], keep=[t], result=lambda: out.take(native.result_size()))
 
 
+@release_exports_on_error
 def decompress_async(frame: Any, *, out: Any = None, threads: Optional[int] = None) -> Future:
     """kvcore.decompress(frame, out=...) as a Future whose result is the tensor.
 
@@ -71,8 +72,8 @@ def decompress_async(frame: Any, *, out: Any = None, threads: Optional[int] = No
     from .. import codec
 
     fresh = out is None
+    src = region(frame, writable=False, what="frame")  # first: it refuses a freed PinnedBuffer
     out = codec.output_for(frame, out)
-    src = region(frame, writable=False, what="frame")
     native = _native.mover_decompress_async(
         src.addr, src.nbytes, *codec.tensor_span(out), _threads(threads), fresh=fresh
     )

@@ -24,7 +24,7 @@ from .._args import check_plain_buffer, check_tensor_memory, optional_int_arg
 from ..errors import BufferTooSmallError, InvalidArgumentError
 from . import cuda as _cuda
 from .future import Future
-from .regions import Region, byte_tensor, is_tensor, region
+from .regions import Region, byte_tensor, is_tensor, region, release_exports_on_error
 
 __all__ = ["copy_async", "copy_many", "gather", "scatter", "copy_engines"]
 
@@ -44,8 +44,9 @@ def _engine_code(engine: str) -> int:
 
 
 def _threads(threads: Optional[int]) -> int:
-    """The native thread count: 0 (all cores) for None."""
-    return optional_int_arg(threads, "threads", 1) or 0
+    """The native thread count: 0 (all cores) for None. The native side takes an unsigned
+    32-bit count and uses at most the threads its pool has, so a larger one is capped."""
+    return min(optional_int_arg(threads, "threads", 1) or 0, 2**32 - 1)
 
 
 # Host copies smaller than this run inline on the calling thread (a hand-off to
@@ -53,9 +54,39 @@ def _threads(threads: Optional[int]) -> int:
 INLINE_BYTES = 256 << 10
 
 
+def _check_independent(dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray) -> None:
+    """Refuses copies that write where another one of them reads or writes: they run in
+    any order (or at once), so the result would depend on it. A copy that overlaps only
+    its own source is fine (it keeps memmove semantics)."""
+    live = sizes > 0
+    if np.count_nonzero(live) < 2:
+        return
+    d, s, n = dsts[live], srcs[live], sizes[live]
+    order = np.argsort(d, kind="stable")
+    starts, ends = d[order], d[order] + n[order]
+    if np.any(starts[1:] < ends[:-1]):
+        raise InvalidArgumentError("two copies write to overlapping memory: the result would depend on their order")
+    # The destinations are now disjoint and sorted: those that a source meets are the run lo..hi.
+    lo = np.searchsorted(ends, s, side="right")
+    hi = np.searchsorted(starts, s + n, side="left") - 1
+    own = (lo == hi) & (order[np.minimum(lo, len(order) - 1)] == np.arange(len(s)))
+    if np.any((lo <= hi) & ~own):
+        raise InvalidArgumentError(
+            "a copy writes to memory another one reads (such as gather's out over the blocks it gathers): "
+            "the result would depend on their order"
+        )
+
+
 def _host_future(
     dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, engine: str, threads: Optional[int], keep: list, value: Any
 ) -> Future:
+    return Future(native=_host_copies(dsts, srcs, sizes, engine, threads), keep=keep, value=value)
+
+
+def _host_copies(dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray, engine: str, threads: Optional[int]) -> list:
+    """Runs the copies inline (small ones: no native operation) or starts them; returns
+    the native operation to wait for, if any."""
+    _check_independent(dsts, srcs, sizes)
     code = _engine_code(engine)
     nthreads = _threads(threads)
     args = (
@@ -68,8 +99,8 @@ def _host_future(
     )
     if code != _ENGINES["dsa"] and int(sizes.sum()) < INLINE_BYTES:
         _native.mover_copy_segments(*args, False)
-        return Future(value=value)
-    return Future(native=[_native.mover_copy_segments(*args, True)], keep=keep, value=value)
+        return []
+    return [_native.mover_copy_segments(*args, True)]
 
 
 def _check_host_engine(engine: str, has_cuda: bool) -> None:
@@ -92,6 +123,7 @@ def copy_async(dst: Any, src: Any, *, engine: str = "auto", threads: Optional[in
     return copy_many([(dst, src)], engine=engine, threads=threads, _result=dst)
 
 
+@release_exports_on_error
 def copy_many(
     pairs: Iterable[tuple[Any, Any]],
     *,
@@ -150,7 +182,7 @@ def copy_many(
         dsts = np.fromiter((d.addr for d, _ in host), np.uint64, len(host))
         srcs = np.fromiter((s.addr for _, s in host), np.uint64, len(host))
         sizes = np.fromiter((s.nbytes for _, s in host), np.uint64, len(host))
-        natives = [p.native for p in _host_future(dsts, srcs, sizes, engine, threads, [], None)._parts]
+        natives = _host_copies(dsts, srcs, sizes, engine, threads)
     events = []
     if device:
         dev = _cuda.device_of([r.cuda for *_, d, s in device for r in (d, s)])
@@ -247,6 +279,7 @@ def _staging(out: Any, count: int, block_bytes: int, *, writable: bool, what: st
     return r
 
 
+@release_exports_on_error
 def gather(
     blocks: Any,
     indices: Optional[Sequence[int]] = None,
@@ -278,6 +311,7 @@ def gather(
     return _host_future(dsts, src.addrs[idx], np.full(len(idx), bb, np.uint64), engine, threads, [r.keep, *src.keep], out)
 
 
+@release_exports_on_error
 def scatter(
     staging: Any,
     blocks: Any,

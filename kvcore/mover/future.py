@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import itertools
+import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Optional
@@ -58,6 +60,17 @@ class _Notifier:
                 if fut is not None:
                     fut._part_finished()
 
+    def after_fork_in_child(self) -> None:
+        """Starts over in a forked child, which has only the thread that forked: no
+        notifier thread (a Future's callbacks and ``await`` would wait forever), a lock
+        that another thread may have held, and the parent's operations in flight, which
+        never finish here (their native tasks stay with the parent), so that shutdown()
+        must not wait for them at the child's exit."""
+        self._lock = threading.Lock()
+        self._pending = {}
+        self._thread = None
+        self._stopping = False
+
     def shutdown(self) -> None:
         """Waits for operations still in flight, then stops the thread (at exit)."""
         with self._lock:
@@ -70,8 +83,50 @@ class _Notifier:
             self._thread.join(timeout=5)
 
 
+class _CudaWatcher:
+    """One daemon thread that waits for the events of CUDA parts (the GIL released) in the
+    order they were recorded, as a copy stream runs its copies, and finishes their
+    Futures. Until then a Future stays referenced here, with its buffers, even if the
+    caller dropped it: the device may still be copying into or out of them."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition(threading.Lock())
+        self._queue: collections.deque = collections.deque()
+        self._thread: Optional[threading.Thread] = None
+
+    def watch(self, fut: "Future", part: "_CudaPart") -> None:
+        with self._ready:
+            self._queue.append((fut, part))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kvcore-cuda-watch", daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue:
+                    self._ready.wait()
+                fut, part = self._queue.popleft()
+            try:
+                part.wait(None)
+            except Exception:  # the error is raised again by result()
+                pass
+            fut._part_finished()
+            del fut, part  # not kept while the next event is awaited
+
+    def after_fork_in_child(self) -> None:
+        """As the notifier's: no thread in the child, and the parent's copies are not its own."""
+        self._ready = threading.Condition(threading.Lock())
+        self._queue = collections.deque()
+        self._thread = None
+
+
 _notifier = _Notifier()
 atexit.register(_notifier.shutdown)
+_cuda_watcher = _CudaWatcher()
+os.register_at_fork(after_in_child=_notifier.after_fork_in_child)
+os.register_at_fork(after_in_child=_cuda_watcher.after_fork_in_child)
 
 
 class _NativePart:
@@ -149,7 +204,6 @@ class Future:
         self._callbacks: list[Callable[["Future"], None]] = []
         self._remaining = len(self._parts)
         self._fired = False
-        self._cuda_watch = False
         self._value_ready = False
         self.event = None
         if not self._parts:  # finished before it was made (inline work)
@@ -160,8 +214,8 @@ class Future:
             if isinstance(part, _NativePart):
                 _notifier.register(self, part.native)
             else:
-                self._cuda_watch = True
                 self.event = part.event
+                _cuda_watcher.watch(self, part)
 
     # -- completion bookkeeping -------------------------------------------------
     def _part_finished(self) -> None:
@@ -179,7 +233,9 @@ class Future:
             callbacks, self._callbacks = self._callbacks, []
         self._release_buffers()
         for cb in callbacks:
-            _call(cb, self)
+            # On kvcore's thread even a BaseException (SystemExit, asyncio.CancelledError)
+            # is only logged: it would end the notifier, and no later Future would complete.
+            _call(cb, self, BaseException)
 
     def _release_buffers(self) -> None:
         keep, self._keep = self._keep, None
@@ -194,24 +250,6 @@ class Future:
             if not part.wait(left):
                 return False
         return True
-
-    def _start_cuda_watch(self) -> None:
-        # CUDA parts have no native notification: one short-lived thread waits
-        # on their events (the GIL is released while it does).
-        if not self._cuda_watch:
-            return
-        self._cuda_watch = False
-
-        def watch() -> None:
-            for part in self._parts:
-                if isinstance(part, _CudaPart):
-                    try:
-                        part.wait(None)
-                    except Exception:  # the error is raised again by result()
-                        pass
-                    self._part_finished()
-
-        threading.Thread(target=watch, name="kvcore-cuda-watch", daemon=True).start()
 
     # -- public API --------------------------------------------------------------
     def done(self) -> bool:
@@ -231,10 +269,7 @@ class Future:
 
         Raises kvcore.TimeoutError if it did not finish within ``timeout`` seconds.
         """
-        if not self.wait(timeout):
-            from ..errors import TimeoutError as KVTimeout
-
-            raise KVTimeout(f"operation did not finish within {timeout} s")
+        self._finish_within(timeout)
         for part in self._parts:
             part.check()
         if self._result_fn is not None and not self._value_ready:
@@ -245,13 +280,23 @@ class Future:
         return self._value
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        """The error the operation raised, or None."""
-        timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)  # a bad timeout raises
+        """The error the operation raised, or None.
+
+        Raises kvcore.TimeoutError (not the operation's error: it is still running) if it
+        did not finish within ``timeout`` seconds.
+        """
+        self._finish_within(timeout)
         try:
-            self.result(timeout)
+            self.result()
         except Exception as e:  # noqa: BLE001 - reported, not handled
             return e
         return None
+
+    def _finish_within(self, timeout: Optional[float]) -> None:
+        if not self.wait(timeout):
+            from ..errors import TimeoutError as KVTimeout
+
+            raise KVTimeout(f"operation did not finish within {timeout} s")
 
     def add_done_callback(self, fn: Callable[["Future"], None]) -> None:
         """Calls ``fn(future)`` once the operation finished (from a kvcore thread,
@@ -264,8 +309,6 @@ class Future:
                 fn = None  # type: ignore[assignment]
         if fn is not None:
             _call(fn, self)
-        else:
-            self._start_cuda_watch()
 
     def __await__(self):
         if not self.done():
@@ -290,10 +333,10 @@ class Future:
         return f"<kvcore.Future {'done' if self.done() else 'pending'} parts={len(self._parts)}>"
 
 
-def _call(fn: Callable[[Future], None], fut: Future) -> None:
+def _call(fn: Callable[[Future], None], fut: Future, logged: type[BaseException] = Exception) -> None:
     try:
         fn(fut)
-    except Exception:  # a failing callback must not kill the notifier thread
+    except logged:  # a failing callback must not kill the notifier thread
         import logging
 
         logging.getLogger("kvcore").exception("exception in a kvcore.Future done-callback")

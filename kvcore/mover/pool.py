@@ -57,16 +57,18 @@ class PinnedBuffer(_native.PinnedBlock):
     """
 
     def __init__(self, pool: "PinnedPool", nbytes: int, timeout: Optional[float]) -> None:
+        if not isinstance(pool, PinnedPool):
+            raise InvalidArgumentError(f"pool must be a kvcore.PinnedPool, got {type(pool).__name__}")
         nbytes = int_arg(nbytes, "nbytes")
         timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)
         super().__init__(pool._native, int(nbytes), -1.0 if timeout is None else timeout)
         self.pool = pool
-        self._views: list[weakref.ref] = []
 
     def tensor(self, dtype: Any = None, shape: Optional[Sequence[int]] = None) -> Any:
         """Zero-copy torch tensor over the buffer (uint8, 1-D by default).
 
-        The tensor keeps the buffer alive; free() is refused while it exists.
+        The tensor keeps the buffer alive; free() is refused while it, or any
+        view made from it, exists.
         """
         import torch
 
@@ -80,7 +82,10 @@ class PinnedBuffer(_native.PinnedBlock):
         if self.nbytes == 0:
             t = torch.empty(0, dtype=torch.uint8)
         else:
-            t = torch.frombuffer(self, dtype=torch.uint8, count=self.nbytes)
+            # Over a memoryview, which torch holds until the tensor's memory is freed: an
+            # export that free() counts for every view made from the tensor (the tensor
+            # itself holds no export, and a view outlives it).
+            t = torch.frombuffer(memoryview(self), dtype=torch.uint8, count=self.nbytes)
         t = t.view(dtype)
         if shape is not None:
             if not isinstance(shape, (list, tuple, torch.Size)):
@@ -90,8 +95,6 @@ class PinnedBuffer(_native.PinnedBlock):
                 t = t.view(shape)
             except RuntimeError as e:
                 raise InvalidArgumentError(f"cannot view {self.nbytes} bytes as {dtype} {tuple(shape)}: {e}") from None
-        self._views = [r for r in self._views if r() is not None]
-        self._views.append(weakref.ref(t))
         return t
 
     def numpy(self, dtype: Any = None) -> Any:
@@ -112,12 +115,8 @@ class PinnedBuffer(_native.PinnedBlock):
             raise InvalidArgumentError("the PinnedBuffer was freed")
 
     def free(self) -> None:
-        """Returns the block to its pool now. Idempotent."""
-        alive = sum(1 for r in self._views if r() is not None)
-        if alive:
-            raise InvalidArgumentError(
-                f"cannot free a PinnedBuffer while {alive} tensor view(s) of it are alive; delete them first"
-            )
+        """Returns the block to its pool now. Idempotent. Refused while a memoryview,
+        array or tensor view of the buffer is alive."""
         self._free()
 
     def __repr__(self) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -21,6 +23,31 @@ class Region:
     nbytes: int
     keep: Any  # what must stay alive while the range is in use
     cuda: Optional[Any] = None  # the torch tensor when the range lives on a GPU
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+_taken = threading.local()  # .exports: the PinnedBuffer exports region() took in this call
+
+
+def release_exports_on_error(fn: F) -> F:
+    """Wraps an operation that takes regions: when it raises, the exports of PinnedBuffers
+    that region() took are released at once. The exception's traceback holds the frames
+    that hold them, so a caller that kept the exception could not free() those buffers."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        outer = getattr(_taken, "exports", None)
+        _taken.exports = exports = []
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            for mv in exports:
+                mv.release()
+            raise
+        finally:
+            _taken.exports = outer
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _torch() -> Any:
@@ -43,7 +70,13 @@ def region(obj: Any, *, writable: bool, what: str) -> Region:
             raise InvalidArgumentError(f"{what}: buffer is read-only")
         return Region(obj.__array_interface__["data"][0], obj.nbytes, obj)
     if isinstance(obj, PinnedBuffer):
-        mv = memoryview(obj)  # an export: free() is refused while the copy runs
+        try:
+            mv = memoryview(obj)  # an export: free() is refused while the copy runs
+        except BufferError as e:  # freed (maybe by another thread just now)
+            raise InvalidArgumentError(f"{what}: {e}") from None
+        taken = getattr(_taken, "exports", None)
+        if taken is not None:
+            taken.append(mv)
         return Region(obj.address, obj.nbytes, mv)
     if is_tensor(obj):
         check_tensor_memory(obj, what)
