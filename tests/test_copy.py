@@ -433,6 +433,49 @@ def test_a_copy_many_with_a_device_pair_leaves_no_future_pending(monkeypatch):
     assert all(f is fut for f in started)  # (fut itself may be done and gone already)
 
 
+@pytest.mark.parametrize("fails", ["device_of", "submit"])
+def test_a_mixed_copy_many_that_fails_leaves_no_host_copy_running(monkeypatch, fails):
+    """copy_many started its host pairs before it checked the CUDA pairs' device and
+    submitted them; when that raised, the error released the buffers' exports (so a
+    caller could free() them) while the host copy still wrote into them. Now the device
+    is checked before any copy starts, and a failed submission waits for the host copy."""
+    from kvcore.mover import copy as mover_copy
+
+    class Native:
+        waited = False
+
+        def wait(self, timeout):
+            Native.waited = True
+            return True
+
+    started = []
+    on_device = np.zeros(4096, np.uint8)
+    real_region = mover_copy.region
+
+    def region(obj, **kwargs):
+        r = real_region(obj, **kwargs)
+        if obj is on_device:
+            r.cuda = obj
+        return r
+
+    def device_of(tensors):
+        if fails == "device_of":
+            raise kvcore.InvalidArgumentError("a CUDA copy must involve exactly one device")
+        return "cuda:0"
+
+    def submit(device, work, tensors):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(mover_copy, "region", region)
+    monkeypatch.setattr(mover_copy, "_host_copies", lambda *args: started.append(1) or [Native()])
+    monkeypatch.setattr(mover_copy._cuda, "device_of", device_of)
+    monkeypatch.setattr(mover_copy._cuda, "submit", submit)
+    src = rand_bytes(4 * MiB)
+    with pytest.raises(kvcore.InvalidArgumentError if fails == "device_of" else RuntimeError):
+        kvcore.copy_many([(np.zeros_like(src), src), (on_device, np.ones(16, np.uint8))])
+    assert (started, Native.waited) == (([], False) if fails == "device_of" else ([1], True))
+
+
 class _Gate:
     """A CUDA event of a copy that ends when the test opens the gate."""
 

@@ -177,22 +177,27 @@ def copy_many(
         srcs = np.array([s.addr for _, s in host], np.uint64)
         sizes = np.array([s.nbytes for _, s in host], np.uint64)
         return _host_future(dsts, srcs, sizes, engine, threads, keep, _result)
+    dev = _cuda.device_of([r.cuda for *_, d, s in device for r in (d, s)])  # checked before any copy starts
     natives = []
     if host:  # host pairs of a mixed call: one native operation beside the CUDA copies
         dsts = np.fromiter((d.addr for d, _ in host), np.uint64, len(host))
         srcs = np.fromiter((s.addr for _, s in host), np.uint64, len(host))
         sizes = np.fromiter((s.nbytes for _, s in host), np.uint64, len(host))
         natives = _host_copies(dsts, srcs, sizes, engine, threads)
-    events = []
-    if device:
-        dev = _cuda.device_of([r.cuda for *_, d, s in device for r in (d, s)])
 
-        def work() -> None:
-            for dst, src, d, s in device:
-                byte_tensor(d, dst)[: s.nbytes].copy_(byte_tensor(s, src), non_blocking=True)
+    def work() -> None:
+        for dst, src, d, s in device:
+            byte_tensor(d, dst)[: s.nbytes].copy_(byte_tensor(s, src), non_blocking=True)
 
-        events.append(_cuda.submit(dev, work, [r.cuda for *_, d, s in device for r in (d, s) if r.cuda is not None]))
-    return Future(native=natives, cuda_events=events, keep=keep, value=_result)
+    try:
+        event = _cuda.submit(dev, work, [r.cuda for *_, d, s in device for r in (d, s) if r.cuda is not None])
+    except BaseException:
+        # The error releases the buffers' exports (release_exports_on_error), so a
+        # caller could free them: the host copies already running must end first.
+        for native in natives:
+            native.wait(-1.0)
+        raise
+    return Future(native=natives, cuda_events=[event], keep=keep, value=_result)
 
 
 def _indices(indices: Any, n_blocks: int, *, unique: bool) -> np.ndarray:
