@@ -66,10 +66,11 @@ def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
             t = t.cpu()
         return t
     if isinstance(x, np.ndarray):
-        dtype = torch_dtype_of_numpy(x.dtype)
-        arr = np.ascontiguousarray(x)
-        # numpy has no bf16/fp8: go through the raw bytes.
-        return torch.from_numpy(arr.reshape(-1).view(np.uint8).copy()).view(dtype).reshape(arr.shape)
+        t = torch.empty(x.shape, dtype=torch_dtype_of_numpy(x.dtype))
+        # numpy has no bf16/fp8: copy the raw bytes. (Into a tensor of x's shape: np.ascontiguousarray
+        # makes a 0-d array 1-d, and torch.from_numpy of an empty array has stride 0, which no view takes.)
+        t.reshape(-1).view(torch.uint8).numpy()[:] = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        return t
     raise InvalidArgumentError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
