@@ -27,6 +27,11 @@ FrameLike = Union[bytes, bytearray, memoryview, np.ndarray, torch.Tensor, Any]  
 TensorLike = Union[torch.Tensor, np.ndarray]
 
 
+# What memoryview() raises for a buffer object that no longer gives its memory: a released
+# memoryview or closed mmap (ValueError), a freed PinnedBuffer (BufferError).
+_DEAD_BUFFER_ERRORS = (ValueError, BufferError)
+
+
 def _frame_view(frame: FrameLike) -> Union[bytes, memoryview]:
     """A frame's bytes: any C-contiguous buffer (bytes, bytearray, memoryview, numpy
     array) or a contiguous CPU tensor (such as a pinned buffer's)."""
@@ -43,6 +48,8 @@ def _frame_view(frame: FrameLike) -> Union[bytes, memoryview]:
         raise InvalidArgumentError(
             f"a frame must be bytes, bytearray, memoryview, a numpy array or a CPU tensor, "
             f"not {type(frame).__name__}") from None
+    except _DEAD_BUFFER_ERRORS as e:
+        raise InvalidArgumentError(f"the frame's buffer gives no memory: {e}") from None
 
 
 def _sequence(xs: Any, what: str) -> list:
@@ -257,7 +264,7 @@ def _writable_bytes(out: Any) -> memoryview:
         out = out.reshape(-1).view(torch.uint8).numpy()
     try:
         view = memoryview(out)
-    except TypeError as e:
+    except (TypeError, *_DEAD_BUFFER_ERRORS) as e:
         raise InvalidArgumentError(f"out must be a writable C-contiguous buffer: {e}") from None
     check_plain_buffer(view, "out")
     try:
