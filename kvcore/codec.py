@@ -18,7 +18,7 @@ import torch
 from . import _native
 from ._args import check_plain_buffer, check_tensor_memory, decoder_arg, int_arg, mode_arg, optional_int_arg
 from .dtypes import code_of, code_or_zero, torch_dtype, torch_dtype_of_numpy
-from .errors import InvalidArgumentError, OutOfMemoryError
+from .errors import CorruptFrameError, InvalidArgumentError, OutOfMemoryError
 from .runs import output_runs
 
 _BACKENDS = {"auto": 0, "software": 1, "qat": 2}
@@ -473,9 +473,13 @@ def _output_for(frame: FrameLike, out: Optional[torch.Tensor], *, runs: bool) ->
     if out is None:
         try:
             return torch.empty(shape, dtype=dtype)
-        except RuntimeError as e:  # the allocator's refusal (a frame may hold far more than its own size)
+        except (RuntimeError, TypeError) as e:
             nbytes = math.prod(shape) * dtype.itemsize
-            raise OutOfMemoryError(f"cannot allocate {nbytes} bytes for the decoded tensor {tuple(shape)}: {e}") from None
+            if nbytes:  # the allocator's refusal (a frame may hold far more than its own size)
+                raise OutOfMemoryError(f"cannot allocate {nbytes} bytes for the decoded tensor {shape}: {e}") from None
+            # Nothing to allocate: a dimension (TypeError) or stride (RuntimeError) past int64, which
+            # no tensor has, beside a dimension of 0 (the header checks the element count only).
+            raise CorruptFrameError(f"the frame holds shape {shape}, which no tensor has: {e}") from None
     _checked_out(out, runs=runs)
     if out.dtype != dtype:
         raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")
