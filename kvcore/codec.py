@@ -73,10 +73,14 @@ def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
             t = t.cpu()
         return t
     if isinstance(x, np.ndarray):
-        t = torch.empty(x.shape, dtype=torch_dtype_of_numpy(x.dtype))
-        # numpy has no bf16/fp8: copy the raw bytes. (Into a tensor of x's shape: np.ascontiguousarray
-        # makes a 0-d array 1-d, and torch.from_numpy of an empty array has stride 0, which no view takes.)
-        t.reshape(-1).view(torch.uint8).numpy()[:] = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        dtype = torch_dtype_of_numpy(x.dtype)
+        try:
+            t = torch.empty(x.shape, dtype=dtype)
+        except RuntimeError as e:
+            raise _copy_refused(x.shape, dtype, e) from None
+        # numpy has no bf16/fp8: x is copied into t's bytes seen as x's dtype, in x's shape.
+        # (torch.from_numpy of an empty array has stride 0, which no view takes.)
+        t.reshape(-1).view(torch.uint8).numpy().view(x.dtype).reshape(x.shape)[...] = x
         return t
     raise InvalidArgumentError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
@@ -307,7 +311,17 @@ def _source(x: TensorLike) -> torch.Tensor:
     """x as a contiguous CPU tensor of a supported dtype."""
     t = _as_cpu_tensor(x)
     code_of(t.dtype)
-    return t.contiguous()
+    try:
+        return t.contiguous()
+    except RuntimeError as e:
+        raise _copy_refused(t.shape, t.dtype, e) from None
+
+
+def _copy_refused(shape: Sequence[int], dtype: torch.dtype, e: Exception) -> OutOfMemoryError:
+    """The allocator's refusal of a contiguous copy of the input (a view of stride 0, expanded or
+    broadcast, stands for far more memory than it holds)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    return OutOfMemoryError(f"cannot allocate {nbytes} bytes for a contiguous copy of the input {tuple(shape)}: {e}")
 
 
 def _encode_options(mode: str, threads: Optional[int], block_bytes: Optional[int],

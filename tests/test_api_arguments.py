@@ -273,6 +273,18 @@ def test_decoded_tensor_too_large_to_allocate_is_out_of_memory(monkeypatch):
         kvcore.decompress(frame)
 
 
+
+@pytest.mark.parametrize("make", [lambda: torch.zeros(1, dtype=torch.uint8).expand(1 << 61),
+                                  lambda: np.broadcast_to(np.zeros(1, np.uint8), (1 << 61,))],
+                         ids=["expanded tensor", "broadcast array"])
+def test_input_too_large_to_copy_is_out_of_memory(make):
+    # A view of stride 0 stands for far more memory than it holds: its contiguous copy (2**61
+    # bytes here, past any address space) was refused with torch's RuntimeError.
+    for call in (kvcore.compress, kvcore.analyze, lambda x: kvcore.compress_many([x])):
+        with pytest.raises(kvcore.OutOfMemoryError, match=str(1 << 61)):
+            call(make())
+
+
 def exotic_tensors() -> dict:
     import warnings
 
