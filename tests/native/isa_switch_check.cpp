@@ -3,7 +3,8 @@
 // -Wl,--wrap=<kvcore::cpu::active_isa>, so that the k-th read of a call and every
 // later one see the ISA changed (SIMD masked, or unmasked), for every k up to the
 // reads the call makes: each frame coded so must decode bit-exact, and each decode
-// so must succeed bit-exact (one thread: the reads come in a fixed order).
+// so must succeed bit-exact (one thread: the reads come in a fixed order). Tensors of
+// noise and of repeated rows (the rows method, and the decoder's shared-rows path).
 // Usage: isa_switch_check <seed>; prints "ok: <n> switches" or the first failure.
 #include <atomic>
 #include <cstdio>
@@ -60,11 +61,18 @@ void fail(const char* what, const char* config, int dtype, const Switch& s, long
     std::exit(1);
 }
 
-std::vector<uint8_t> tensor(fr::DType dtype, size_t elems, std::mt19937& rng) {
+// Normal values in rows of `row` elements; with `repeated`, each row a copy of one of the first 8
+// (whole token rows repeated: the rows plane method, and the decoder's shared-rows path).
+std::vector<uint8_t> tensor(fr::DType dtype, size_t elems, size_t row, bool repeated, std::mt19937& rng) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const unsigned esize = fr::dtype_size(dtype);
     std::vector<uint8_t> out(elems * esize);
     for (size_t i = 0; i < elems; ++i) {
+        if (repeated && i >= 8 * row) {
+            const size_t from = (rng() % 8) * row + i % row;
+            std::memcpy(&out[i * esize], &out[from * esize], esize);
+            continue;
+        }
         const float v = normal(rng);
         uint32_t bits;
         std::memcpy(&bits, &v, 4);
@@ -104,9 +112,10 @@ int main(int argc, char** argv) {
     long count = 0;
     for (const Config& c : configs) {
         for (const fr::DType dtype : dtypes) {
-            const size_t elems = 16 * 1024;
-            const std::vector<uint8_t> src = tensor(dtype, elems, rng);
-            const fr::TensorDesc desc{dtype, {elems / 64, 64}};
+          for (const bool repeated : {false, true}) {
+            const size_t elems = 8 * 1024, row = 64;
+            const std::vector<uint8_t> src = tensor(dtype, elems, row, repeated, rng);
+            const fr::TensorDesc desc{dtype, {elems / row, row}};
             fr::EncodeOptions o;
             o.mode = c.mode;
             o.max_ratio = c.max_ratio;
@@ -140,6 +149,7 @@ int main(int argc, char** argv) {
                     if (out != src) fail("decompress gave other values", c.name, int(dtype), s, at, st);
                 }
             }
+          }
         }
     }
     std::printf("ok: %ld switches\n", count);
