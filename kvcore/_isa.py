@@ -23,6 +23,8 @@ def set_disabled_isa(names: str) -> None:
     """
     if not isinstance(names, str):
         raise InvalidArgumentError(f"names must be a str such as \"avx512,avx2\", got {type(names).__name__}")
+    if not names.isascii():  # no ISA name is, and a lone surrogate would not even reach the native check
+        raise InvalidArgumentError(f"unknown ISA name in {names!r} (known: avx2, avx512)")
     _native.set_disabled_isa(names)
 
 

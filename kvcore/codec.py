@@ -18,13 +18,18 @@ import torch
 from . import _native
 from ._args import check_plain_buffer, check_tensor_memory, decoder_arg, int_arg, mode_arg, optional_int_arg
 from .dtypes import code_of, code_or_zero, torch_dtype, torch_dtype_of_numpy
-from .errors import InvalidArgumentError, OutOfMemoryError
+from .errors import CorruptFrameError, InvalidArgumentError, OutOfMemoryError
 from .runs import output_runs
 
 _BACKENDS = {"auto": 0, "software": 1, "qat": 2}
 
 FrameLike = Union[bytes, bytearray, memoryview, np.ndarray, torch.Tensor, Any]  # C-contiguous bytes
 TensorLike = Union[torch.Tensor, np.ndarray]
+
+
+# What memoryview() raises for a buffer object that no longer gives its memory: a released
+# memoryview or closed mmap (ValueError), a freed PinnedBuffer (BufferError).
+_DEAD_BUFFER_ERRORS = (ValueError, BufferError)
 
 
 def _frame_view(frame: FrameLike) -> Union[bytes, memoryview]:
@@ -43,6 +48,8 @@ def _frame_view(frame: FrameLike) -> Union[bytes, memoryview]:
         raise InvalidArgumentError(
             f"a frame must be bytes, bytearray, memoryview, a numpy array or a CPU tensor, "
             f"not {type(frame).__name__}") from None
+    except _DEAD_BUFFER_ERRORS as e:
+        raise InvalidArgumentError(f"the frame's buffer gives no memory: {e}") from None
 
 
 def _sequence(xs: Any, what: str) -> list:
@@ -67,9 +74,14 @@ def _as_cpu_tensor(x: TensorLike) -> torch.Tensor:
         return t
     if isinstance(x, np.ndarray):
         dtype = torch_dtype_of_numpy(x.dtype)
-        arr = np.ascontiguousarray(x)
-        # numpy has no bf16/fp8: go through the raw bytes.
-        return torch.from_numpy(arr.reshape(-1).view(np.uint8).copy()).view(dtype).reshape(arr.shape)
+        try:
+            t = torch.empty(x.shape, dtype=dtype)
+        except RuntimeError as e:
+            raise _copy_refused(x.shape, dtype, e) from None
+        # numpy has no bf16/fp8: x is copied into t's bytes seen as x's dtype, in x's shape.
+        # (torch.from_numpy of an empty array has stride 0, which no view takes.)
+        t.reshape(-1).view(torch.uint8).numpy().view(x.dtype).reshape(x.shape)[...] = x
+        return t
     raise InvalidArgumentError(f"expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
@@ -256,7 +268,7 @@ def _writable_bytes(out: Any) -> memoryview:
         out = out.reshape(-1).view(torch.uint8).numpy()
     try:
         view = memoryview(out)
-    except TypeError as e:
+    except (TypeError, *_DEAD_BUFFER_ERRORS) as e:
         raise InvalidArgumentError(f"out must be a writable C-contiguous buffer: {e}") from None
     check_plain_buffer(view, "out")
     try:
@@ -299,7 +311,17 @@ def _source(x: TensorLike) -> torch.Tensor:
     """x as a contiguous CPU tensor of a supported dtype."""
     t = _as_cpu_tensor(x)
     code_of(t.dtype)
-    return t.contiguous()
+    try:
+        return t.contiguous()
+    except RuntimeError as e:
+        raise _copy_refused(t.shape, t.dtype, e) from None
+
+
+def _copy_refused(shape: Sequence[int], dtype: torch.dtype, e: Exception) -> OutOfMemoryError:
+    """The allocator's refusal of a contiguous copy of the input (a view of stride 0, expanded or
+    broadcast, stands for far more memory than it holds)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    return OutOfMemoryError(f"cannot allocate {nbytes} bytes for a contiguous copy of the input {tuple(shape)}: {e}")
 
 
 def _encode_options(mode: str, threads: Optional[int], block_bytes: Optional[int],
@@ -465,9 +487,13 @@ def _output_for(frame: FrameLike, out: Optional[torch.Tensor], *, runs: bool) ->
     if out is None:
         try:
             return torch.empty(shape, dtype=dtype)
-        except RuntimeError as e:  # the allocator's refusal (a frame may hold far more than its own size)
+        except (RuntimeError, TypeError) as e:
             nbytes = math.prod(shape) * dtype.itemsize
-            raise OutOfMemoryError(f"cannot allocate {nbytes} bytes for the decoded tensor {tuple(shape)}: {e}") from None
+            if nbytes:  # the allocator's refusal (a frame may hold far more than its own size)
+                raise OutOfMemoryError(f"cannot allocate {nbytes} bytes for the decoded tensor {shape}: {e}") from None
+            # Nothing to allocate: a dimension (TypeError) or stride (RuntimeError) past int64, which
+            # no tensor has, beside a dimension of 0 (the header checks the element count only).
+            raise CorruptFrameError(f"the frame holds shape {shape}, which no tensor has: {e}") from None
     _checked_out(out, runs=runs)
     if out.dtype != dtype:
         raise InvalidArgumentError(f"out has dtype {out.dtype}, the frame holds {dtype}")

@@ -47,6 +47,10 @@ def torch_dtype(code: int) -> torch.dtype:
 def torch_dtype_of_numpy(dtype: Any) -> torch.dtype:
     """The torch dtype of a numpy dtype (ml_dtypes' bfloat16 and float8 included)."""
     dt = np.dtype(dtype)
+    if not dt.isnative:  # its bytes are copied as they lie: swapped, they would be other values
+        raise InvalidArgumentError(
+            f"numpy dtype {dt.name} in non-native byte order ({dt.str}) is not coded: "
+            f"convert it first, with x.astype(x.dtype.newbyteorder('='))")
     if dt in _NUMPY_TO_TORCH:
         return _NUMPY_TO_TORCH[dt]
     by_name = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}

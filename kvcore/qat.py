@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _native
+from ._args import int_arg
+from .errors import InvalidArgumentError
 
 __all__ = ["QatConfig", "status", "summary", "unload", "reset_counters"]
 
@@ -48,10 +50,23 @@ class QatConfig:
         """Load the library, probe for hardware and return :func:`status`.
 
         Raises kvcore.UnsupportedError when an explicitly named library cannot be
-        loaded or lacks a QATzip entry point.
+        loaded or lacks a QATzip entry point, kvcore.InvalidArgumentError when
+        library_path is no path or min_bytes no int in [0, 2**32).
         """
-        path = None if self.library_path is None else os.fspath(self.library_path)
-        return _native.qat_load(path, self.min_bytes)
+        path = None if self.library_path is None else _library_path(self.library_path)
+        return _native.qat_load(path, int_arg(self.min_bytes, "min_bytes"))
+
+
+def _library_path(path: Any) -> bytes:
+    """path as dlopen takes it: bytes without a NUL (dlopen would read up to it, and load
+    the library that names)."""
+    try:
+        raw = os.fsencode(path)
+    except TypeError:
+        raise InvalidArgumentError(f"library_path must be a str, bytes or os.PathLike, got {type(path).__name__}") from None
+    if b"\0" in raw:
+        raise InvalidArgumentError(f"library_path contains a NUL byte: {path!r}")
+    return raw
 
 
 def status() -> dict[str, Any]:

@@ -3,6 +3,7 @@ kvcore error (KVCoreError, mostly InvalidArgumentError), never another exception
 never a native crash: objects of the wrong kind, out-of-range options and shapes whose
 size overflows."""
 
+import mmap
 import subprocess
 import sys
 
@@ -38,6 +39,33 @@ BAD_FRAMES = {
     "strided view": memoryview(FRAME)[::2], "float tensor": torch.zeros(5),
     "cuda-less meta tensor": torch.empty(16, dtype=torch.uint8, device="meta"),
 }
+
+
+
+def _released_memoryview(size: int) -> memoryview:
+    view = memoryview(bytearray(size))
+    view.release()
+    return view
+
+
+def _closed_mmap(size: int) -> mmap.mmap:
+    m = mmap.mmap(-1, size)
+    m.close()
+    return m
+
+
+def _freed_pinned_buffer(size: int) -> "kvcore.PinnedBuffer":
+    buf = kvcore.PinnedPool(1 << 20).alloc(size)
+    buf.free()
+    return buf
+
+
+# Buffer objects that no longer give their memory: memoryview() raises ValueError or BufferError
+# for them, which reached the caller as such, not as a kvcore error.
+DEAD_BUFFERS = {"released memoryview": _released_memoryview, "closed mmap": _closed_mmap,
+                "freed pinned buffer": _freed_pinned_buffer}
+BAD_FRAMES.update({name: make(len(FRAME)) for name, make in DEAD_BUFFERS.items()})
+BAD_OPTIONS.update({f"out {name}": dict(out=make(1 << 16)) for name, make in DEAD_BUFFERS.items()})
 
 
 @pytest.mark.parametrize("name", BAD_TENSORS)
@@ -243,6 +271,18 @@ def test_decoded_tensor_too_large_to_allocate_is_out_of_memory(monkeypatch):
     monkeypatch.setattr(torch, "empty", refuse)
     with pytest.raises(kvcore.OutOfMemoryError, match="2000 bytes"):
         kvcore.decompress(frame)
+
+
+
+@pytest.mark.parametrize("make", [lambda: torch.zeros(1, dtype=torch.uint8).expand(1 << 61),
+                                  lambda: np.broadcast_to(np.zeros(1, np.uint8), (1 << 61,))],
+                         ids=["expanded tensor", "broadcast array"])
+def test_input_too_large_to_copy_is_out_of_memory(make):
+    # A view of stride 0 stands for far more memory than it holds: its contiguous copy (2**61
+    # bytes here, past any address space) was refused with torch's RuntimeError.
+    for call in (kvcore.compress, kvcore.analyze, lambda x: kvcore.compress_many([x])):
+        with pytest.raises(kvcore.OutOfMemoryError, match=str(1 << 61)):
+            call(make())
 
 
 def exotic_tensors() -> dict:

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from native_build import ROOT, build_harness, codec_sources
+from native_build import LIBRARIES, ROOT, Toolchain, _cxx, build_harness, codec_sources
 
 
 @pytest.mark.slow
@@ -62,3 +62,19 @@ def test_allocation_failures_end_in_an_error_not_an_abort_or_a_hang(tmp_path):
     assert run.stdout.startswith("ok: 300 rounds")
     counts = [int(w) for w in run.stdout.replace("(", " ").split() if w.isdigit()]
     assert all(c > 0 for c in counts[1:]), run.stdout  # every outcome occurred
+
+
+def test_isa_masked_or_unmasked_mid_call_changes_no_frame(tmp_path):
+    """kvcore.set_disabled_isa() while another thread codes or decodes: the harness switches
+    the ISA (SIMD masked, or unmasked) at each read of it in turn, in compress and in
+    decompress of dense, fast, max and DEFLATE frames (of noise, and of repeated rows): every
+    frame must decode bit-exact, every decode succeed. Fast mode's 2-byte blocks checked for
+    SIMD once, then merged with a kernel that checks again and writes nothing when masked: the
+    valid frame failed its checksum (found 2026-12-07)."""
+    wrap = "-Wl,--wrap=_ZN6kvcore3cpu10active_isaEv"  # kvcore::cpu::active_isa()
+    toolchain = Toolchain(_cxx(), libraries=(*LIBRARIES, wrap))
+    exe = build_harness(tmp_path, "isa_switch_check", codec_sources(), sanitizer="none", opt="-O2",
+                        toolchain=toolchain)
+    run = subprocess.run([str(exe), "3"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.startswith("ok: "), run.stdout

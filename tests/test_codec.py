@@ -563,6 +563,36 @@ def test_numpy_input_and_out_buffer():
     assert np.array_equal(out.numpy().reshape(x.shape), x)
 
 
+@pytest.mark.parametrize("x", [np.array(2.5, np.float32), np.zeros((0,), np.float16), np.ones((3, 0, 2), np.uint8)],
+                         ids=["0-d", "empty", "zero dim"])
+def test_numpy_input_keeps_its_shape(x):
+    # A 0-d array's frame decoded to shape (1,) (np.ascontiguousarray gives it one dimension), and
+    # an empty float16 array raised torch's RuntimeError (not a kvcore error).
+    for frame in (kvcore.compress(x), kvcore.compress_many([x])[0]):
+        assert kvcore.frame_info(frame)["shape"] == x.shape
+        back = kvcore.decompress(frame)
+        assert back.shape == x.shape and np.array_equal(back.numpy(), x)
+    assert kvcore.analyze(x).channels == kvcore.analyze(torch.from_numpy(x)).channels
+
+
+@pytest.mark.parametrize("dtype", [">f2", ">f4"])
+def test_numpy_input_of_swapped_byte_order_is_refused_by_name(dtype):
+    x = np.arange(6).astype(dtype)
+    with pytest.raises(kvcore.InvalidArgumentError, match="byte order"):
+        kvcore.compress(x)
+
+
+def test_big_endian_bfloat16_is_refused_not_coded_as_other_values():
+    # ml_dtypes' bfloat16 is found by name, which a swapped byte order keeps: its bytes
+    # were coded as they lay, and decoded to other values (1.5 came back as -2.98).
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = np.array([1.5, -2.25, 3.0], dtype=ml_dtypes.bfloat16)
+    swapped = x.astype(x.dtype.newbyteorder(">"))
+    with pytest.raises(kvcore.InvalidArgumentError, match="byte order"):
+        kvcore.compress(swapped)
+    assert kvcore.decompress(kvcore.compress(x)).float().tolist() == [1.5, -2.25, 3.0]
+
+
 def test_out_buffer_mismatch_is_rejected():
     frame = kvcore.compress(torch.ones(4, 4, dtype=torch.bfloat16))
     with pytest.raises(kvcore.InvalidArgumentError):

@@ -99,6 +99,21 @@ def test_edited_header_fields_with_resealed_checksum(offset, fmt, value):
         kvcore.decompress(tampered)
 
 
+
+@pytest.mark.parametrize("dims", [(0, 1 << 63, 4), (0, (1 << 64) - 1, 4), (0, 1 << 62, 1 << 62)])
+def test_empty_frame_of_a_shape_no_tensor_has(dims):
+    # A frame of no elements whose other dimensions reach 2**63 (TypeError from torch.empty)
+    # or whose strides would (RuntimeError, reported as an OutOfMemoryError of 0 bytes).
+    # No tensor has such a shape, so kvcore never writes one.
+    frame = bytearray(kvcore.compress(torch.empty(0, 4, 4, dtype=torch.bfloat16)))
+    struct.pack_into("<3Q", frame, 24, *dims)
+    tampered = reseal(frame)
+    with pytest.raises(kvcore.CorruptFrameError, match="no tensor"):
+        kvcore.decompress(tampered)
+    out = torch.empty(0, dtype=torch.bfloat16)
+    assert kvcore.decompress(tampered, out=out) is out  # (nothing to decode into it)
+
+
 ROWS = 7  # the rows plane method (docs/FORMAT.md)
 
 

@@ -19,6 +19,8 @@ def test_isa_mask_round_trip():
     assert kvcore.isa_variant() == (detected[-1] if detected else "scalar")
 
 
-def test_unknown_isa_name_is_a_kvcore_error():
+@pytest.mark.parametrize("names", ["sse9", "AVX2", "avx2\0", "avx2,\udcff"])  # (a lone surrogate raised TypeError)
+def test_unknown_isa_name_is_a_kvcore_error(names):
     with pytest.raises(kvcore.InvalidArgumentError):
-        kvcore.set_disabled_isa("sse9")
+        kvcore.set_disabled_isa(names)
+    assert kvcore.isa_variant() == (kvcore.features()["simd_detected"] or ["scalar"])[-1]

@@ -9,6 +9,7 @@ machine without QAT and inject QATzip's error codes.
 
 import ctypes
 import ctypes.util
+import os
 import struct
 import threading
 import time
@@ -85,6 +86,26 @@ def test_load_errors(tmp_path):
         QatConfig(library_path=libz).apply()
     assert not kvcore.qat.status()["loaded"]
     kvcore.qat.unload()
+
+
+
+@pytest.mark.parametrize("options", [
+    dict(library_path=5), dict(library_path=["libqatzip.so.3"]), dict(min_bytes=4096.5), dict(min_bytes="4096"),
+    dict(min_bytes=True), dict(min_bytes=-1), dict(min_bytes=1 << 32), dict(min_bytes=1 << 70),
+])
+def test_bad_configurations_are_invalid_arguments(options):
+    # A path of the wrong type or a min_bytes that is no int of 32 bits raised TypeError
+    # (os.fspath's, or pybind11's "incompatible function arguments").
+    with pytest.raises(kvcore.InvalidArgumentError):
+        QatConfig(**options).apply()
+
+
+def test_a_library_path_with_a_nul_byte_is_refused(double_path):
+    # dlopen read the path up to the NUL: a path naming a missing file loaded the library before it.
+    for path in (f"{double_path}\0.missing", os.fsencode(double_path) + b"\0.missing"):
+        with pytest.raises(kvcore.InvalidArgumentError, match="NUL"):
+            QatConfig(library_path=path).apply()
+        assert not kvcore.qat.status()["loaded"]
 
 
 # ---- compression through QAT, read by software and the other way round ----
