@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -135,7 +136,9 @@ unsigned thread_count(const py::object& threads) {
     if (threads.is_none()) return 0;  // all cores
     const long n = threads.cast<long>();
     if (n < 1) throw NativeError{Code::kInvalidArgument, "threads must be >= 1"};
-    return static_cast<unsigned>(n);
+    // The pools use at most the threads they have: a larger count means all of them
+    // (cast as it was, 2**32 + 1 meant one).
+    return static_cast<unsigned>(std::min<long>(n, std::numeric_limits<unsigned>::max()));
 }
 
 // A compression job for a tensor by address (the output is set by the caller).

@@ -15,7 +15,10 @@ from .errors import InvalidArgumentError
 def set_disabled_isa(names: str) -> None:
     """Disable SIMD variants by name ("", "avx512", "avx2" or "avx512,avx2").
 
-    Masking avx2 also masks avx512. Call it while no kvcore work is running.
+    Masking avx2 also masks avx512. Compress and decompress calls running meanwhile in
+    other threads stay correct (a kernel whose variant was masked after its call chose it
+    falls back; tests/native/isa_switch_check.cpp), but may run part of their work in the
+    variant they started with: call it between calls for one variant throughout.
 
     >>> import kvcore
     >>> kvcore.set_disabled_isa("avx2")   # portable C++ kernels from now on

@@ -520,14 +520,24 @@ def frame_info(frame: FrameLike) -> dict[str, Any]:
     return info
 
 
-def max_frame_size(dtype: torch.dtype, shape: tuple[int, ...], *, block_bytes: Optional[int] = None) -> int:
-    """Upper bound of len(compress(x)) for a tensor of this dtype and shape.
+def max_frame_size(dtype: Any, shape: tuple[int, ...], *, block_bytes: Optional[int] = None) -> int:
+    """Upper bound of len(compress(x)) for a tensor of this dtype (torch's, or numpy's for
+    an array) and shape.
 
-    >>> import torch, kvcore
+    >>> import numpy as np, torch, kvcore
     >>> kvcore.max_frame_size(torch.bfloat16, (256, 8, 128)) >= 256 * 8 * 128 * 2
+    True
+    >>> kvcore.max_frame_size(np.float16, (256, 8, 128)) == kvcore.max_frame_size(torch.float16, (256, 8, 128))
     True
     """
     if not isinstance(shape, (list, tuple, torch.Size)):
         raise InvalidArgumentError(f"shape must be a sequence of non-negative ints, got {shape!r}")
     dims = [int_arg(d, "a dimension of shape") for d in shape]
+    if not isinstance(dtype, torch.dtype):
+        try:
+            if dtype is None:  # numpy would take it for float64
+                raise TypeError
+            dtype = torch_dtype_of_numpy(dtype)
+        except TypeError:  # numpy's for what is no dtype at all
+            raise InvalidArgumentError(f"dtype must be a torch or numpy dtype, got {dtype!r}") from None
     return _native.max_frame_size(code_of(dtype), dims, _block_bytes(block_bytes))

@@ -128,6 +128,16 @@ def test_max_frame_size_rejects_shapes(shape):
         kvcore.max_frame_size(torch.bfloat16, shape)
 
 
+def test_max_frame_size_takes_numpy_dtypes():
+    """max_frame_size(arr.dtype, arr.shape) for a numpy array that compress() takes: numpy's
+    float16 was refused as "does not code float16" while float16 was listed as supported."""
+    for np_dtype, dtype in ((np.float16, torch.float16), (np.dtype("float32"), torch.float32), ("uint8", torch.uint8)):
+        assert kvcore.max_frame_size(np_dtype, (64, 8)) == kvcore.max_frame_size(dtype, (64, 8))
+    for bad in (None, "nope", object(), np.float64, np.dtype(">f2")):
+        with pytest.raises(kvcore.InvalidArgumentError):
+            kvcore.max_frame_size(bad, (64, 8))
+
+
 def test_max_frame_size_of_overflowing_shapes_is_an_error_not_a_crash():
     """A product of dimensions that wraps around 2^64 once divided by zero natively
     (SIGFPE), also in an empty tensor's channel count; a tensor needing more than
@@ -280,7 +290,7 @@ def test_decoded_tensor_too_large_to_allocate_is_out_of_memory(monkeypatch):
 def test_input_too_large_to_copy_is_out_of_memory(make):
     # A view of stride 0 stands for far more memory than it holds: its contiguous copy (2**61
     # bytes here, past any address space) was refused with torch's RuntimeError.
-    for call in (kvcore.compress, kvcore.analyze, lambda x: kvcore.compress_many([x])):
+    for call in (kvcore.compress, kvcore.analyze, lambda x: kvcore.compress_many([x]), kvcore.compress_async):
         with pytest.raises(kvcore.OutOfMemoryError, match=str(1 << 61)):
             call(make())
 

@@ -48,7 +48,7 @@ def compress_async(
     from .. import codec
 
     options = codec._encode_options(mode, threads, block_bytes, backend, decoder)
-    t = codec._as_cpu_tensor(x).contiguous()
+    t = codec._source(x)  # an input too large to copy contiguous is an OutOfMemoryError
     code = codec.code_of(t.dtype)
     shape = [int(d) for d in t.shape]
     out = _native.FrameOut(_native.max_frame_size(code, shape, options["block_bytes"]))
