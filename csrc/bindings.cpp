@@ -517,6 +517,9 @@ struct DecodeBatch {
     std::vector<py::buffer_info> keep;
     std::shared_ptr<kvcore::frame::BatchProgress> progress;
     std::shared_ptr<kvcore::mover::Completion> running;
+    // The caller's outputs, released only after the wait below: a caller interrupted
+    // (Ctrl-C) in its own wait may drop them while the batch still writes into them.
+    py::object outputs;
     DecodeBatch() = default;
     DecodeBatch(const DecodeBatch&) = delete;
     DecodeBatch& operator=(const DecodeBatch&) = delete;
@@ -1059,7 +1062,9 @@ PYBIND11_MODULE(_native, m) {
                 return b.running->wait(slice_ms) ? Status::ok() : make_status(Code::kTimeout, "");
             }));
         }, "Waits for the whole batch (every frame settled, the native call returned).")
-        .def("__len__", [](const DecodeBatch& b) { return b.progress->size(); });
+        .def("__len__", [](const DecodeBatch& b) { return b.progress->size(); })
+        .def_readwrite("outputs", &DecodeBatch::outputs,
+                       "The tensors the batch decodes into, kept until it has finished.");
     m.def(
         "decompress_batch_async",
         [](const std::vector<py::buffer>& frames, const std::vector<std::array<uint64_t, 4>>& outs,

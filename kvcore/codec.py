@@ -441,6 +441,7 @@ def decompress_many(
         _native.decompress_batch(frames, destinations, threads=_threads(threads))
         return
     batch = _native.decompress_batch_async(frames, destinations, threads=_threads(threads))
+    batch.outputs = checked  # alive until the batch ends, whatever interrupts the waits below
     try:
         for i in range(len(checked)):
             batch.wait(i)

@@ -55,6 +55,47 @@ def test_decompress_many_reports_frames_in_order_as_they_complete(threads):
     assert seen == list(range(len(xs)))
 
 
+def test_decompress_many_interrupted_in_its_last_wait_leaves_the_outs_to_the_batch(monkeypatch):
+    """A second Ctrl-C, in the wait for the whole batch that follows the first, left
+    decompress_many while the batch still decoded into the outs, which nothing then held:
+    a caller that had dropped them freed memory still being written. The batch now holds
+    them until it ends (its own release waits for it)."""
+    import weakref
+
+    from kvcore import _native
+
+    xs = [torch.randn(1 << 16, 8).to(torch.bfloat16) for _ in range(4)]
+    frames = [kvcore.compress(x) for x in xs]
+    real = []
+
+    class Interrupted:  # the native batch, with a Ctrl-C in each wait
+        def __init__(self, batch):
+            real.append(batch)
+
+        def __setattr__(self, name, value):
+            setattr(real[0], name, value)
+
+        def wait(self, i):
+            raise KeyboardInterrupt
+
+        def wait_all(self):
+            raise KeyboardInterrupt
+
+    make = _native.decompress_batch_async
+    monkeypatch.setattr(_native, "decompress_batch_async", lambda *a, **k: Interrupted(make(*a, **k)))
+    outs = [torch.empty_like(x) for x in xs]
+    with pytest.raises(KeyboardInterrupt):
+        kvcore.decompress_many(frames, outs, on_done=lambda i: None)
+    held = weakref.ref(outs[0])
+    del outs
+    assert held() is not None  # the batch holds it
+    real[0].wait_all()
+    for out, x in zip(real[0].outputs, xs):
+        assert_bit_exact(out, x)
+    real.clear()
+    assert held() is None
+
+
 def test_decompress_many_on_done_stops_at_a_bad_frame_or_an_exception():
     xs = [torch.full((4096, 8), float(i), dtype=torch.float16) + torch.arange(8, dtype=torch.float16)
           for i in range(6)]
