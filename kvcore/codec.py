@@ -539,6 +539,6 @@ def max_frame_size(dtype: Any, shape: tuple[int, ...], *, block_bytes: Optional[
             if dtype is None:  # numpy would take it for float64
                 raise TypeError
             dtype = torch_dtype_of_numpy(dtype)
-        except TypeError:  # numpy's for what is no dtype at all
+        except (TypeError, ValueError):  # numpy's for what is no dtype at all
             raise InvalidArgumentError(f"dtype must be a torch or numpy dtype, got {dtype!r}") from None
     return _native.max_frame_size(code_of(dtype), dims, _block_bytes(block_bytes))
