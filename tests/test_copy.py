@@ -397,6 +397,23 @@ def test_exception_of_a_running_operation_raises_timeout_error():
     assert not fut.done()
 
 
+def _stand_in_for_device_memory(monkeypatch) -> np.ndarray:
+    """A host array that copy_many's regions take for CUDA memory (no GPU here)."""
+    from kvcore.mover import copy as mover_copy
+
+    on_device = np.zeros(4096, np.uint8)
+    real_region = mover_copy.region
+
+    def region(obj, **kwargs):
+        r = real_region(obj, **kwargs)
+        if obj is on_device:
+            r.cuda = obj
+        return r
+
+    monkeypatch.setattr(mover_copy, "region", region)
+    return on_device
+
+
 def test_a_copy_many_with_a_device_pair_leaves_no_future_pending(monkeypatch):
     """The host pairs of a copy_many that also has CUDA pairs were started through a Future
     of their own, whose notification the returned Future took over: it stayed pending in
@@ -411,16 +428,7 @@ def test_a_copy_many_with_a_device_pair_leaves_no_future_pending(monkeypatch):
         def synchronize(self):
             pass
 
-    on_device = np.zeros(4096, np.uint8)
-    real_region = mover_copy.region
-
-    def region(obj, **kwargs):
-        r = real_region(obj, **kwargs)
-        if obj is on_device:
-            r.cuda = obj
-        return r
-
-    monkeypatch.setattr(mover_copy, "region", region)
+    on_device = _stand_in_for_device_memory(monkeypatch)
     monkeypatch.setattr(mover_copy._cuda, "device_of", lambda tensors: "cuda:0")
     monkeypatch.setattr(mover_copy._cuda, "submit", lambda device, work, tensors: Event())
     src = rand_bytes(4 * MiB)
@@ -449,14 +457,7 @@ def test_a_mixed_copy_many_that_fails_leaves_no_host_copy_running(monkeypatch, f
             return True
 
     started = []
-    on_device = np.zeros(4096, np.uint8)
-    real_region = mover_copy.region
-
-    def region(obj, **kwargs):
-        r = real_region(obj, **kwargs)
-        if obj is on_device:
-            r.cuda = obj
-        return r
+    on_device = _stand_in_for_device_memory(monkeypatch)
 
     def device_of(tensors):
         if fails == "device_of":
@@ -466,7 +467,6 @@ def test_a_mixed_copy_many_that_fails_leaves_no_host_copy_running(monkeypatch, f
     def submit(device, work, tensors):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(mover_copy, "region", region)
     monkeypatch.setattr(mover_copy, "_host_copies", lambda *args: started.append(1) or [Native()])
     monkeypatch.setattr(mover_copy._cuda, "device_of", device_of)
     monkeypatch.setattr(mover_copy._cuda, "submit", submit)
