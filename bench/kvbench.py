@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -137,6 +137,23 @@ class Paired:
         self.codec_s.append(codec_s)
         self.reference_s.append(reference_s)
         self.factors.append(reference_s / codec_s)
+
+    def time_round(self, work: Callable[[], Any], reference_work: Callable[[], Any],
+                   clock: Callable[[], float]) -> None:
+        """One round: kvcore's call and the reference's back to back, kvcore first in even rounds
+        (A B, then B A), each called twice and the second call timed, so it finds its own buffers
+        warm as in a loop. The timed call's result is freed after the clock is read, as
+        pytest-benchmark does: freeing a fresh output (a peer's new bytes; kvcore decodes into
+        out=) is not the operation measured."""
+        sides = [(work, True), (reference_work, False)]
+        took = {}
+        for fn, is_codec in sides if len(self.factors) % 2 == 0 else sides[::-1]:
+            fn()  # untimed
+            t0 = clock()
+            kept = fn()
+            took[is_codec] = max(clock() - t0, 1e-9)
+            del kept
+        self.add(took[True], took[False])
 
     def clear(self) -> None:
         self.codec_s.clear()

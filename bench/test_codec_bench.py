@@ -267,19 +267,11 @@ def paired_work(inp: KVInput, name: str, direction: str) -> Callable[[], Any]:
 
 def run_paired(benchmark: Any, result: Paired, work: Callable[[], Any], reference_work: Callable[[], Any],
                clock: Callable[[], float]) -> None:
-    """Times rounds of the two calls back to back, alternating which goes first, into result.
-    Each is called twice per round and the second call timed, so it finds its own buffers
-    warm; the benchmark's own time is that of one round (both sides)."""
+    """Times rounds of the two calls back to back, alternating which goes first, into result
+    (Paired.time_round); the benchmark's own time is that of one round (both sides)."""
 
     def one_round() -> None:
-        sides = [(work, True), (reference_work, False)]
-        took = {}
-        for fn, is_codec in sides if len(result.factors) % 2 == 0 else sides[::-1]:
-            fn()  # untimed: the timed call then finds its own buffers in cache, as in a loop
-            t0 = clock()
-            fn()
-            took[is_codec] = max(clock() - t0, 1e-9)
-        result.add(took[True], took[False])
+        result.time_round(work, reference_work, clock)
 
     t0 = time.perf_counter()
     one_round()  # warm-up, not kept; its time sets the number of rounds
