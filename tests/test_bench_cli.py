@@ -241,3 +241,21 @@ def test_kvcore_codec_reusing_its_output_buffer(mode):
     assert r.equal(r.decompress(view))
     again = r.compress()
     assert again.obj is view.obj  # the same buffer, written again
+
+
+def test_best_time_leaves_freeing_the_result_out():
+    """A call's time is the call's: freeing its result (a peer's fresh output; kvcore decodes
+    into out=) came after the clock before, so peers paid for it and kvcore did not."""
+    from kvcore.bench.runner import _best_time
+
+    now = [0.0]
+
+    class Output:
+        def __del__(self):
+            now[0] += 2.0  # unmapping a fresh output
+
+    def call():
+        now[0] += 1.0
+        return Output()
+
+    assert _best_time(call, 3, clock=lambda: now[0]) == 1.0
