@@ -107,3 +107,15 @@ def test_paired_round_times_the_call_alone_in_alternating_order() -> None:
         p.time_round(side("kv", 1.0, 0.0), side("ref", 3.0, 2.0), clock)
     assert calls == ["kv"] * 2 + ["ref"] * 4 + ["kv"] * 4 + ["ref"] * 2
     assert p.codec_s == [1.0] * 3 and p.reference_s == [3.0] * 3 and p.factors == [3.0] * 3
+
+
+def test_dense_vs_zipnn_targets_without_zipnn_are_reported_not_measured() -> None:
+    """On every dtype zipnn codes (fp32 too) a missing zipnn row gives "n/a (not measured)";
+    on fp32 the lines were left out before, so nothing said the target went unchecked."""
+    for dtype in ("bf16", "fp32"):
+        dense = [Row("m", dtype, "kvcore-dense", d, 100, 60, mean_s=1.0, min_s=1.0) for d in ("compress", "decompress")]
+        lines = summary_lines(dense)
+        for direction in ("compress", "decompress"):
+            assert target_line(lines, f"dense {direction} >= 3x zipnn").endswith("-> n/a (not measured)"), dtype
+    lines = summary_lines([Row("m", "fp8_e4m3", "kvcore-dense", "compress", 100, 60, mean_s=1.0, min_s=1.0)])
+    assert not [s for s in lines if "zipnn" in s]  # zipnn does not code fp8: no target there
