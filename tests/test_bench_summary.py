@@ -119,3 +119,16 @@ def test_dense_vs_zipnn_targets_without_zipnn_are_reported_not_measured() -> Non
             assert target_line(lines, f"dense {direction} >= 3x zipnn").endswith("-> n/a (not measured)"), dtype
     lines = summary_lines([Row("m", "fp8_e4m3", "kvcore-dense", "compress", 100, 60, mean_s=1.0, min_s=1.0)])
     assert not [s for s in lines if "zipnn" in s]  # zipnn does not code fp8: no target there
+
+
+def test_avx512_frames_get_the_separate_benchmarks_verdict_too() -> None:
+    """The speed target holds for decoder="avx512" frames as well (bench/README.md): the summary
+    gives their verdict from the separate benchmarks, not only the paired one (before, only
+    their ratio line was printed)."""
+    rs = rows(dense_s=1.0, zipnn_s=3.5)
+    rs += [Row("m", "bf16", "kvcore-dense-avx512", d, 100, 60, mean_s=s, min_s=s)
+           for d, s in (("compress", 1.0), ("decompress", 2.5))]
+    lines = summary_lines(rs)
+    assert target_line(lines, "dense-avx512 compress >= 3x zipnn").endswith("3.50x [1.75x] -> met")
+    assert target_line(lines, "dense-avx512 decompress >= 3x zipnn").endswith("1.40x [0.70x] -> NOT met")
+    assert not [s for s in summary_lines(rows(1.0, 3.5)) if "dense-avx512" in s]  # not measured: no line
