@@ -226,8 +226,11 @@ def test_page_frames(benchmark: Any, kv_results: list, page_frames: tuple[str, l
 
 def time_frames(benchmark: Any, kv_results: list, data: str, dtype: str, name: str, direction: str,
                 bound: list[Bound]) -> None:
-    """Times one round of coding every bound input (decompression checked bit-exact first)."""
+    """Times one round of coding every bound input. The round trip is checked bit-exact first
+    in both directions: the "+out" / "+layout" codecs are timed compressing only, and their
+    frames (another layout) are decoded nowhere else."""
     payloads = [b.compress() for b in bound]
+    assert all(b.equal(b.decompress(p)) for b, p in zip(bound, payloads)), f"{name}: not bit-exact"
     original = sum(b.original_bytes for b in bound)
     size = sum(b.size(p) for b, p in zip(bound, payloads))
     benchmark.group = f"{data} {dtype} {direction}"
@@ -236,7 +239,6 @@ def time_frames(benchmark: Any, kv_results: list, data: str, dtype: str, name: s
     if direction == "compress":
         benchmark.pedantic(lambda: [b.compress() for b in bound], rounds=MAX_ROUNDS, iterations=1)
     else:
-        assert all(b.equal(b.decompress(p)) for b, p in zip(bound, payloads)), f"{name}: not bit-exact"
         benchmark.pedantic(lambda: [b.decompress(p) for b, p in zip(bound, payloads)], rounds=MAX_ROUNDS,
                            iterations=1)
     record(kv_results, benchmark, Row(data, dtype, name, direction, original, size))
@@ -267,19 +269,11 @@ def paired_work(inp: KVInput, name: str, direction: str) -> Callable[[], Any]:
 
 def run_paired(benchmark: Any, result: Paired, work: Callable[[], Any], reference_work: Callable[[], Any],
                clock: Callable[[], float]) -> None:
-    """Times rounds of the two calls back to back, alternating which goes first, into result.
-    Each is called twice per round and the second call timed, so it finds its own buffers
-    warm; the benchmark's own time is that of one round (both sides)."""
+    """Times rounds of the two calls back to back, alternating which goes first, into result
+    (Paired.time_round); the benchmark's own time is that of one round (both sides)."""
 
     def one_round() -> None:
-        sides = [(work, True), (reference_work, False)]
-        took = {}
-        for fn, is_codec in sides if len(result.factors) % 2 == 0 else sides[::-1]:
-            fn()  # untimed: the timed call then finds its own buffers in cache, as in a loop
-            t0 = clock()
-            fn()
-            took[is_codec] = max(clock() - t0, 1e-9)
-        result.add(took[True], took[False])
+        result.time_round(work, reference_work, clock)
 
     t0 = time.perf_counter()
     one_round()  # warm-up, not kept; its time sets the number of rounds

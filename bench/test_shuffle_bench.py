@@ -53,6 +53,7 @@ def test_memcpy_reference(benchmark, kv, direction):
     data, _ = kv
     dst = np.empty_like(data)
     _run(benchmark, f"shuffle bf16 {direction}", "memcpy (numpy.copyto)", lambda: np.copyto(dst, data), data.nbytes)
+    assert np.array_equal(dst, data)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -68,6 +69,8 @@ def test_split(benchmark, kv, mode):
         lambda: _native.shuffle_split_into(data, 2, rotate, res, 0, planes),
         data.nbytes,
     )
+    expected = _native.shuffle_split(data, 2, rotate, res, 0)
+    assert all(np.array_equal(p, np.frombuffer(e, np.uint8)) for p, e in zip(planes, expected))
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -96,6 +99,7 @@ def test_numpy_split_peer(benchmark, kv):
         planes[1] = data[1::2]
 
     _run(benchmark, "shuffle bf16 split", "numpy byte shuffle", shuffle, data.nbytes)
+    assert np.array_equal(planes.T.reshape(-1), data)
 
 
 def test_numpy_merge_peer(benchmark, kv):

@@ -241,3 +241,45 @@ def test_kvcore_codec_reusing_its_output_buffer(mode):
     assert r.equal(r.decompress(view))
     again = r.compress()
     assert again.obj is view.obj  # the same buffer, written again
+
+
+def test_best_time_leaves_freeing_the_result_out():
+    """A call's time is the call's: freeing its result (a peer's fresh output; kvcore decodes
+    into out=) came after the clock before, so peers paid for it and kvcore did not."""
+    from kvcore.bench.runner import _best_time
+
+    now = [0.0]
+
+    class Output:
+        def __del__(self):
+            now[0] += 2.0  # unmapping a fresh output
+
+    def call():
+        now[0] += 1.0
+        return Output()
+
+    assert _best_time(call, 3, clock=lambda: now[0]) == 1.0
+
+
+@pytest.mark.skipif(kvcore_codec_available() is not None, reason="this build has no kvcore codec")
+def test_a_decoder_that_writes_nothing_fails_the_check(monkeypatch):
+    """The output a bound codec decodes into starts unlike the input, so the bit-exact check
+    catches a decoder that leaves it unwritten even when the allocator hands back memory that
+    held an earlier decode of the same data (here: every empty buffer is a copy of its input).
+    Before, such an output already held the expected bits and the check passed."""
+    import kvcore
+    from kvcore.bench.codecs import KvcoreCodec
+    from kvcore.bench.peers import Memcpy
+
+    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: t.clone())
+    monkeypatch.setattr(np, "empty_like", lambda a, **kw: a.copy())
+    monkeypatch.setattr(kvcore, "decompress", lambda frame, out, threads=None: out)
+    monkeypatch.setattr(kvcore, "decompress_many", lambda frames, outs, threads=None: None)
+    x = kv_like(64, 4, 8, 3)
+    b = KvcoreCodec("dense").bind(x)
+    assert not b.equal(b.decompress(b.compress()))
+    many = KvcoreCodec("dense").bind_many([x, x[:8]])
+    assert not many.equal(many.decompress(many.compress()))
+    m = Memcpy().bind(x)
+    monkeypatch.setattr(np, "copyto", lambda dst, src: None)
+    assert not m.equal(m.decompress(m.compress()))

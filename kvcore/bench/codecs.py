@@ -61,7 +61,7 @@ class KvcoreCodec(Codec):
         import kvcore
 
         src = data.contiguous()
-        out = torch.empty_like(src)
+        out = _unlike(src)
         mode, threads, decoder = self.mode, self.threads, self.decoder
         frame_buf = bytearray(kvcore.max_frame_size(src.dtype, tuple(src.shape))) if self.reuse_output else None
         layout = kvcore.analyze(src if like is None else like, mode=mode) if self.reuse_layout else None
@@ -84,7 +84,7 @@ class KvcoreCodec(Codec):
         import kvcore
 
         srcs = [x.contiguous() for x in data]
-        outs = [torch.empty_like(x) for x in srcs]
+        outs = [_unlike(x) for x in srcs]
         mode, threads, decoder = self.mode, self.threads, self.decoder
 
         def compress() -> list[bytes]:
@@ -99,6 +99,13 @@ class KvcoreCodec(Codec):
 
         return Bound(self, sum(x.numel() * x.element_size() for x in srcs), compress, decompress,
                      lambda frames: sum(map(len, frames)), equal)
+
+
+def _unlike(src: torch.Tensor) -> torch.Tensor:
+    """An output for decoding src: its shape and dtype, every byte the inverse of src's. An
+    empty tensor may be memory that held an earlier decode of the same data (the allocator hands
+    freed blocks back), where a decoder that wrote nothing would pass the bit-exact check."""
+    return torch.bitwise_not(src.reshape(-1).view(torch.uint8)).view(src.dtype).reshape(src.shape)
 
 
 def _same_bits(result: Any, src: torch.Tensor) -> bool:

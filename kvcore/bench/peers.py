@@ -128,7 +128,10 @@ class ByteCodec(Codec):
     def bind(self, data: torch.Tensor) -> Bound:
         src = as_bytes(data)
         itemsize = data.element_size()
-        out = np.empty_like(src)
+        # The output checked bit-exact starts as the inverse of src: an empty buffer may be
+        # memory that held an earlier decode of the same data, where a decoder that wrote
+        # nothing would pass.
+        out = np.invert(src)
         shuffled = self.shuffle and itemsize > 1
         planes_out = np.empty_like(src) if shuffled else None
         planes_in = np.empty_like(src) if shuffled else None  # reused shuffle buffer
@@ -164,7 +167,7 @@ class Memcpy(ByteCodec):
     def bind(self, data: torch.Tensor) -> Bound:
         src = as_bytes(data)
         dst1 = np.empty_like(src)
-        dst2 = np.empty_like(src)
+        dst2 = np.invert(src)  # checked bit-exact: starts unlike src (see ByteCodec.bind)
 
         def compress() -> np.ndarray:
             np.copyto(dst1, src)
