@@ -597,6 +597,36 @@ def test_store_refuses_another_models_kv(kv):
         assert tm.store(tokens_for(256, 7), kv[:, :, :256].to(torch.float16)) == 1
 
 
+def test_a_refused_store_does_not_fix_the_managers_geometry(kv):
+    """The geometry a manager stores is that of its first store that is not refused: a first
+    store refused for its tokens or TTL used to fix its (layers, kv_heads, head_dim), and
+    every store of the model's real KV was then refused."""
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        with pytest.raises(InvalidArgumentError, match="fewer than"):
+            tm.store(tokens_for(2000), kv[:, :, :, :6])
+        with pytest.raises(InvalidArgumentError, match="ttl"):
+            tm.store(tokens_for(256), kv[:, :, :256, :6], ttl=-1.0)
+        assert tm.store(tokens_for(256, 41), kv[:, :, :256]) == 1
+
+
+def test_store_ttl_is_checked_and_a_huge_one_never_expires(tmp_path, kv):
+    """store(ttl=) refuses what set_ttl() refuses (NaN and inf used to be queued, and every
+    SSD write of those chunks failed; a str raised TypeError), and a TTL too long for an SSD
+    file name's expiry (or Redis' PX) never expires: 1e300 s made every SSD write fail."""
+    toks = tokens_for(512, 42)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path / "a"), ssd_bytes=1 << 30, namespace=NS) as tm:
+        for bad in (float("nan"), float("inf"), "5", True, 0, -1.0):
+            with pytest.raises(InvalidArgumentError):
+                tm.store(toks, kv[:, :, :512], ttl=bad)
+        assert tm.flush(30) and tm.lookup(toks).tokens == 0
+        assert tm.store(toks, kv[:, :, :512], ttl=1e300) == 2 and tm.flush(30)
+        assert tm.lookup(toks).tiers == ["ssd"] * 2 and tm.status()["tiers"]["ssd"]["errors"] == 0
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path / "b"), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.set_ttl(toks, 1e300) == 2
+        assert tm.persist(toks) == 2 and tm.status()["tiers"]["ssd"]["errors"] == 0
+
+
 def test_every_operation_after_close_raises(kv):
     toks = tokens_for(256, 11)
     tm = TierManager(ddr_bytes=64 << 20, namespace=NS)

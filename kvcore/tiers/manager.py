@@ -142,6 +142,17 @@ class _Meta:
         return bool(self.expires) and now >= self.expires
 
 
+# A TTL longer than this never expires (about 31.7 million years): a later expiry does not
+# fit an SSD file name's 64-bit milliseconds, nor Redis' PX (now + PX below 2**63 ms).
+MAX_TTL_S = 1e15
+
+
+def _expiry(ttl: Optional[float], name: str) -> float:
+    """The time.time() at which a chunk given ttl seconds from now expires (0: never)."""
+    ttl = optional_seconds_arg(ttl, name)
+    return time.time() + ttl if ttl is not None and ttl <= MAX_TTL_S else 0.0
+
+
 # Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
 # _prune_meta looks for ones to drop.
 META_SLACK = 1024
@@ -279,20 +290,19 @@ class TierManager:
         copy=False the caller promises not to modify kv until flush(). kv may live on a
         GPU: each chunk is then copied to pinned host memory on the current stream
         before this returns (compression runs in the background, on the host copy).
+        ttl: seconds until the chunks expire (default: the config's ttl_s; none, or more
+        than MAX_TTL_S: never).
         """
         t0 = time.perf_counter()
         self._check_open()
         check_kv(kv, host=False)
-        self._check_same_model(kv)
+        expires = _expiry(ttl if ttl is not None else self.config.ttl_s, "ttl")
         keys = self._keys_for(tokens)
         if kv.shape[2] < (keys[-1].end if keys else 0):
             raise InvalidArgumentError(f"kv holds {kv.shape[2]} tokens, fewer than the {len(tokens)} given")
+        self._check_same_model(kv)  # last: a store refused for another reason sets no geometry
         if not self.config.store_partial and keys and keys[-1].ntokens < self.chunk_tokens:
             keys = keys[:-1]
-        ttl = ttl if ttl is not None else self.config.ttl_s
-        if ttl is not None and ttl <= 0:
-            raise InvalidArgumentError("ttl must be positive")
-        expires = time.time() + ttl if ttl else 0.0
         queued = 0
         for ck in keys:
             with self._lock:
@@ -1120,11 +1130,10 @@ class TierManager:
         return self._set_meta(tokens, lambda m: setattr(m, "priority", level))
 
     def set_ttl(self, tokens: Sequence[int], seconds: Optional[float]) -> int:
-        """Expiry of the chunks of tokens, seconds from now (None: never). Applies to DDR,
-        SSD and, for chunks written from now on, remote."""
+        """Expiry of the chunks of tokens, seconds from now (None, or more than MAX_TTL_S:
+        never). Applies to DDR, SSD and, for chunks written from now on, remote."""
         self._check_open()
-        seconds = optional_seconds_arg(seconds, "seconds")
-        expires = time.time() + seconds if seconds else 0.0
+        expires = _expiry(seconds, "seconds")
         return self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
 
     def persist(self, tokens: Sequence[int]) -> int:
