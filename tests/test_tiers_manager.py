@@ -330,6 +330,51 @@ def test_pending_chunks_are_retrievable(kv):
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
 
 
+def hold_worker(tm):
+    """Blocks tm's worker until the returned event is set: what store() queues meanwhile stays pending."""
+    gate = threading.Event()
+    tm._put(("call", gate.wait, [], threading.Event()))
+    return gate
+
+
+@pytest.mark.parametrize("by_layer", [False, True])
+def test_a_pending_chunk_restores_only_into_an_out_its_blob_would(kv, by_layer):
+    """A chunk still in the store queue is restored from its raw copy: an out of another dtype
+    used to be filled with converted values (and n reported), an out of more layers with the
+    one stored layer repeated, and another head_dim raised torch's RuntimeError. Now each is
+    the InvalidArgumentError a placed chunk raises."""
+    toks = tokens_for(512, 43)
+    one_layer = kv[:1, :, :512]
+    on_layer = (lambda layer: None) if by_layer else None
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        gate = hold_worker(tm)
+        try:
+            tm.store(toks, one_layer)
+            assert tm.lookup(toks).tiers == ["pending"] * 2
+            for out in (torch.zeros(one_layer.shape, dtype=torch.float32), torch.zeros(3, 2, 512, 12, 32).to(kv.dtype),
+                        torch.zeros(1, 2, 512, 12, 16).to(kv.dtype)):
+                with pytest.raises(InvalidArgumentError):
+                    tm.retrieve(toks, out, on_layer=on_layer)
+            out = torch.zeros_like(one_layer)
+            assert tm.retrieve(toks, out, on_layer=on_layer) == 512 and same(out, one_layer)
+        finally:
+            gate.set()
+
+
+def test_retrieve_checks_prefill_s_per_token(kv):
+    """retrieve(prefill_s_per_token=) takes what estimate() takes: NaN used to restore every
+    chunk, 0 and negative values none, and a str raised TypeError."""
+    toks = tokens_for(256, 44)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :256])
+        assert tm.flush(30)
+        out = torch.zeros_like(kv[:, :, :256])
+        for bad in ("x", float("nan"), 0, -1.0, True):
+            with pytest.raises(InvalidArgumentError):
+                tm.retrieve(toks, out, prefill_s_per_token=bad)
+        assert tm.retrieve(toks, out, prefill_s_per_token=1.0) == 256 and same(out, kv[:, :, :256])
+
+
 def test_store_copies_caller_buffer(kv):
     toks = tokens_for(1024, 7)
     buf = kv.clone()

@@ -176,6 +176,16 @@ def _checked_header(ck: ChunkKey, blob) -> BlobHeader:
     return header
 
 
+def _check_raw_out(data: torch.Tensor, out: torch.Tensor) -> None:
+    """A queued chunk's raw copy restores only into an out its blob would (blob._check_out):
+    copy_() would convert another dtype and broadcast a chunk of one layer over many."""
+    if out.shape[:2] != data.shape[:2] or out.shape[3:] != data.shape[3:]:
+        raise InvalidArgumentError(f"out {tuple(out.shape)} does not match the stored chunk "
+                                   f"[{data.shape[0]}, {data.shape[1]}, *, {data.shape[3]}, {data.shape[4]}]")
+    if out.dtype != data.dtype:
+        raise InvalidArgumentError(f"out dtype {out.dtype} differs from the stored {data.dtype}")
+
+
 class TierManager:
     """Keeps KV chunks in compressed DDR, a local SSD directory and Redis/Valkey.
 
@@ -819,6 +829,7 @@ class TierManager:
         self._check_open()
         t0 = time.perf_counter()
         check_kv(out, host=False)
+        prefill_s_per_token = optional_seconds_arg(prefill_s_per_token, "prefill_s_per_token")
         if on_layer is not None and not callable(on_layer):
             raise InvalidArgumentError(f"on_layer must be callable, got {type(on_layer).__name__}")
         keys = [ck for ck in self._keys_for(tokens) if ck.end <= out.shape[2]]
@@ -846,6 +857,7 @@ class TierManager:
                 if entry is not None:
                     item = (ck, "ddr", entry.view, entry)
                 elif pending is not None:
+                    _check_raw_out(pending[1], out)
                     item = (ck, "pending", pending[1], None)
                 else:
                     fut = ahead.pop(i, None)
