@@ -538,6 +538,37 @@ def test_pin_priority_evict(tmp_path, kv):
             tm.set_priority(c, 1.5)
 
 
+@pytest.mark.parametrize("allocator", ["bytes", "pinned"])
+def test_a_chunk_that_cannot_fit_evicts_nothing(kv, allocator):
+    """A chunk that does not fit in DDR even once every evictable chunk has left (the rest
+    is pinned; or its pinned-pool size class exceeds the capacity) goes below at once. It
+    used to evict every unpinned chunk first, for nothing: without SSD or remote they were
+    lost."""
+    a, b, c = tokens_for(256, 45), tokens_for(64, 46), tokens_for(256, 47)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, allocator=allocator) as tm:
+        for toks, part in ((a, kv[:, :, :256]), (b, kv[:, :, :64]), (c, kv[:, :, 256:512])):
+            tm.store(toks, part)
+            assert tm.flush(30)
+            if toks is b:
+                used = tm.ddr.allocator.used_bytes  # a and b
+        half, c_size = tm.ddr.get(tm.keys(a)[0].digest).size // 2, tm.ddr.get(tm.keys(c)[0].digest).size
+    with TierManager(ddr_bytes=used + half, namespace=NS, allocator=allocator) as tm:
+        tm.pin(a)
+        tm.store(a, kv[:, :, :256])
+        tm.store(b, kv[:, :, :64])
+        assert tm.flush(30) and tm.lookup(b).tiers == ["ddr"]
+        tm.store(c, kv[:, :, 256:512])  # would fit only where the pinned a is
+        assert tm.flush(30)
+        assert tm.lookup(a).tiers == ["ddr"] and tm.lookup(b).tiers == ["ddr"] and tm.lookup(c).tokens == 0
+        assert tm.status()["tiers"]["ddr"]["evictions"] == 0
+    if allocator == "pinned":  # c's blob is within the capacity, its size class is not
+        with TierManager(ddr_bytes=c_size, namespace=NS, allocator=allocator) as tm:
+            tm.store(b, kv[:, :, :64])
+            tm.store(c, kv[:, :, 256:512])
+            assert tm.flush(30)
+            assert tm.lookup(b).tiers == ["ddr"] and tm.lookup(c).tokens == 0
+
+
 def test_evict_demotes_and_clear(tmp_path, kv):
     toks = tokens_for(1024, 13)
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:

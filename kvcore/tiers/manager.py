@@ -31,7 +31,7 @@ from ..errors import InvalidArgumentError, PoolExhausted
 from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_layers_into, encode_chunk,
                    encode_chunk_into, host_copy)
 from .codecs import Codec, make_codec
-from .ddr import DDRTier, make_allocator
+from .ddr import DDRTier, footprint, make_allocator
 from .hot_cold import HotCold, HotColdFile
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
 from .metrics import Metrics
@@ -594,15 +594,18 @@ class TierManager:
         return block.view
 
     def _make_room(self, nbytes: int):
-        """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only)."""
-        if nbytes > self.ddr.capacity_bytes:
-            return None
+        """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only).
+        None, with nothing evicted, when nbytes cannot fit even once every evictable chunk
+        has left (pinned chunks, chunks being read, the capacity itself)."""
+        first = True
         while True:
             with self._lock:
                 try:
                     return self.ddr.allocator.alloc(nbytes)
                 except PoolExhausted:
-                    pass
+                    if first and not self._fits_after_evictions(nbytes):
+                        return None
+                    first = False
                 victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
                               None)
                 if victim is None:
@@ -621,6 +624,13 @@ class TierManager:
                         self.ddr.remove(victim)
                         self.ddr_policy.remove(victim)
                         self.metrics.inc("ddr", "evictions")
+
+    def _fits_after_evictions(self, nbytes: int) -> bool:
+        """Whether nbytes fits in DDR once every evictable chunk has left (lock held)."""
+        alloc = self.ddr.allocator
+        kept = alloc.used_bytes - sum(footprint(alloc, e.size) for k, e in self.ddr.entries.items()
+                                      if self._ddr_evictable(k))
+        return kept + footprint(alloc, nbytes) <= alloc.capacity_bytes
 
     def _demote(self, key: bytes, entry) -> None:
         if self.ssd is not None and self.ssd.contains(key):
