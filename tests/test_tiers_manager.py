@@ -606,6 +606,36 @@ def test_ttl_expires_everywhere(tmp_path, redis_server, kv):
         assert tm.lookup(toks).tokens == 0  # expired on SSD and in Redis as well
 
 
+def test_a_chunk_expired_here_does_not_come_back_from_redis(redis_server, kv):
+    """A chunk whose TTL set_ttl() shortened expires in Redis later than here: the lookup that
+    found it expired dropped its settings, and the next one found the Redis copy, a hit
+    (retrieve restored it). Expiry removes the Redis copy too."""
+    toks = tokens_for(512, 48)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=local_redis(), namespace=NS,
+                     write_through=True) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.lookup(toks).tiers == ["ddr"] * 2
+        assert tm.set_ttl(toks, 0.05) == 2
+        time.sleep(0.1)  # past the TTL
+        assert tm.lookup(toks).tokens == 0
+        assert tm.lookup(toks).tokens == 0
+        assert tm.retrieve(toks, torch.zeros_like(kv[:, :, :512])) == 0
+
+
+def test_persist_counts_the_chunks_already_in_redis(redis_server, kv):
+    """persist() returns the number of chunks now on SSD or remote: chunks that had left DDR
+    for Redis used to count as none (and stop the count)."""
+    toks = tokens_for(512, 49)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=local_redis(), namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.evict(count=1) == 1
+        assert sorted(tm.lookup(toks).tiers) == ["ddr", "remote"]
+        assert tm.persist(toks) == 2
+        assert tm.evict(count=1) == 1 and tm.lookup(toks).tiers == ["remote"] * 2
+        assert tm.persist(toks) == 2
+        assert tm.persist(tokens_for(512, 50)) == 0
+
+
 def test_restore_vs_recompute(tmp_path, kv):
     toks = tokens_for(1024, 15)
     with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:

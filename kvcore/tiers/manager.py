@@ -776,14 +776,17 @@ class TierManager:
         return where
 
     def _drop_expired(self, key: bytes) -> None:
+        """Removes an expired chunk from every tier: its settings go, so a copy left anywhere
+        would be a hit again (a reader's DDR copy is freed when it leaves; a remote copy's
+        own TTL is later when set_ttl() or a store shortened it)."""
         with self._lock:
             m = self._meta.pop(key, None)
-            e = self.ddr.get(key)
-            if e is not None and e.readers == 0:
-                self.ddr.remove(key)
-                self.ddr_policy.remove(key)
+            self.ddr.remove(key)
+            self.ddr_policy.remove(key)
         if self.ssd is not None:
             self.ssd.remove(key)
+        if self.remote is not None:
+            self.remote.delete(self._ns_tag, [key])
         if m is not None and (m.pinned or m.priority):
             self._save_hot(touched=[key])  # an expired chunk's pin leaves the pins file too
 
@@ -1177,7 +1180,7 @@ class TierManager:
                         m = self._meta.get(ck.digest)
                         ttl = max(0.001, m.expires - time.time()) if m and m.expires else None
                         self.remote.put(self._ns_tag, ck.digest, blob, ttl_s=ttl)
-                if on_ssd:
+                if on_ssd or (self.remote is not None and self.remote.exists_many(self._ns_tag, [ck.digest])[0]):
                     done += 1
                     continue
                 break
