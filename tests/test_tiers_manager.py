@@ -636,6 +636,26 @@ def test_persist_counts_the_chunks_already_in_redis(redis_server, kv):
         assert tm.persist(tokens_for(512, 50)) == 0
 
 
+def test_set_ttl_reaches_the_ssd_files(tmp_path, kv):
+    """An SSD file's name carries its chunk's expiry, and the SSD tier drops a file past it.
+    set_ttl() used to change only this process's settings: a chunk stored with a TTL and
+    then given none still expired on SSD, and a TTL given to a chunk on SSD was gone after
+    a restart (as was one given while the chunk was queued)."""
+    toks = tokens_for(512, 51)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512], ttl=600)
+        assert tm.set_ttl(toks, None) == 2
+        assert [tm.ssd.entry(ck.digest).expires_ms for ck in tm.keys(toks)] == [0, 0]
+        t0 = time.time()
+        assert tm.set_ttl(toks, 1000) == 2
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.lookup(toks).tiers == ["ssd"] * 2
+        for ck in tm.keys(toks):
+            assert t0 + 999.99 <= tm.ssd.entry(ck.digest).expires_ms / 1000 <= time.time() + 1000
+        out = torch.zeros_like(kv[:, :, :512])
+        assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+
+
 def test_restore_vs_recompute(tmp_path, kv):
     toks = tokens_for(1024, 15)
     with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:

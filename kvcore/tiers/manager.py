@@ -1156,10 +1156,26 @@ class TierManager:
 
     def set_ttl(self, tokens: Sequence[int], seconds: Optional[float]) -> int:
         """Expiry of the chunks of tokens, seconds from now (None, or more than MAX_TTL_S:
-        never). Applies to DDR, SSD and, for chunks written from now on, remote."""
+        never). Applies to DDR, SSD and, for chunks written from now on, remote. Waits for
+        queued stores first; chunks on SSD are rewritten under their new expiry (their file
+        name carries it: it holds after a restart, and the SSD tier drops a file past it)."""
         self._check_open()
         expires = _expiry(seconds, "seconds")
-        return self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
+        self._flush_open()  # a queued chunk would be written with its store's expiry
+        n = self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
+        if self.ssd is not None:
+            for ck in self._keys_for(tokens):
+                self._set_ssd_expiry(ck.digest, int(expires * 1000))
+        return n
+
+    def _set_ssd_expiry(self, key: bytes, expires_ms: int) -> None:
+        e = self.ssd.entry(key)
+        if e is None or e.expires_ms == expires_ms:
+            return
+        blob = self.ssd.read(key)
+        if blob is not None:
+            self.ssd.write(key, blob, ns_tag=e.ns_tag, start=e.start, ntokens=e.ntokens, expires_ms=expires_ms,
+                           verify_blob=False)
 
     def persist(self, tokens: Sequence[int]) -> int:
         """Writes the stored chunks of tokens through to SSD and remote now (durable).
