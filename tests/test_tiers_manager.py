@@ -896,6 +896,20 @@ def test_pins_and_priorities_survive_a_restart(tmp_path, kv):
         assert tm.status()["pinned_chunks"] == 1
 
 
+def test_clear_of_another_namespace_drops_its_pins(tmp_path, kv):
+    """clear(namespace) of another namespace deleted its chunks but kept its pins file: the
+    pins and priorities came back at its next start and held for the chunks stored again."""
+    other = replace(NS, salt="other")
+    toks = tokens_for(256, 52)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=other) as tm:
+        tm.store(toks, kv[:, :, :256])
+        assert tm.pin(toks) == 1 and tm.set_priority(tokens_for(256, 53), 3) == 1 and tm.persist(toks) == 1
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.clear(other) == 1
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=other) as tm:
+        assert tm.lookup(toks).tokens == 0 and tm.status()["pinned_chunks"] == 0 and not tm._meta
+
+
 def test_managers_sharing_a_directory_merge_their_pins(tmp_path, kv):
     """Two managers on one SSD directory (e.g. two engine processes): each one's pins and
     priorities are merged into the file, so neither overwrites the other's, and a chunk's

@@ -1274,7 +1274,9 @@ class TierManager:
         return n
 
     def clear(self, namespace: Optional[NamespaceLike] = None) -> int:
-        """Deletes every chunk of a namespace (default: this manager's) from every tier."""
+        """Deletes every chunk of a namespace (default: this manager's) from every tier, and
+        its pins and priorities (those of another namespace too: they would apply to the
+        chunks it stores later)."""
         self._check_open()
         tag = self._ns_tag if namespace is None else as_namespace(namespace).tag
         n = 0
@@ -1287,6 +1289,11 @@ class TierManager:
                 self.ddr_policy.clear()
                 self._meta.clear()
             self._save_hot(drop_all=True)
+        elif self.ssd is not None:
+            try:
+                HotColdFile(self.config.ssd_dir, tag).update({}, drop_all=True)
+            except OSError:
+                self.metrics.inc("ssd", "errors")
         if self.ssd is not None:
             n += self.ssd.clear(tag)
         if self.remote is not None:
