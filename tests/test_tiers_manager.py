@@ -636,6 +636,25 @@ def test_persist_counts_the_chunks_already_in_redis(redis_server, kv):
         assert tm.persist(tokens_for(512, 50)) == 0
 
 
+def test_a_chunk_that_expires_in_the_store_queue_is_never_a_hit(kv):
+    """A chunk that expired while still queued: the lookup that found it expired dropped its
+    settings, so the next one found it pending, and once the worker had placed it in DDR
+    it never expired. The worker now drops it."""
+    toks = tokens_for(512, 54)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        gate = hold_worker(tm)
+        try:
+            tm.store(toks, kv[:, :, :512], ttl=0.05)
+            time.sleep(0.1)  # past the TTL
+            assert tm.lookup(toks).tokens == 0 and tm.lookup(toks).tokens == 0
+        finally:
+            gate.set()
+        assert tm.flush(30) and tm.lookup(toks).tokens == 0 and len(tm.ddr) == 0
+        assert tm.retrieve(toks, torch.zeros_like(kv[:, :, :512])) == 0
+        tm.store(toks, kv[:, :, :512])  # stored again without a TTL: lives on
+        assert tm.flush(30) and tm.lookup(toks).tiers == ["ddr"] * 2
+
+
 def test_set_ttl_reaches_the_ssd_files(tmp_path, kv):
     """An SSD file's name carries its chunk's expiry, and the SSD tier drops a file past it.
     set_ttl() used to change only this process's settings: a chunk stored with a TTL and

@@ -436,6 +436,8 @@ class TierManager:
         t0 = time.perf_counter()
         handed_off = False
         try:
+            if self._expired(ck.digest):  # expired while queued
+                return
             handed_off = self._stream_store(ck, part, expires, t0) or self._encode_store(ck, part, expires, t0)
         finally:
             if not handed_off:
@@ -780,7 +782,8 @@ class TierManager:
         would be a hit again (a reader's DDR copy is freed when it leaves; a remote copy's
         own TTL is later when set_ttl() or a store shortened it)."""
         with self._lock:
-            m = self._meta.pop(key, None)
+            # A queued chunk keeps its expired settings: the worker drops it (_job_store).
+            m = self._meta.pop(key, None) if key not in self._pending else None
             self.ddr.remove(key)
             self.ddr_policy.remove(key)
         if self.ssd is not None:
