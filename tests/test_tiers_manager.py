@@ -655,6 +655,22 @@ def test_a_chunk_that_expires_in_the_store_queue_is_never_a_hit(kv):
         assert tm.flush(30) and tm.lookup(toks).tiers == ["ddr"] * 2
 
 
+def test_a_chunk_promoted_from_ssd_keeps_its_expiry(tmp_path, kv, monkeypatch):
+    """A chunk on SSD that this process has no settings for (stored before a restart, or by
+    another process): its file name carries its expiry, but the copy a hit promoted into
+    DDR had none, and was a hit forever."""
+    toks = tokens_for(512, 55)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512], ttl=60)
+        assert tm.flush(30)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        out = torch.zeros_like(kv[:, :, :512])
+        assert tm.retrieve(toks, out) == 512 and tm.flush(30) and tm.lookup(toks).tiers == ["ddr"] * 2
+        later = time.time() + 120
+        monkeypatch.setattr(time, "time", lambda: later)  # past the TTL
+        assert tm.lookup(toks).tokens == 0 and tm.retrieve(toks, out) == 0
+
+
 def test_set_ttl_reaches_the_ssd_files(tmp_path, kv):
     """An SSD file's name carries its chunk's expiry, and the SSD tier drops a file past it.
     set_ttl() used to change only this process's settings: a chunk stored with a TTL and

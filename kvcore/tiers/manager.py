@@ -688,7 +688,13 @@ class TierManager:
         if block is None:
             return
         block.view[:] = view
+        on_ssd = self.ssd.entry(ck.digest) if self.ssd is not None else None
         with self._lock:
+            if on_ssd is not None and on_ssd.expires_ms:
+                # The SSD file's name carries its expiry, which this process may not know
+                # (stored by another process or before a restart): the DDR copy keeps it.
+                m = self._meta.setdefault(ck.digest, _Meta())
+                m.expires = m.expires or on_ssd.expires_ms / 1000
             self.ddr.insert(ck.digest, block, view.nbytes)
             self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
         self.metrics.inc("ddr", "bytes_in", view.nbytes)
