@@ -361,6 +361,21 @@ def test_a_pending_chunk_restores_only_into_an_out_its_blob_would(kv, by_layer):
             gate.set()
 
 
+@pytest.mark.parametrize("by_layer", [False, True])
+def test_retrieve_refuses_an_expanded_out(kv, by_layer):
+    """An out whose elements share memory (expand()) cannot hold a chunk: torch's RuntimeError
+    came out of the staging copy; now the InvalidArgumentError of other unusable outs."""
+    toks = tokens_for(256, 56)
+    on_layer = (lambda layer: None) if by_layer else None
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :256])
+        assert tm.flush(30)
+        for out in (torch.zeros(1, 2, 256, 12, 32).to(kv.dtype).expand(6, -1, -1, -1, -1),
+                    torch.zeros(6, 2, 1, 12, 32).to(kv.dtype).expand(-1, -1, 256, -1, -1)):
+            with pytest.raises(InvalidArgumentError):
+                tm.retrieve(toks, out, on_layer=on_layer)
+
+
 def test_retrieve_checks_prefill_s_per_token(kv):
     """retrieve(prefill_s_per_token=) takes what estimate() takes: NaN used to restore every
     chunk, 0 and negative values none, and a str raised TypeError."""

@@ -851,6 +851,8 @@ class TierManager:
         self._check_open()
         t0 = time.perf_counter()
         check_kv(out, host=False)
+        if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
+            raise InvalidArgumentError("out is an expanded view: several of its elements share memory")
         prefill_s_per_token = optional_seconds_arg(prefill_s_per_token, "prefill_s_per_token")
         if on_layer is not None and not callable(on_layer):
             raise InvalidArgumentError(f"on_layer must be callable, got {type(on_layer).__name__}")
