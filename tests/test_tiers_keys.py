@@ -47,6 +47,13 @@ def test_full_only_and_input_kinds():
         chunk_keys([1], "m", 0)
 
 
+@pytest.mark.parametrize("chunk_tokens", [1.5, "256", True, None, 2**64])
+def test_chunk_tokens_must_be_an_int(chunk_tokens):
+    """A float or str raised TypeError, True made chunks of 1 token, 2**64 passed."""
+    with pytest.raises(InvalidArgumentError):
+        chunk_keys([1, 2, 3], "m", chunk_tokens)
+
+
 @pytest.mark.parametrize("field,value", [("model_id", "other"), ("dtype", "float16"), ("layout", "LTKHD"),
                                          ("tp_rank", 1), ("tp_world", 4), ("salt", "tenant-b")])
 def test_namespace_fields_isolate(field, value):

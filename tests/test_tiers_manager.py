@@ -330,6 +330,66 @@ def test_pending_chunks_are_retrievable(kv):
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
 
 
+def hold_worker(tm):
+    """Blocks tm's worker until the returned event is set: what store() queues meanwhile stays pending."""
+    gate = threading.Event()
+    tm._put(("call", gate.wait, [], threading.Event()))
+    return gate
+
+
+@pytest.mark.parametrize("by_layer", [False, True])
+def test_a_pending_chunk_restores_only_into_an_out_its_blob_would(kv, by_layer):
+    """A chunk still in the store queue is restored from its raw copy: an out of another dtype
+    used to be filled with converted values (and n reported), an out of more layers with the
+    one stored layer repeated, and another head_dim raised torch's RuntimeError. Now each is
+    the InvalidArgumentError a placed chunk raises."""
+    toks = tokens_for(512, 43)
+    one_layer = kv[:1, :, :512]
+    on_layer = (lambda layer: None) if by_layer else None
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        gate = hold_worker(tm)
+        try:
+            tm.store(toks, one_layer)
+            assert tm.lookup(toks).tiers == ["pending"] * 2
+            for out in (torch.zeros(one_layer.shape, dtype=torch.float32), torch.zeros(3, 2, 512, 12, 32).to(kv.dtype),
+                        torch.zeros(1, 2, 512, 12, 16).to(kv.dtype)):
+                with pytest.raises(InvalidArgumentError):
+                    tm.retrieve(toks, out, on_layer=on_layer)
+            out = torch.zeros_like(one_layer)
+            assert tm.retrieve(toks, out, on_layer=on_layer) == 512 and same(out, one_layer)
+        finally:
+            gate.set()
+
+
+@pytest.mark.parametrize("by_layer", [False, True])
+def test_retrieve_refuses_an_expanded_out(kv, by_layer):
+    """An out whose elements share memory (expand()) cannot hold a chunk: torch's RuntimeError
+    came out of the staging copy; now the InvalidArgumentError of other unusable outs."""
+    toks = tokens_for(256, 56)
+    on_layer = (lambda layer: None) if by_layer else None
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :256])
+        assert tm.flush(30)
+        for out in (torch.zeros(1, 2, 256, 12, 32).to(kv.dtype).expand(6, -1, -1, -1, -1),
+                    torch.zeros(6, 2, 1, 12, 32).to(kv.dtype).expand(-1, -1, 256, -1, -1)):
+            with pytest.raises(InvalidArgumentError):
+                tm.retrieve(toks, out, on_layer=on_layer)
+
+
+def test_retrieve_checks_prefill_s_per_token(kv):
+    """retrieve(prefill_s_per_token=) takes what estimate() takes: NaN used to restore every
+    chunk, 0 and negative values none, and a str raised TypeError."""
+    toks = tokens_for(256, 44)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :256])
+        assert tm.flush(30)
+        out = torch.zeros_like(kv[:, :, :256])
+        for bad in ("x", float("nan"), 0, -1.0, True):
+            with pytest.raises(InvalidArgumentError):
+                tm.retrieve(toks, out, prefill_s_per_token=bad)
+        assert tm.retrieve(toks, out, prefill_s_per_token=1.0) == 256 and same(out, kv[:, :, :256])
+
+
 def test_store_copies_caller_buffer(kv):
     toks = tokens_for(1024, 7)
     buf = kv.clone()
@@ -493,6 +553,37 @@ def test_pin_priority_evict(tmp_path, kv):
             tm.set_priority(c, 1.5)
 
 
+@pytest.mark.parametrize("allocator", ["bytes", "pinned"])
+def test_a_chunk_that_cannot_fit_evicts_nothing(kv, allocator):
+    """A chunk that does not fit in DDR even once every evictable chunk has left (the rest
+    is pinned; or its pinned-pool size class exceeds the capacity) goes below at once. It
+    used to evict every unpinned chunk first, for nothing: without SSD or remote they were
+    lost."""
+    a, b, c = tokens_for(256, 45), tokens_for(64, 46), tokens_for(256, 47)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, allocator=allocator) as tm:
+        for toks, part in ((a, kv[:, :, :256]), (b, kv[:, :, :64]), (c, kv[:, :, 256:512])):
+            tm.store(toks, part)
+            assert tm.flush(30)
+            if toks is b:
+                used = tm.ddr.allocator.used_bytes  # a and b
+        half, c_size = tm.ddr.get(tm.keys(a)[0].digest).size // 2, tm.ddr.get(tm.keys(c)[0].digest).size
+    with TierManager(ddr_bytes=used + half, namespace=NS, allocator=allocator) as tm:
+        tm.pin(a)
+        tm.store(a, kv[:, :, :256])
+        tm.store(b, kv[:, :, :64])
+        assert tm.flush(30) and tm.lookup(b).tiers == ["ddr"]
+        tm.store(c, kv[:, :, 256:512])  # would fit only where the pinned a is
+        assert tm.flush(30)
+        assert tm.lookup(a).tiers == ["ddr"] and tm.lookup(b).tiers == ["ddr"] and tm.lookup(c).tokens == 0
+        assert tm.status()["tiers"]["ddr"]["evictions"] == 0
+    if allocator == "pinned":  # c's blob is within the capacity, its size class is not
+        with TierManager(ddr_bytes=c_size, namespace=NS, allocator=allocator) as tm:
+            tm.store(b, kv[:, :, :64])
+            tm.store(c, kv[:, :, 256:512])
+            assert tm.flush(30)
+            assert tm.lookup(b).tiers == ["ddr"] and tm.lookup(c).tokens == 0
+
+
 def test_evict_demotes_and_clear(tmp_path, kv):
     toks = tokens_for(1024, 13)
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
@@ -528,6 +619,91 @@ def test_ttl_expires_everywhere(tmp_path, redis_server, kv):
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30,
                      remote_url=redis_server.url, remote=local_redis(), namespace=NS) as tm:
         assert tm.lookup(toks).tokens == 0  # expired on SSD and in Redis as well
+
+
+def test_a_chunk_expired_here_does_not_come_back_from_redis(redis_server, kv):
+    """A chunk whose TTL set_ttl() shortened expires in Redis later than here: the lookup that
+    found it expired dropped its settings, and the next one found the Redis copy, a hit
+    (retrieve restored it). Expiry removes the Redis copy too."""
+    toks = tokens_for(512, 48)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=local_redis(), namespace=NS,
+                     write_through=True) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.lookup(toks).tiers == ["ddr"] * 2
+        assert tm.set_ttl(toks, 0.05) == 2
+        time.sleep(0.1)  # past the TTL
+        assert tm.lookup(toks).tokens == 0
+        assert tm.lookup(toks).tokens == 0
+        assert tm.retrieve(toks, torch.zeros_like(kv[:, :, :512])) == 0
+
+
+def test_persist_counts_the_chunks_already_in_redis(redis_server, kv):
+    """persist() returns the number of chunks now on SSD or remote: chunks that had left DDR
+    for Redis used to count as none (and stop the count)."""
+    toks = tokens_for(512, 49)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=local_redis(), namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.evict(count=1) == 1
+        assert sorted(tm.lookup(toks).tiers) == ["ddr", "remote"]
+        assert tm.persist(toks) == 2
+        assert tm.evict(count=1) == 1 and tm.lookup(toks).tiers == ["remote"] * 2
+        assert tm.persist(toks) == 2
+        assert tm.persist(tokens_for(512, 50)) == 0
+
+
+def test_a_chunk_that_expires_in_the_store_queue_is_never_a_hit(kv):
+    """A chunk that expired while still queued: the lookup that found it expired dropped its
+    settings, so the next one found it pending, and once the worker had placed it in DDR
+    it never expired. The worker now drops it."""
+    toks = tokens_for(512, 54)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        gate = hold_worker(tm)
+        try:
+            tm.store(toks, kv[:, :, :512], ttl=0.05)
+            time.sleep(0.1)  # past the TTL
+            assert tm.lookup(toks).tokens == 0 and tm.lookup(toks).tokens == 0
+        finally:
+            gate.set()
+        assert tm.flush(30) and tm.lookup(toks).tokens == 0 and len(tm.ddr) == 0
+        assert tm.retrieve(toks, torch.zeros_like(kv[:, :, :512])) == 0
+        tm.store(toks, kv[:, :, :512])  # stored again without a TTL: lives on
+        assert tm.flush(30) and tm.lookup(toks).tiers == ["ddr"] * 2
+
+
+def test_a_chunk_promoted_from_ssd_keeps_its_expiry(tmp_path, kv, monkeypatch):
+    """A chunk on SSD that this process has no settings for (stored before a restart, or by
+    another process): its file name carries its expiry, but the copy a hit promoted into
+    DDR had none, and was a hit forever."""
+    toks = tokens_for(512, 55)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512], ttl=60)
+        assert tm.flush(30)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        out = torch.zeros_like(kv[:, :, :512])
+        assert tm.retrieve(toks, out) == 512 and tm.flush(30) and tm.lookup(toks).tiers == ["ddr"] * 2
+        later = time.time() + 120
+        monkeypatch.setattr(time, "time", lambda: later)  # past the TTL
+        assert tm.lookup(toks).tokens == 0 and tm.retrieve(toks, out) == 0
+
+
+def test_set_ttl_reaches_the_ssd_files(tmp_path, kv):
+    """An SSD file's name carries its chunk's expiry, and the SSD tier drops a file past it.
+    set_ttl() used to change only this process's settings: a chunk stored with a TTL and
+    then given none still expired on SSD, and a TTL given to a chunk on SSD was gone after
+    a restart (as was one given while the chunk was queued)."""
+    toks = tokens_for(512, 51)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512], ttl=600)
+        assert tm.set_ttl(toks, None) == 2
+        assert [tm.ssd.entry(ck.digest).expires_ms for ck in tm.keys(toks)] == [0, 0]
+        t0 = time.time()
+        assert tm.set_ttl(toks, 1000) == 2
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.lookup(toks).tiers == ["ssd"] * 2
+        for ck in tm.keys(toks):
+            assert t0 + 999.99 <= tm.ssd.entry(ck.digest).expires_ms / 1000 <= time.time() + 1000
+        out = torch.zeros_like(kv[:, :, :512])
+        assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
 
 
 def test_restore_vs_recompute(tmp_path, kv):
@@ -595,6 +771,36 @@ def test_store_refuses_another_models_kv(kv):
         assert tm.status()["tiers"]["ddr"]["entries"] == 1
     with TierManager(ddr_bytes=64 << 20, namespace=Namespace("m")) as tm:  # no dtype named: any
         assert tm.store(tokens_for(256, 7), kv[:, :, :256].to(torch.float16)) == 1
+
+
+def test_a_refused_store_does_not_fix_the_managers_geometry(kv):
+    """The geometry a manager stores is that of its first store that is not refused: a first
+    store refused for its tokens or TTL used to fix its (layers, kv_heads, head_dim), and
+    every store of the model's real KV was then refused."""
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        with pytest.raises(InvalidArgumentError, match="fewer than"):
+            tm.store(tokens_for(2000), kv[:, :, :, :6])
+        with pytest.raises(InvalidArgumentError, match="ttl"):
+            tm.store(tokens_for(256), kv[:, :, :256, :6], ttl=-1.0)
+        assert tm.store(tokens_for(256, 41), kv[:, :, :256]) == 1
+
+
+def test_store_ttl_is_checked_and_a_huge_one_never_expires(tmp_path, kv):
+    """store(ttl=) refuses what set_ttl() refuses (NaN and inf used to be queued, and every
+    SSD write of those chunks failed; a str raised TypeError), and a TTL too long for an SSD
+    file name's expiry (or Redis' PX) never expires: 1e300 s made every SSD write fail."""
+    toks = tokens_for(512, 42)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path / "a"), ssd_bytes=1 << 30, namespace=NS) as tm:
+        for bad in (float("nan"), float("inf"), "5", True, 0, -1.0):
+            with pytest.raises(InvalidArgumentError):
+                tm.store(toks, kv[:, :, :512], ttl=bad)
+        assert tm.flush(30) and tm.lookup(toks).tokens == 0
+        assert tm.store(toks, kv[:, :, :512], ttl=1e300) == 2 and tm.flush(30)
+        assert tm.lookup(toks).tiers == ["ssd"] * 2 and tm.status()["tiers"]["ssd"]["errors"] == 0
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path / "b"), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.set_ttl(toks, 1e300) == 2
+        assert tm.persist(toks) == 2 and tm.status()["tiers"]["ssd"]["errors"] == 0
 
 
 def test_every_operation_after_close_raises(kv):
@@ -738,6 +944,20 @@ def test_pins_and_priorities_survive_a_restart(tmp_path, kv):
         tm.pin(b)
     with TierManager(ddr_bytes=cap, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
         assert tm.status()["pinned_chunks"] == 1
+
+
+def test_clear_of_another_namespace_drops_its_pins(tmp_path, kv):
+    """clear(namespace) of another namespace deleted its chunks but kept its pins file: the
+    pins and priorities came back at its next start and held for the chunks stored again."""
+    other = replace(NS, salt="other")
+    toks = tokens_for(256, 52)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=other) as tm:
+        tm.store(toks, kv[:, :, :256])
+        assert tm.pin(toks) == 1 and tm.set_priority(tokens_for(256, 53), 3) == 1 and tm.persist(toks) == 1
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        assert tm.clear(other) == 1
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=other) as tm:
+        assert tm.lookup(toks).tokens == 0 and tm.status()["pinned_chunks"] == 0 and not tm._meta
 
 
 def test_managers_sharing_a_directory_merge_their_pins(tmp_path, kv):

@@ -68,6 +68,25 @@ def test_make_policy():
         CostAwarePolicy(context_scale=0)
 
 
+@pytest.mark.parametrize("kw", [dict(context_scale=float("nan")), dict(half_life_s=float("nan")),
+                                dict(context_scale="4096"), dict(half_life_s=True), dict(half_life_s=0)])
+def test_cost_aware_refuses_what_is_not_a_positive_number(kw):
+    """NaN passed the "<= 0" check and then every value was NaN (victims in no order); a str
+    raised TypeError."""
+    with pytest.raises(InvalidArgumentError):
+        CostAwarePolicy(**kw)
+
+
+def test_cost_aware_takes_infinite_scales():
+    """inf is meaningful: position never matters / value never decays."""
+    clock = Clock()
+    p = CostAwarePolicy(context_scale=float("inf"), half_life_s=float("inf"), clock=clock)
+    p.add("small", size=100, start=8192, ntokens=64)
+    p.add("big", size=100, start=0, ntokens=256)
+    clock.t = 1e9
+    assert list(p.victims()) == ["small", "big"]
+
+
 def test_histogram_and_prometheus():
     h = Histogram()
     for s in (0.0001, 0.001, 0.001, 0.5):

@@ -38,6 +38,13 @@ class Allocator(Protocol):
     def alloc(self, nbytes: int) -> Block: ...
 
 
+def footprint(allocator: Allocator, nbytes: int) -> int:
+    """The bytes of capacity a block of nbytes takes in allocator (an Allocator object
+    without a ``footprint`` method: nbytes)."""
+    fn = getattr(allocator, "footprint", None)
+    return fn(nbytes) if fn is not None else nbytes
+
+
 class _BytesBlock:
     __slots__ = ("view", "_arena", "_n")
 
@@ -63,6 +70,9 @@ class BytesArena:
             raise InvalidArgumentError("capacity_bytes must be >= 0")
         self.capacity_bytes = int(capacity_bytes)
         self.used_bytes = 0
+
+    def footprint(self, nbytes: int) -> int:
+        return nbytes
 
     def alloc(self, nbytes: int) -> Block:
         if self.used_bytes + nbytes > self.capacity_bytes:
@@ -143,6 +153,9 @@ class PinnedPoolAllocator:
                 else:
                     keep.append((buf, n))
             self._deferred = keep
+
+    def footprint(self, nbytes: int) -> int:
+        return size_class(nbytes)
 
     def alloc(self, nbytes: int) -> Block:
         self._retry_deferred()

@@ -145,8 +145,7 @@ def chunk_keys(
     >>> [(k.start, k.ntokens) for k in ks]
     [(0, 2), (2, 2), (4, 1)]
     """
-    if chunk_tokens <= 0:
-        raise InvalidArgumentError(f"chunk_tokens must be positive, got {chunk_tokens}")
+    chunk_tokens = int_arg(chunk_tokens, "chunk_tokens", 1)
     ns_digest = as_namespace(namespace).digest
     arr = tokens_array(tokens)
     out: list[ChunkKey] = []

@@ -31,7 +31,7 @@ from ..errors import InvalidArgumentError, PoolExhausted
 from .blob import (BlobHeader, blob_bound, check_kv, decode_into, decode_layers_into, encode_chunk,
                    encode_chunk_into, host_copy)
 from .codecs import Codec, make_codec
-from .ddr import DDRTier, make_allocator
+from .ddr import DDRTier, footprint, make_allocator
 from .hot_cold import HotCold, HotColdFile
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
 from .metrics import Metrics
@@ -142,6 +142,17 @@ class _Meta:
         return bool(self.expires) and now >= self.expires
 
 
+# A TTL longer than this never expires (about 31.7 million years): a later expiry does not
+# fit an SSD file name's 64-bit milliseconds, nor Redis' PX (now + PX below 2**63 ms).
+MAX_TTL_S = 1e15
+
+
+def _expiry(ttl: Optional[float], name: str) -> float:
+    """The time.time() at which a chunk given ttl seconds from now expires (0: never)."""
+    ttl = optional_seconds_arg(ttl, name)
+    return time.time() + ttl if ttl is not None and ttl <= MAX_TTL_S else 0.0
+
+
 # Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
 # _prune_meta looks for ones to drop.
 META_SLACK = 1024
@@ -163,6 +174,16 @@ def _checked_header(ck: ChunkKey, blob) -> BlobHeader:
     if not _holds(ck, header):
         raise InvalidArgumentError("stored chunk does not match its key")
     return header
+
+
+def _check_raw_out(data: torch.Tensor, out: torch.Tensor) -> None:
+    """A queued chunk's raw copy restores only into an out its blob would (blob._check_out):
+    copy_() would convert another dtype and broadcast a chunk of one layer over many."""
+    if out.shape[:2] != data.shape[:2] or out.shape[3:] != data.shape[3:]:
+        raise InvalidArgumentError(f"out {tuple(out.shape)} does not match the stored chunk "
+                                   f"[{data.shape[0]}, {data.shape[1]}, *, {data.shape[3]}, {data.shape[4]}]")
+    if out.dtype != data.dtype:
+        raise InvalidArgumentError(f"out dtype {out.dtype} differs from the stored {data.dtype}")
 
 
 class TierManager:
@@ -279,20 +300,19 @@ class TierManager:
         copy=False the caller promises not to modify kv until flush(). kv may live on a
         GPU: each chunk is then copied to pinned host memory on the current stream
         before this returns (compression runs in the background, on the host copy).
+        ttl: seconds until the chunks expire (default: the config's ttl_s; none, or more
+        than MAX_TTL_S: never).
         """
         t0 = time.perf_counter()
         self._check_open()
         check_kv(kv, host=False)
-        self._check_same_model(kv)
+        expires = _expiry(ttl if ttl is not None else self.config.ttl_s, "ttl")
         keys = self._keys_for(tokens)
         if kv.shape[2] < (keys[-1].end if keys else 0):
             raise InvalidArgumentError(f"kv holds {kv.shape[2]} tokens, fewer than the {len(tokens)} given")
+        self._check_same_model(kv)  # last: a store refused for another reason sets no geometry
         if not self.config.store_partial and keys and keys[-1].ntokens < self.chunk_tokens:
             keys = keys[:-1]
-        ttl = ttl if ttl is not None else self.config.ttl_s
-        if ttl is not None and ttl <= 0:
-            raise InvalidArgumentError("ttl must be positive")
-        expires = time.time() + ttl if ttl else 0.0
         queued = 0
         for ck in keys:
             with self._lock:
@@ -416,6 +436,8 @@ class TierManager:
         t0 = time.perf_counter()
         handed_off = False
         try:
+            if self._expired(ck.digest):  # expired while queued
+                return
             handed_off = self._stream_store(ck, part, expires, t0) or self._encode_store(ck, part, expires, t0)
         finally:
             if not handed_off:
@@ -574,15 +596,18 @@ class TierManager:
         return block.view
 
     def _make_room(self, nbytes: int):
-        """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only)."""
-        if nbytes > self.ddr.capacity_bytes:
-            return None
+        """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only).
+        None, with nothing evicted, when nbytes cannot fit even once every evictable chunk
+        has left (pinned chunks, chunks being read, the capacity itself)."""
+        first = True
         while True:
             with self._lock:
                 try:
                     return self.ddr.allocator.alloc(nbytes)
                 except PoolExhausted:
-                    pass
+                    if first and not self._fits_after_evictions(nbytes):
+                        return None
+                    first = False
                 victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
                               None)
                 if victim is None:
@@ -601,6 +626,13 @@ class TierManager:
                         self.ddr.remove(victim)
                         self.ddr_policy.remove(victim)
                         self.metrics.inc("ddr", "evictions")
+
+    def _fits_after_evictions(self, nbytes: int) -> bool:
+        """Whether nbytes fits in DDR once every evictable chunk has left (lock held)."""
+        alloc = self.ddr.allocator
+        kept = alloc.used_bytes - sum(footprint(alloc, e.size) for k, e in self.ddr.entries.items()
+                                      if self._ddr_evictable(k))
+        return kept + footprint(alloc, nbytes) <= alloc.capacity_bytes
 
     def _demote(self, key: bytes, entry) -> None:
         if self.ssd is not None and self.ssd.contains(key):
@@ -656,7 +688,13 @@ class TierManager:
         if block is None:
             return
         block.view[:] = view
+        on_ssd = self.ssd.entry(ck.digest) if self.ssd is not None else None
         with self._lock:
+            if on_ssd is not None and on_ssd.expires_ms:
+                # The SSD file's name carries its expiry, which this process may not know
+                # (stored by another process or before a restart): the DDR copy keeps it.
+                m = self._meta.setdefault(ck.digest, _Meta())
+                m.expires = m.expires or on_ssd.expires_ms / 1000
             self.ddr.insert(ck.digest, block, view.nbytes)
             self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
         self.metrics.inc("ddr", "bytes_in", view.nbytes)
@@ -746,14 +784,18 @@ class TierManager:
         return where
 
     def _drop_expired(self, key: bytes) -> None:
+        """Removes an expired chunk from every tier: its settings go, so a copy left anywhere
+        would be a hit again (a reader's DDR copy is freed when it leaves; a remote copy's
+        own TTL is later when set_ttl() or a store shortened it)."""
         with self._lock:
-            m = self._meta.pop(key, None)
-            e = self.ddr.get(key)
-            if e is not None and e.readers == 0:
-                self.ddr.remove(key)
-                self.ddr_policy.remove(key)
+            # A queued chunk keeps its expired settings: the worker drops it (_job_store).
+            m = self._meta.pop(key, None) if key not in self._pending else None
+            self.ddr.remove(key)
+            self.ddr_policy.remove(key)
         if self.ssd is not None:
             self.ssd.remove(key)
+        if self.remote is not None:
+            self.remote.delete(self._ns_tag, [key])
         if m is not None and (m.pinned or m.priority):
             self._save_hot(touched=[key])  # an expired chunk's pin leaves the pins file too
 
@@ -809,6 +851,9 @@ class TierManager:
         self._check_open()
         t0 = time.perf_counter()
         check_kv(out, host=False)
+        if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
+            raise InvalidArgumentError("out is an expanded view: several of its elements share memory")
+        prefill_s_per_token = optional_seconds_arg(prefill_s_per_token, "prefill_s_per_token")
         if on_layer is not None and not callable(on_layer):
             raise InvalidArgumentError(f"on_layer must be callable, got {type(on_layer).__name__}")
         keys = [ck for ck in self._keys_for(tokens) if ck.end <= out.shape[2]]
@@ -836,6 +881,7 @@ class TierManager:
                 if entry is not None:
                     item = (ck, "ddr", entry.view, entry)
                 elif pending is not None:
+                    _check_raw_out(pending[1], out)
                     item = (ck, "pending", pending[1], None)
                 else:
                     fut = ahead.pop(i, None)
@@ -1120,12 +1166,27 @@ class TierManager:
         return self._set_meta(tokens, lambda m: setattr(m, "priority", level))
 
     def set_ttl(self, tokens: Sequence[int], seconds: Optional[float]) -> int:
-        """Expiry of the chunks of tokens, seconds from now (None: never). Applies to DDR,
-        SSD and, for chunks written from now on, remote."""
+        """Expiry of the chunks of tokens, seconds from now (None, or more than MAX_TTL_S:
+        never). Applies to DDR, SSD and, for chunks written from now on, remote. Waits for
+        queued stores first; chunks on SSD are rewritten under their new expiry (their file
+        name carries it: it holds after a restart, and the SSD tier drops a file past it)."""
         self._check_open()
-        seconds = optional_seconds_arg(seconds, "seconds")
-        expires = time.time() + seconds if seconds else 0.0
-        return self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
+        expires = _expiry(seconds, "seconds")
+        self._flush_open()  # a queued chunk would be written with its store's expiry
+        n = self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
+        if self.ssd is not None:
+            for ck in self._keys_for(tokens):
+                self._set_ssd_expiry(ck.digest, int(expires * 1000))
+        return n
+
+    def _set_ssd_expiry(self, key: bytes, expires_ms: int) -> None:
+        e = self.ssd.entry(key)
+        if e is None or e.expires_ms == expires_ms:
+            return
+        blob = self.ssd.read(key)
+        if blob is not None:
+            self.ssd.write(key, blob, ns_tag=e.ns_tag, start=e.start, ntokens=e.ntokens, expires_ms=expires_ms,
+                           verify_blob=False)
 
     def persist(self, tokens: Sequence[int]) -> int:
         """Writes the stored chunks of tokens through to SSD and remote now (durable).
@@ -1146,7 +1207,7 @@ class TierManager:
                         m = self._meta.get(ck.digest)
                         ttl = max(0.001, m.expires - time.time()) if m and m.expires else None
                         self.remote.put(self._ns_tag, ck.digest, blob, ttl_s=ttl)
-                if on_ssd:
+                if on_ssd or (self.remote is not None and self.remote.exists_many(self._ns_tag, [ck.digest])[0]):
                     done += 1
                     continue
                 break
@@ -1224,7 +1285,9 @@ class TierManager:
         return n
 
     def clear(self, namespace: Optional[NamespaceLike] = None) -> int:
-        """Deletes every chunk of a namespace (default: this manager's) from every tier."""
+        """Deletes every chunk of a namespace (default: this manager's) from every tier, and
+        its pins and priorities (those of another namespace too: they would apply to the
+        chunks it stores later)."""
         self._check_open()
         tag = self._ns_tag if namespace is None else as_namespace(namespace).tag
         n = 0
@@ -1237,6 +1300,11 @@ class TierManager:
                 self.ddr_policy.clear()
                 self._meta.clear()
             self._save_hot(drop_all=True)
+        elif self.ssd is not None:
+            try:
+                HotColdFile(self.config.ssd_dir, tag).update({}, drop_all=True)
+            except OSError:
+                self.metrics.inc("ssd", "errors")
         if self.ssd is not None:
             n += self.ssd.clear(tag)
         if self.remote is not None:

@@ -19,6 +19,7 @@ chunks never leave), then their own order:
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import time
 from collections import OrderedDict
@@ -119,8 +120,10 @@ class CostAwarePolicy(Policy):
     def __init__(self, *, context_scale: float = 4096.0, half_life_s: float = 300.0,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__(clock)
-        if context_scale <= 0 or half_life_s <= 0:
-            raise InvalidArgumentError("context_scale and half_life_s must be positive")
+        for name, v in (("context_scale", context_scale), ("half_life_s", half_life_s)):
+            # not "v <= 0": NaN passes that, and then orders the victims at random (inf is fine)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0:
+                raise InvalidArgumentError(f"{name} must be a number > 0, got {v!r}")
         self.context_scale = context_scale
         self.half_life_s = half_life_s
 
