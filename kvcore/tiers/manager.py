@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -599,17 +599,24 @@ class TierManager:
         """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only).
         None, with nothing evicted, when nbytes cannot fit even once every evictable chunk
         has left (pinned chunks, chunks being read, the capacity itself)."""
-        first = True
+        planned: Optional[Iterator[bytes]] = None
         while True:
             with self._lock:
                 try:
                     return self.ddr.allocator.alloc(nbytes)
                 except PoolExhausted:
-                    if first and not self._fits_after_evictions(nbytes):
+                    pass
+                if planned is None:
+                    plan = self._victims_to_fit(nbytes)
+                    if plan is None:
                         return None
-                    first = False
-                victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
-                              None)
+                    planned = iter(plan)
+                # The plan's victims first (each still evictable now); then, should the
+                # allocator still refuse (its size classes), the policy's next ones.
+                victim = next((k for k in planned if self._ddr_evictable(k)), None)
+                if victim is None:
+                    victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
+                                  None)
                 if victim is None:
                     return None
                 entry = self.ddr.acquire(victim)
@@ -627,12 +634,21 @@ class TierManager:
                         self.ddr_policy.remove(victim)
                         self.metrics.inc("ddr", "evictions")
 
-    def _fits_after_evictions(self, nbytes: int) -> bool:
-        """Whether nbytes fits in DDR once every evictable chunk has left (lock held)."""
+    def _victims_to_fit(self, nbytes: int) -> Optional[list[bytes]]:
+        """The policy's victims, in order, whose leaving makes room for nbytes in DDR, or
+        None when even every evictable chunk leaving would not (lock held). One pass over
+        the policy's order (a sort of every chunk), stopping as soon as they are enough."""
         alloc = self.ddr.allocator
-        kept = alloc.used_bytes - sum(footprint(alloc, e.size) for k, e in self.ddr.entries.items()
-                                      if self._ddr_evictable(k))
-        return kept + footprint(alloc, nbytes) <= alloc.capacity_bytes
+        short = alloc.used_bytes + footprint(alloc, nbytes) - alloc.capacity_bytes
+        plan: list[bytes] = []
+        for key in self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority):
+            if short <= 0:
+                break
+            e = self.ddr.get(key)
+            if e is not None:
+                plan.append(key)
+                short -= footprint(alloc, e.size)
+        return plan if short <= 0 else None
 
     def _demote(self, key: bytes, entry) -> None:
         if self.ssd is not None and self.ssd.contains(key):
