@@ -584,6 +584,27 @@ def test_a_chunk_that_cannot_fit_evicts_nothing(kv, allocator):
             assert tm.lookup(b).tiers == ["ddr"] and tm.lookup(c).tokens == 0
 
 
+@pytest.mark.parametrize("again", [False, True])
+def test_a_sequence_loses_its_tail_first(kv, again):
+    """A store added (or, stored again, touched) its chunks from chunk 0 on, so under LRU
+    chunk 0 was the first victim: the sequence's prefix lookup then found nothing while
+    its other chunks still held the memory. Chunk 0 is now the most recent of a store's
+    chunks, and pressure takes the tail first."""
+    a, b = tokens_for(1024, 48), tokens_for(512, 49)
+    with TierManager(ddr_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(a, kv)
+        assert tm.flush(30)
+        size = tm.ddr.allocator.used_bytes // 4
+    with TierManager(ddr_bytes=int(size * 4.5), namespace=NS) as tm:
+        tm.store(a, kv)
+        assert tm.flush(30)
+        if again:  # every chunk already stored: only touched
+            assert tm.store(a, kv) == 0 and tm.flush(30)
+        tm.store(b, kv[:, :, :512])  # room for two more chunks: two of a's leave
+        assert tm.flush(30)
+        assert tm.lookup(a).tokens == 512 and tm.lookup(b).tokens == 512
+
+
 def test_evict_demotes_and_clear(tmp_path, kv):
     toks = tokens_for(1024, 13)
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:

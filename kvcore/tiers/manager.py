@@ -329,6 +329,15 @@ class TierManager:
                 self._pending[ck.digest] = (ck, part)
             self._put(("store", ck, part, expires))
             queued += 1
+        # Chunk 0 the most recent, the last chunk the least: a prefix lookup cannot use a
+        # chunk whose predecessor left, so a sequence must lose its tail first (the
+        # chunks were added or touched from chunk 0 on). After the queued ones are placed.
+        last_first = [ck.digest for ck in reversed(keys)]
+        if queued:
+            self._put(("arrange", last_first))
+        else:
+            with self._lock:
+                self.ddr_policy.arrange(last_first)
         self.metrics.observe("store", time.perf_counter() - t0)
         return queued
 
@@ -425,6 +434,10 @@ class TierManager:
     def _job_flush(self, event: threading.Event) -> None:
         self._drain_writer()
         event.set()
+
+    def _job_arrange(self, keys: list) -> None:
+        with self._lock:
+            self.ddr_policy.arrange(keys)
 
     def _job_call(self, fn: Callable, box: list, event: threading.Event) -> None:
         try:
@@ -716,13 +729,16 @@ class TierManager:
         self.metrics.inc("ddr", "bytes_in", view.nbytes)
 
     def _job_prefetch(self, keys: list) -> None:
-        for ck in keys:
-            if ck.digest in self.ddr or ck.digest in self._pending:
-                continue
-            src, blob = self._fetch_below(ck)
-            if blob is None:
-                return
-            self._job_promote(ck, blob)
+        try:
+            for ck in keys:
+                if ck.digest in self.ddr or ck.digest in self._pending:
+                    continue
+                src, blob = self._fetch_below(ck)
+                if blob is None:
+                    return
+                self._job_promote(ck, blob)
+        finally:  # promoted from chunk 0 on: the prefix most recent, as a store leaves it
+            self._job_arrange([ck.digest for ck in reversed(keys)])
 
     def _await_job(self, ev: threading.Event, timeout: Optional[float]) -> Optional[bool]:
         """Waits for a queued job that sets ev: True once it ran, False on timeout, None when
@@ -953,10 +969,15 @@ class TierManager:
                         self.ddr_policy.touch(ck.digest)
                         self.metrics.inc("ddr", "hits")
                         self.metrics.inc("ddr", "bytes_out", entry.size)
+        promoting = False
         for ck, tier, blob, _ in fetched:
             if tier in ("ssd", "remote"):
-                if not (self.config.promote_on_hit and self._put(("promote", ck, blob), block=False)):
+                if self.config.promote_on_hit and self._put(("promote", ck, blob), block=False):
+                    promoting = True
+                else:
                     self._scratch.put(getattr(blob, "obj", None))
+        if promoting:  # the promoted chunks join DDR from chunk 0 on: the prefix last again
+            self._put(("arrange", [ck.digest for ck, *_ in reversed(fetched)]), block=False)
         self.metrics.observe("retrieve", time.perf_counter() - t0)
         return restored
 

@@ -69,6 +69,14 @@ class Policy:
                 e.hits += 1
                 self._entries.move_to_end(key)
 
+    def arrange(self, keys) -> None:
+        """Moves keys, in this order, to the most recent end, counting no use (the cost
+        policy's order is its values: there this only breaks their ties)."""
+        with self._lock:
+            for key in keys:
+                if key in self._entries:
+                    self._entries.move_to_end(key)
+
     def remove(self, key) -> None:
         with self._lock:
             self._entries.pop(key, None)
