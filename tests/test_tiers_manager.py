@@ -658,6 +658,21 @@ def test_a_chunk_expired_here_does_not_come_back_from_redis(redis_server, kv):
         assert tm.retrieve(toks, torch.zeros_like(kv[:, :, :512])) == 0
 
 
+def test_a_lookup_deletes_an_expired_remote_copy_within_its_own_timeout(redis_server, kv, monkeypatch):
+    """The Redis delete that expiry makes (above) ran under op_timeout_s (2 s by default)
+    inside lookup(), whose remote calls are bounded by lookup_timeout_s (0.25 s)."""
+    toks = tokens_for(512, 59)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, namespace=NS,
+                     remote=local_redis(lookup_timeout_s=0.5, op_timeout_s=7.0), write_through=True) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.set_ttl(toks, 0.05) == 2
+        time.sleep(0.1)  # past the TTL
+        timeouts = []
+        delete = tm.remote.delete
+        monkeypatch.setattr(tm.remote, "delete", lambda *a, timeout=None: timeouts.append(timeout) or delete(*a))
+        assert tm.lookup(toks).tokens == 0 and timeouts == [0.5]
+
+
 def test_persist_counts_the_chunks_already_in_redis(redis_server, kv):
     """persist() returns the number of chunks now on SSD or remote: chunks that had left DDR
     for Redis used to count as none (and stop the count)."""
@@ -689,6 +704,20 @@ def test_a_chunk_that_expires_in_the_store_queue_is_never_a_hit(kv):
         assert tm.retrieve(toks, torch.zeros_like(kv[:, :, :512])) == 0
         tm.store(toks, kv[:, :, :512])  # stored again without a TTL: lives on
         assert tm.flush(30) and tm.lookup(toks).tiers == ["ddr"] * 2
+
+
+def test_persist_writes_no_expired_chunk(tmp_path, kv):
+    """persist() wrote expired chunks through to SSD (with their past expiry) and counted
+    them durable; an expired chunk is dropped instead, and the prefix ends there."""
+    toks = tokens_for(512, 58)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS,
+                     write_through=False) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30)
+        tm.set_ttl(toks, 0.05)
+        time.sleep(0.1)  # past the TTL
+        assert tm.persist(toks) == 0
+        assert len(tm.ssd) == 0 and tm.lookup(toks).tokens == 0
 
 
 def test_a_chunk_promoted_from_ssd_keeps_its_expiry(tmp_path, kv, monkeypatch):

@@ -780,7 +780,8 @@ class TierManager:
         local: list = []
         for ck in keys:
             if self._expired(ck.digest, now):
-                self._drop_expired(ck.digest)
+                self._drop_expired(ck.digest, remote_timeout=self.remote.config.lookup_timeout_s
+                                   if self.remote is not None else None)
                 break
             local.append(self._local_tier(ck.digest))
         below = [i for i, t in enumerate(local) if t is None]
@@ -815,10 +816,11 @@ class TierManager:
             return "ssd"
         return where
 
-    def _drop_expired(self, key: bytes) -> None:
+    def _drop_expired(self, key: bytes, *, remote_timeout: Optional[float] = None) -> None:
         """Removes an expired chunk from every tier: its settings go, so a copy left anywhere
         would be a hit again (a reader's DDR copy is freed when it leaves; a remote copy's
-        own TTL is later when set_ttl() or a store shortened it)."""
+        own TTL is later when set_ttl() or a store shortened it). remote_timeout: the most
+        the remote delete may take (a lookup's own bound; default op_timeout_s)."""
         with self._lock:
             # A queued chunk keeps its expired settings: the worker drops it (_job_store).
             m = self._meta.pop(key, None) if key not in self._pending else None
@@ -827,7 +829,7 @@ class TierManager:
         if self.ssd is not None:
             self.ssd.remove(key)
         if self.remote is not None:
-            self.remote.delete(self._ns_tag, [key])
+            self.remote.delete(self._ns_tag, [key], timeout=remote_timeout)
         if m is not None and (m.pinned or m.priority):
             self._save_hot(touched=[key])  # an expired chunk's pin leaves the pins file too
 
@@ -1234,6 +1236,9 @@ class TierManager:
         self._flush_open()
         done = 0
         for ck in self._keys_for(tokens):
+            if self._expired(ck.digest):  # written through, it would be a hit again elsewhere
+                self._drop_expired(ck.digest)
+                break
             with self._lock:
                 entry = self.ddr.acquire(ck.digest)
             if entry is None:

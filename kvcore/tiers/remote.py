@@ -417,7 +417,9 @@ class RemoteTier:
         self.metrics.observe("remote_put", time.perf_counter() - t0)
         return True
 
-    def delete(self, ns_tag: str, keys: Sequence[bytes]) -> int:
+    def delete(self, ns_tag: str, keys: Sequence[bytes], *, timeout: Optional[float] = None) -> int:
+        """Deletes chunks (every part) and returns how many were there (0 after a failure or
+        a timeout). Waits at most timeout seconds (default op_timeout_s)."""
         if not keys:
             return 0
 
@@ -440,7 +442,7 @@ class RemoteTier:
             return n
 
         try:
-            return self._run(op, self.config.op_timeout_s)
+            return self._run(op, self.config.op_timeout_s if timeout is None else timeout)
         except (_Skipped, *self._errors):
             return 0
 
