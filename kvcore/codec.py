@@ -536,9 +536,10 @@ def max_frame_size(dtype: Any, shape: tuple[int, ...], *, block_bytes: Optional[
     dims = [int_arg(d, "a dimension of shape") for d in shape]
     if not isinstance(dtype, torch.dtype):
         try:
-            if dtype is None:  # numpy would take it for float64
-                raise TypeError
-            dtype = torch_dtype_of_numpy(dtype)
+            np_dtype = None if dtype is None else np.dtype(dtype)  # numpy would take None for float64
         except (TypeError, ValueError):  # numpy's for what is no dtype at all
-            raise InvalidArgumentError(f"dtype must be a torch or numpy dtype, got {dtype!r}") from None
+            np_dtype = None
+        if np_dtype is None:
+            raise InvalidArgumentError(f"dtype must be a torch or numpy dtype, got {dtype!r}")
+        dtype = torch_dtype_of_numpy(np_dtype)
     return _native.max_frame_size(code_of(dtype), dims, _block_bytes(block_bytes))

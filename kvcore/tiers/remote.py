@@ -231,6 +231,28 @@ class RemoteTier:
         self.breaker.success()
         return result
 
+    def _raw_parts(self, ns_tag: str, key: bytes, alloc, **kwargs):
+        """The raw reader's read of every part of key's value (see RawGetter.get_parts): the
+        value, None when missing, False when short or corrupt, a key of another type
+        included (see _holds_other_type)."""
+        def total_of(prefix):
+            try:
+                return blob_total_size(prefix)
+            except CorruptFrameError:
+                return len(prefix)
+
+        pb = self.config.part_bytes
+        try:
+            data = self._raw.get_parts(lambda i: self._key(ns_tag, key, i).encode(), total_of, pb, alloc,
+                                       self.config.max_parts, guess_parts=self._parts_hint, **kwargs)
+        except RespError as exc:
+            if not self._holds_other_type(exc):
+                raise
+            return False
+        if data is not None and data is not False:
+            self._parts_hint = -(-data.nbytes // pb)
+        return data
+
     def _holds_other_type(self, exc: BaseException) -> bool:
         """Whether exc is the server's answer that a key holds another type of value (a list,
         a hash: not one of this tier's parts). Its data is foreign, like a corrupt value's;
@@ -274,22 +296,9 @@ class RemoteTier:
             return memoryview(scratch.get(n) if scratch is not None else bytearray(n))[:n]
 
         def raw_op():
-            def total_of(prefix):
-                try:
-                    return blob_total_size(prefix)
-                except CorruptFrameError:
-                    return len(prefix)
-
-            try:
-                data = self._raw.get_parts(lambda i: self._key(ns_tag, key, i).encode(), total_of, pb,
-                                           alloc, self.config.max_parts, guess_parts=self._parts_hint)
-            except RespError as exc:
-                if not self._holds_other_type(exc):
-                    raise
-                data = False
+            data = self._raw_parts(ns_tag, key, alloc)
             if data is None or data is False:
                 return (None if data is None else b""), (None if data is None else False)
-            self._parts_hint = -(-data.nbytes // pb)
             return data, None
 
         def op():
@@ -531,27 +540,8 @@ class RemoteRead:
             self._cond.notify_all()
 
     def _op(self):
-        t = self.tier
-
-        def total_of(prefix):
-            try:
-                return blob_total_size(prefix)
-            except CorruptFrameError:
-                return len(prefix)
-
         try:
-            pb = t.config.part_bytes
-            try:
-                data = t._raw.get_parts(lambda i: t._key(self.ns_tag, self.key, i).encode(), total_of, pb,
-                                        self._alloc, t.config.max_parts, guess_parts=t._parts_hint,
-                                        on_landed=self._on_landed)
-            except RespError as exc:
-                if not t._holds_other_type(exc):
-                    raise
-                data = False
-            if data is not None and data is not False:
-                t._parts_hint = -(-data.nbytes // pb)
-            return data
+            return self.tier._raw_parts(self.ns_tag, self.key, self._alloc, on_landed=self._on_landed)
         finally:
             with self._cond:
                 self._done = True
