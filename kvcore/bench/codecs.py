@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 
 from .._args import MODES
-from .peers import Bound, Codec, peer_codecs
+from .peers import Bound, Codec
 
 
 def kvcore_codec_available() -> Optional[str]:
@@ -145,10 +145,3 @@ def _count_methods(methods: Any) -> Any:
     walk(methods)
     return counts
 
-
-def all_codecs(threads: int = 1, peers: Optional[list[str]] = None, kvcore: bool = True) -> list[Codec]:
-    """kvcore dense and fast (when this build has the codec) followed by the installed peers."""
-    out: list[Codec] = []
-    if kvcore and kvcore_codec_available() is None:
-        out += [KvcoreCodec(m, threads) for m in MODES]
-    return out + peer_codecs(threads, peers)
