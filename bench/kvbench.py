@@ -9,10 +9,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from kvcore.bench.data import cast_kv, dtype_name, load_kv_file
+from kvcore.bench.data import cast_kv, dtype_name, kvdata_dir, load_kv_file
 
-ROOT = Path(__file__).resolve().parent.parent
-KVDATA = ROOT.parent / "shared" / "kvdata"
+KVDATA = kvdata_dir()
 
 NATIVE = ("bf16", "fp16")
 DERIVED = ("fp8_e4m3", "fp8_e5m2", "fp32")  # cast from the model's fp16 file

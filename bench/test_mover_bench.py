@@ -14,13 +14,13 @@ Rounds are few; GB/s are in each benchmark's extra_info (and the summary lines).
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import kvcore
+from kvcore.bench.data import kvdata_dir
 
 KiB, MiB = 1 << 10, 1 << 20
 COPY_SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 64 * MiB]
@@ -112,7 +112,7 @@ def test_scatter_32k_blocks(benchmark, paged_layer, impl):
 # ---- the overlapped pipeline: copy -> compress of one 38 MB chunk ----
 CHUNK_BYTES = 36 * 2 * 8 * 128 * 2 * 256  # 256 tokens of a Qwen3-8B-shaped model (bf16): 37,748,736
 PIECES = 6  # the chunk moves in 6 pieces (layer groups), so stage i+1 overlaps stage i
-KVDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "kvdata" / "minilm_l6_kv_bf16.safetensors"
+KVDATA = kvdata_dir() / "minilm_l6_kv_bf16.safetensors"
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from kvcore.bench.data import kvdata_dir
+
 ROOT = Path(__file__).resolve().parent.parent
-KVDATA = ROOT.parent / "shared" / "kvdata"
+KVDATA = kvdata_dir()
 MODELS = ROOT.parent / "shared" / "models"
 
 
@@ -16,5 +18,5 @@ def kvdata_files() -> list[Path]:
 @pytest.fixture(scope="session")
 def kvdata_dir() -> Path:
     if not KVDATA.is_dir():
-        pytest.skip("../shared/kvdata is not present")
+        pytest.skip(f"{KVDATA} is not present (name the kvdata folder with KVCORE_KVDATA)")
     return KVDATA

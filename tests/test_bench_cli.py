@@ -283,3 +283,14 @@ def test_a_decoder_that_writes_nothing_fails_the_check(monkeypatch):
     m = Memcpy().bind(x)
     monkeypatch.setattr(np, "copyto", lambda dst, src: None)
     assert not m.equal(m.decompress(m.compress()))
+
+
+def test_kvdata_folder_is_named_by_the_environment(monkeypatch, tmp_path):
+    """A worktree with no ../shared/kvdata beside it names the folder with KVCORE_KVDATA; before,
+    every benchmark and test on real KV data was skipped there."""
+    from kvcore.bench.data import kvdata_dir
+
+    monkeypatch.setenv("KVCORE_KVDATA", str(tmp_path))
+    assert kvdata_dir() == tmp_path
+    monkeypatch.delenv("KVCORE_KVDATA")
+    assert kvdata_dir() == ROOT.parent / "shared" / "kvdata"
