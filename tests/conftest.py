@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from kvcore.bench.data import kvdata_dir
+from kvcore.bench import data as bench_data
 
 ROOT = Path(__file__).resolve().parent.parent
-KVDATA = kvdata_dir()
+KVDATA = bench_data.kvdata_dir()  # the fixture kvdata_dir below shadows the function's name
 MODELS = ROOT.parent / "shared" / "models"
 
 
