@@ -18,18 +18,6 @@ from kvbench import THREADS_INPUT_BYTES, Paired, Row, kv_inputs, load_input, sum
 from kvcore.bench.data import repeat_to_size
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--kv-full", action="store_true", default=False,
-        help="also run the slowest peers (zlib level 6 in 256 KiB chunks, ISA-L) on the inputs derived by casting",
-    )
-
-
-@pytest.fixture(scope="session")
-def kv_full(request: pytest.FixtureRequest) -> bool:
-    return bool(request.config.getoption("--kv-full"))
-
-
 def timer_name(config: pytest.Config) -> str:
     """The timer pytest-benchmark uses (--benchmark-timer), e.g. "time.perf_counter"."""
     try:

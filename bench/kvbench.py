@@ -15,7 +15,6 @@ KVDATA = kvdata_dir()
 
 NATIVE = ("bf16", "fp16")
 DERIVED = ("fp8_e4m3", "fp8_e5m2", "fp32")  # cast from the model's fp16 file
-ZIPNN_DTYPES = ("bf16", "fp16", "fp32")  # zipnn has no 1-byte format
 THREADS_INPUT_BYTES = 64 * 1024 * 1024
 QWEN_CHUNK_SHAPE = (36, 2, 256, 8, 128)  # 256 tokens of Qwen3-8B: [layers, K/V, tokens, kv_heads, head_dim]
 
@@ -242,21 +241,21 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
                     f"  {tag:<{wt}} {label} ratio < zipnn: {_fmt(mine and mine.ratio, '.4f')} vs "
                     f"{_fmt(zipnn and zipnn.ratio, '.4f')} -> {'n/a (not measured)' if ok is None else ('met' if ok else 'NOT met')}"
                 )
-        if dtype in ZIPNN_DTYPES:  # without a zipnn row: "n/a (not measured)", not left out
-            # the target holds for default frames and for decoder="avx512" ones (when measured)
-            for label, codec in (("dense", "kvcore-dense"), ("dense-avx512", "kvcore-dense-avx512")):
-                if codec not in codecs and codec != "kvcore-dense":
-                    continue
-                for direction in ("compress", "decompress"):
-                    a, b = row(codecs, codec, direction), row(codecs, "zipnn", direction)
-                    f, fb = _factor(a, b), _factor(a, b, best=True)
-                    lines.append(f"  {tag:<{wt}} {label} {direction} >= 3x zipnn: {_fmt(f, '.2f')}x "
-                                 f"[{_fmt(fb, '.2f')}x] -> {verdict(f, 3.0)}")
-            a, b = row(codecs, "kvcore-dense+out+layout", "compress"), row(codecs, "zipnn", "compress")
-            if a is not None:
+        # every dtype, fp8 included; without a zipnn row: "n/a (not measured)", not left out
+        # the target holds for default frames and for decoder="avx512" ones (when measured)
+        for label, codec in (("dense", "kvcore-dense"), ("dense-avx512", "kvcore-dense-avx512")):
+            if codec not in codecs and codec != "kvcore-dense":
+                continue
+            for direction in ("compress", "decompress"):
+                a, b = row(codecs, codec, direction), row(codecs, "zipnn", direction)
                 f, fb = _factor(a, b), _factor(a, b, best=True)
-                lines.append(f"  {tag:<{wt}} dense compress into out= in the layout of another chunk "
-                             f"(compress(layout=)) vs zipnn: {_fmt(f, '.2f')}x [{_fmt(fb, '.2f')}x]")
+                lines.append(f"  {tag:<{wt}} {label} {direction} >= 3x zipnn: {_fmt(f, '.2f')}x "
+                             f"[{_fmt(fb, '.2f')}x] -> {verdict(f, 3.0)}")
+        a, b = row(codecs, "kvcore-dense+out+layout", "compress"), row(codecs, "zipnn", "compress")
+        if a is not None:
+            f, fb = _factor(a, b), _factor(a, b, best=True)
+            lines.append(f"  {tag:<{wt}} dense compress into out= in the layout of another chunk "
+                         f"(compress(layout=)) vs zipnn: {_fmt(f, '.2f')}x [{_fmt(fb, '.2f')}x]")
         a, b = row(codecs, "kvcore-fast", "decompress"), row(codecs, "memcpy", "decompress")
         f, fb = _factor(a, b), _factor(a, b, best=True)
         lines.append(f"  {tag:<{wt}} fast decompress >= 0.5x memcpy: {_fmt(f, '.2f')}x "

@@ -28,7 +28,6 @@ CODECS = [f"kvcore-{m}" for m in MODES] + ["kvcore-dense-avx512"] + PEER_NAMES
 INPUTS = kv_inputs()
 TARGET_S = 0.6  # timed seconds per benchmark, roughly
 MAX_ROUNDS = 25  # fast codecs get enough rounds that one disturbed round does not set the mean
-SLOW_PEERS = {"zlib-6+shuffle/256K", "isal-1+shuffle"}
 
 _codecs: dict[str, Codec] = {}
 _bound: dict[tuple[KVInput, str], Bound] = {}
@@ -99,10 +98,8 @@ skip_no_data = pytest.mark.skipif(not INPUTS, reason="../shared/kvdata is not pr
 @pytest.mark.parametrize("direction", ["compress", "decompress"])
 @pytest.mark.parametrize("name", CODECS)
 @pytest.mark.parametrize("inp", INPUTS, ids=lambda i: i.id)
-def test_codec(benchmark: Any, kv_results: list, kv_full: bool, inp: KVInput, name: str, direction: str) -> None:
+def test_codec(benchmark: Any, kv_results: list, inp: KVInput, name: str, direction: str) -> None:
     """One codec, one input, one direction (compress runs before decompress for each pair)."""
-    if inp.cast and name in SLOW_PEERS and not kv_full:
-        pytest.skip(f"{name} is slow: on inputs derived by casting only with --kv-full")
     b = bind(inp, name)
     payload, t_first = first_payload(inp, name)
     size = b.size(payload)

@@ -122,6 +122,24 @@ def test_fp8_skips_shuffle_peers(capsys, kv_file):
     assert any("zstd-1+shuffle" in s for s in report["not_applicable"]) or "zstd-1+shuffle" in report["skipped"]
 
 
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_e5m2"])
+def test_fp8_is_measured_by_the_peers_that_have_no_unshuffled_run(capsys, kv_file, dtype):
+    """ISA-L and zlib (KV Shrink's CPU path) run on fp8 without their byte shuffle (a no-op on
+    1-byte elements), and zipnn codes fp8: all are measured and round-trip checked. Before, the
+    first two were "not applicable" (as if an unshuffled run covered them; none exists) and
+    zipnn was left out as having no 1-byte format."""
+    path, _ = kv_file
+    peers = {"isal-1+shuffle", "zlib-6+shuffle/256K", "zipnn"}
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--dtype", dtype,
+                      "--codecs", ",".join(sorted(peers)))
+    got = {r["codec"]: r for r in report["results"]}
+    assert set(got) == peers - set(report["skipped"])  # only a missing package leaves one out
+    assert not report["not_applicable"]
+    for r in got.values():
+        assert r["dtype"] == ("fp8_e4m3" if dtype == "fp8" else dtype) and r["verified"]
+        assert 0 < r["compressed_bytes"] < r["original_bytes"]
+
+
 @needs_codec
 def test_tensors_kvcore_does_not_code_are_measured_by_the_peers_alone(capsys, tmp_path):
     """A file that also holds int64, float64 and bool tensors (position ids, masks, a
@@ -211,7 +229,7 @@ def test_peer_round_trips_bit_exact():
     from kvcore.bench.peers import peer_codecs
 
     special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40, 3.0])
-    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e5m2):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2):
         x = torch.cat([special.to(dtype), kv_like(64, 2, 8, 1).to(dtype).reshape(-1)])
         for codec in peer_codecs(1):
             if not codec.applies(dtype):
