@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from kvbench import THREADS_INPUT_BYTES, Paired, Row, kv_inputs, load_input, summary_lines
+from kvbench import THREADS_INPUT_BYTES, Paired, Row, kv_inputs, load_input, mover_summary_lines, summary_lines
 from kvcore.bench.data import repeat_to_size
 
 
@@ -44,6 +44,7 @@ def threads_input() -> torch.Tensor:
 
 _RESULTS_KEY = pytest.StashKey[list]()
 _PAIRED_KEY = pytest.StashKey[list]()
+_MOVER_KEY = pytest.StashKey[list]()
 
 
 @pytest.fixture(scope="session")
@@ -58,15 +59,26 @@ def kv_paired(request: pytest.FixtureRequest) -> list[Paired]:
     return request.config.stash.setdefault(_PAIRED_KEY, [])
 
 
+@pytest.fixture(scope="session")
+def kv_mover(request: pytest.FixtureRequest) -> list[Row]:
+    """Rows of the data mover's benchmarks (test_mover_bench.py), printed after the codec summary."""
+    return request.config.stash.setdefault(_MOVER_KEY, [])
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     rows = config.stash.get(_RESULTS_KEY, [])
     paired = config.stash.get(_PAIRED_KEY, [])
-    if not rows and not paired:
+    mover = config.stash.get(_MOVER_KEY, [])
+    if not rows and not paired and not mover:
         return
     terminalreporter.section("kvcore benchmark summary")
     timer = timer_name(config)
     note = (" (CPU time of this process: steadier on a busy machine)" if "process_time" in timer
             else " (wall clock; on a busy machine try --benchmark-timer=time.process_time)")
     terminalreporter.write_line(f"timer: {timer}{note}")
-    for line in summary_lines(rows, paired):
-        terminalreporter.write_line(line)
+    if rows or paired:
+        for line in summary_lines(rows, paired):
+            terminalreporter.write_line(line)
+    if mover:
+        for line in mover_summary_lines(mover):
+            terminalreporter.write_line(line)

@@ -283,6 +283,36 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
     return lines
 
 
+# The data mover's implementations besides numpy (bench/test_mover_bench.py).
+KVCORE_ONE, TORCH_ONE, KVCORE_ALL = "kvcore-1thread", "torch-1thread", "kvcore-allthreads"
+
+
+def mover_summary_lines(rows: list[Row]) -> list[str]:
+    """The data mover's results per operation: kvcore at threads=1 against numpy, which runs on
+    one thread (the pair compared, with the factor), torch at one thread beside them, and kvcore
+    on all hardware threads on a line of its own, with no factor over a one-thread reference."""
+    by: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        by.setdefault(r.data, {})[r.codec] = r
+    w = max([len(d) for d in by] + [4])
+
+    def speed(r: Optional[Row]) -> str:
+        return f"{_fmt(r and r.gbps, '.2f')} [{_fmt(r and r.best_gbps, '.2f')}]"
+
+    lines = ["data mover: GB/s of bytes moved over the mean time [best round]; the pair compared is "
+             "kvcore threads=1 against numpy (one thread):"]
+    for op, impls in by.items():
+        one, ref = impls.get(KVCORE_ONE), impls.get("numpy")
+        f, fb = _factor(one, ref), _factor(one, ref, best=True)
+        lines.append(f"  {op:<{w}} kvcore threads=1 {speed(one)} vs numpy {speed(ref)}: {_fmt(f, '.2f')}x "
+                     f"[{_fmt(fb, '.2f')}x]; torch threads=1 {speed(impls.get(TORCH_ONE))}")
+    lines.append("kvcore on all hardware threads (threads=None, its default; not compared with the one-thread "
+                 "references):")
+    for op, impls in by.items():
+        lines.append(f"  {op:<{w}} kvcore all threads {speed(impls.get(KVCORE_ALL))}")
+    return lines
+
+
 def qwen_chunk(seed: int = 0, dtype: str = "bf16") -> torch.Tensor:
     """A Qwen3-8B-shaped chunk (QWEN_CHUNK_SHAPE, 38 MB) of real values from kvdata MiniLM, in
     "bf16" or "fp16" (each from its own file, both captured from the model, not cast).
