@@ -57,8 +57,9 @@ def bind(inp: KVInput, name: str) -> Bound:
     if key not in _bound:
         codec = get_codec(name)
         data = load_input(inp)
-        if not codec.applies(data.dtype):
-            pytest.skip(f"{name} does not apply to {inp.dtype}")
+        why = codec.why_not(data.dtype)
+        if why:
+            pytest.skip(f"{name} on {inp.dtype}: {why}")
         _bound[key] = codec.bind(data)
     return _bound[key]
 
@@ -254,8 +255,9 @@ def paired_work(inp: KVInput, name: str, direction: str) -> Callable[[], Any]:
     once, outside the timing). Not cached: the paired tests free their buffers when done."""
     codec = get_codec(name)
     data = load_input(inp)
-    if not codec.applies(data.dtype):
-        pytest.skip(f"{name} does not apply to {inp.dtype}")
+    why = codec.why_not(data.dtype)
+    if why:
+        pytest.skip(f"{name} on {inp.dtype}: {why}")
     b = codec.bind(data)
     if direction == "compress":
         return b.compress

@@ -122,6 +122,22 @@ def test_fp8_skips_shuffle_peers(capsys, kv_file):
     assert any("zstd-1+shuffle" in s for s in report["not_applicable"]) or "zstd-1+shuffle" in report["skipped"]
 
 
+@pytest.mark.skipif("zstd-1+shuffle" in missing_peers(), reason="zstandard is not installed")
+def test_a_peer_left_out_of_a_dtype_is_named_with_the_reason(capsys, kv_file):
+    """The printed table leaves a peer that does not apply to a dtype out: a line under it names
+    the peer and says why (before, only kvcore's rows got such a line; a peer just vanished)."""
+    path, _ = kv_file
+    assert main(["bench", "--safetensors", str(path), "--repeat", "1", "--dtype", "fp8_e5m2", "--quiet",
+                 "--codecs", "zstd-1,zstd-1+shuffle"]) == 0
+    out = capsys.readouterr().out
+    assert (f"not measured zstd-1+shuffle on {path.name} (fp8_e5m2): a byte shuffle does nothing to 1-byte "
+            "elements: zstd-1 covers it") in out
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--dtype", "fp8_e5m2",
+                      "--codecs", "zstd-1,zstd-1+shuffle")
+    assert report["not_applicable_why"] == {f"zstd-1+shuffle on {path.name} (fp8_e5m2)":
+                                            "a byte shuffle does nothing to 1-byte elements: zstd-1 covers it"}
+
+
 @pytest.mark.parametrize("dtype", ["fp8", "fp8_e5m2"])
 def test_fp8_is_measured_by_the_peers_that_have_no_unshuffled_run(capsys, kv_file, dtype):
     """ISA-L and zlib (KV Shrink's CPU path) run on fp8 without their byte shuffle (a no-op on
@@ -312,3 +328,21 @@ def test_kvdata_folder_is_named_by_the_environment(monkeypatch, tmp_path):
     assert kvdata_dir() == tmp_path
     monkeypatch.delenv("KVCORE_KVDATA")
     assert kvdata_dir() == ROOT.parent / "shared" / "kvdata"
+
+
+@pytest.mark.skipif("zipnn" in missing_peers(), reason="zipnn is not installed")
+def test_zipnn_codes_fp8_or_says_why_not():
+    """zipnn 0.5.4 codes fp8 bytes, so it is measured on fp8; a zipnn that fails the small fp8
+    round trip is left out of fp8 with the reason, and still measured on the wider dtypes."""
+    import importlib.metadata
+
+    from kvcore.bench.peers import peer_codecs
+
+    (z,) = peer_codecs(1, ["zipnn"])
+    version = tuple(int(p) for p in importlib.metadata.version("zipnn").split(".")[:3] if p.isdigit())
+    if version >= (0, 5, 4):
+        assert z.codes_fp8 and z.applies(torch.float8_e4m3fn) and z.applies(torch.float8_e5m2)
+    z.codes_fp8 = False  # as an older zipnn
+    assert "fails a round trip of fp8" in z.why_not(torch.float8_e5m2)
+    assert not z.applies(torch.float8_e4m3fn) and z.applies(torch.bfloat16)
+    assert z.why_not(torch.float64) == "zipnn has no torch.float64 format"

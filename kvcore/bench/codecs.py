@@ -52,10 +52,12 @@ class KvcoreCodec(Codec):
         coded_for = "" if decoder == "any" else f", decoder={decoder!r}"
         self.description = f"kvcore {mode} mode{coded_for}, threads={threads}{into}{laid}, decompress into out="
 
-    def applies(self, dtype: torch.dtype) -> bool:
+    def why_not(self, dtype: torch.dtype) -> Optional[str]:
         from kvcore.dtypes import SUPPORTED
 
-        return str(dtype).removeprefix("torch.") in SUPPORTED  # not int64, bool, float64...
+        if str(dtype).removeprefix("torch.") not in SUPPORTED:  # int64, bool, float64...
+            return f"kvcore codes {', '.join(SUPPORTED)}"
+        return None
 
     def bind(self, data: torch.Tensor, like: Optional[torch.Tensor] = None) -> Bound:
         import kvcore

@@ -57,7 +57,11 @@ class Codec:
 
     def applies(self, dtype: torch.dtype) -> bool:
         """Whether this codec is measured on data of ``dtype``."""
-        return True
+        return self.why_not(dtype) is None
+
+    def why_not(self, dtype: torch.dtype) -> Optional[str]:
+        """None when this codec is measured on data of ``dtype``, else why it is not."""
+        return None
 
     def bind(self, data: torch.Tensor) -> Bound:
         raise NotImplementedError
@@ -100,6 +104,10 @@ def byte_unshuffle(planes: np.ndarray, itemsize: int, out: np.ndarray) -> np.nda
     return out
 
 
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
 def _frombuffer(b: Any) -> np.ndarray:
     return b if isinstance(b, np.ndarray) else np.frombuffer(b, dtype=np.uint8)
 
@@ -113,11 +121,12 @@ class ByteCodec(Codec):
     shuffle: bool = False
     raw_twin: bool = False  # the same coder is also a peer on the unshuffled bytes
 
-    def applies(self, dtype: torch.dtype) -> bool:
+    def why_not(self, dtype: torch.dtype) -> Optional[str]:
         # A byte shuffle of 1-byte elements does nothing: where the same coder also runs on the
         # unshuffled bytes, that run covers fp8. Otherwise the codec runs, without the shuffle.
-        one_byte = torch.empty(0, dtype=dtype).element_size() == 1
-        return not (self.shuffle and self.raw_twin and one_byte)
+        if self.shuffle and self.raw_twin and _itemsize(dtype) == 1:
+            return f"a byte shuffle does nothing to 1-byte elements: {self.name.removesuffix('+shuffle')} covers it"
+        return None
 
     def _compress(self, buf: np.ndarray, itemsize: int) -> Any:
         raise NotImplementedError
@@ -267,10 +276,12 @@ class ZipNN(ByteCodec):
         self._by_dtype: dict[str, Any] = {}
         self.codes_fp8 = self._round_trips_fp8()
 
-    def applies(self, dtype: torch.dtype) -> bool:
+    def why_not(self, dtype: torch.dtype) -> Optional[str]:
         if dtype not in self._DTYPES:
-            return False
-        return self.codes_fp8 or torch.empty(0, dtype=dtype).element_size() > 1
+            return f"zipnn has no {dtype} format"
+        if _itemsize(dtype) == 1 and not self.codes_fp8:
+            return "the installed zipnn fails a round trip of fp8 bytes (0.5.4 codes them)"
+        return None
 
     def _round_trips_fp8(self) -> bool:
         """Whether the installed zipnn codes fp8 bytes (0.5.4 does: one byte group, Huffman)."""
