@@ -346,3 +346,19 @@ def test_zipnn_codes_fp8_or_says_why_not():
     assert "fails a round trip of fp8" in z.why_not(torch.float8_e5m2)
     assert not z.applies(torch.float8_e4m3fn) and z.applies(torch.bfloat16)
     assert z.why_not(torch.float64) == "zipnn has no torch.float64 format"
+
+
+def test_table_compares_fp8_with_the_raw_coder_that_stands_for_its_shuffle():
+    """On fp8 zstd-1+shuffle is not run (a shuffle does nothing to 1-byte elements), so kvcore's
+    "vs zstd-1+shuffle" cell there is against zstd-1; it was empty before."""
+    from kvcore.bench.runner import Measurement, format_table
+
+    def m(codec: str, dtype: str, seconds: float):
+        return Measurement("kv", dtype, codec, 1000, 700, seconds, seconds / 2, 1, True)
+
+    rows = [m("kvcore-dense", "fp8_e4m3", 1.0), m("zstd-1", "fp8_e4m3", 2.0),
+            m("kvcore-dense", "bf16", 1.0), m("zstd-1", "bf16", 3.0), m("zstd-1+shuffle", "bf16", 4.0)]
+    cells = [line.split() for line in format_table(rows).splitlines()]
+    dense = {c[1]: c for c in cells if "kvcore-dense" in c}
+    assert dense["fp8_e4m3"][-3:] == ["2.00x", "/", "2.00x"]
+    assert dense["bf16"][-3:] == ["4.00x", "/", "4.00x"]  # bf16: against the shuffled run, not zstd-1
