@@ -1,10 +1,12 @@
-"""Benchmark fixtures: real KV data from ../shared/kvdata, codecs, and the summary table.
+"""Benchmark fixtures: real KV data from ../shared/kvdata (or $KVCORE_KVDATA), codecs, and the
+summary table.
 
 Run: ``python -m pytest bench/ --benchmark-only`` (a few minutes on 2 cores). Each data file's
 tensors are joined into one contiguous tensor (kvcore.bench.data.load_kv_file); fp8 (e4m3,
 e5m2, with a per-tensor scale) and fp32 inputs are derived from each model's fp16 file by
 casting. At the end a table gives per input and codec the ratio and GB/s of original bytes
-(original_bytes / mean time), and the issue's targets, marked met / NOT met.
+(original_bytes / mean time), and the issue's targets, marked met / NOT met; after it, when
+test_mover_bench.py ran, the data mover's one-thread pairs and its all-threads speeds.
 """
 
 from __future__ import annotations
