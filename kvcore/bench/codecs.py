@@ -146,4 +146,3 @@ def _count_methods(methods: Any) -> Any:
 
     walk(methods)
     return counts
-
