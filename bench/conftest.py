@@ -1,10 +1,12 @@
-"""Benchmark fixtures: real KV data from ../shared/kvdata, codecs, and the summary table.
+"""Benchmark fixtures: real KV data from ../shared/kvdata (or $KVCORE_KVDATA), codecs, and the
+summary table.
 
 Run: ``python -m pytest bench/ --benchmark-only`` (a few minutes on 2 cores). Each data file's
 tensors are joined into one contiguous tensor (kvcore.bench.data.load_kv_file); fp8 (e4m3,
 e5m2, with a per-tensor scale) and fp32 inputs are derived from each model's fp16 file by
 casting. At the end a table gives per input and codec the ratio and GB/s of original bytes
-(original_bytes / mean time), and the issue's targets, marked met / NOT met.
+(original_bytes / mean time), and the issue's targets, marked met / NOT met; after it, when
+test_mover_bench.py ran, the data mover's one-thread pairs and its all-threads speeds.
 """
 
 from __future__ import annotations
@@ -14,20 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from kvbench import THREADS_INPUT_BYTES, Paired, Row, kv_inputs, load_input, summary_lines
+from kvbench import THREADS_INPUT_BYTES, Paired, Row, kv_inputs, load_input, mover_summary_lines, summary_lines
 from kvcore.bench.data import repeat_to_size
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--kv-full", action="store_true", default=False,
-        help="also run the slowest peers (zlib level 6 in 256 KiB chunks, ISA-L) on the inputs derived by casting",
-    )
-
-
-@pytest.fixture(scope="session")
-def kv_full(request: pytest.FixtureRequest) -> bool:
-    return bool(request.config.getoption("--kv-full"))
 
 
 def timer_name(config: pytest.Config) -> str:
@@ -56,6 +46,7 @@ def threads_input() -> torch.Tensor:
 
 _RESULTS_KEY = pytest.StashKey[list]()
 _PAIRED_KEY = pytest.StashKey[list]()
+_MOVER_KEY = pytest.StashKey[list]()
 
 
 @pytest.fixture(scope="session")
@@ -70,15 +61,26 @@ def kv_paired(request: pytest.FixtureRequest) -> list[Paired]:
     return request.config.stash.setdefault(_PAIRED_KEY, [])
 
 
+@pytest.fixture(scope="session")
+def kv_mover(request: pytest.FixtureRequest) -> list[Row]:
+    """Rows of the data mover's benchmarks (test_mover_bench.py), printed after the codec summary."""
+    return request.config.stash.setdefault(_MOVER_KEY, [])
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     rows = config.stash.get(_RESULTS_KEY, [])
     paired = config.stash.get(_PAIRED_KEY, [])
-    if not rows and not paired:
+    mover = config.stash.get(_MOVER_KEY, [])
+    if not rows and not paired and not mover:
         return
     terminalreporter.section("kvcore benchmark summary")
     timer = timer_name(config)
     note = (" (CPU time of this process: steadier on a busy machine)" if "process_time" in timer
             else " (wall clock; on a busy machine try --benchmark-timer=time.process_time)")
     terminalreporter.write_line(f"timer: {timer}{note}")
-    for line in summary_lines(rows, paired):
-        terminalreporter.write_line(line)
+    if rows or paired:
+        for line in summary_lines(rows, paired):
+            terminalreporter.write_line(line)
+    if mover:
+        for line in mover_summary_lines(mover):
+            terminalreporter.write_line(line)

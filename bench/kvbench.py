@@ -9,14 +9,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from kvcore.bench.data import cast_kv, dtype_name, load_kv_file
+from kvcore.bench.data import cast_kv, dtype_name, kvdata_dir, load_kv_file
 
-ROOT = Path(__file__).resolve().parent.parent
-KVDATA = ROOT.parent / "shared" / "kvdata"
+KVDATA = kvdata_dir()
 
 NATIVE = ("bf16", "fp16")
 DERIVED = ("fp8_e4m3", "fp8_e5m2", "fp32")  # cast from the model's fp16 file
-ZIPNN_DTYPES = ("bf16", "fp16", "fp32")  # zipnn has no 1-byte format
 THREADS_INPUT_BYTES = 64 * 1024 * 1024
 QWEN_CHUNK_SHAPE = (36, 2, 256, 8, 128)  # 256 tokens of Qwen3-8B: [layers, K/V, tokens, kv_heads, head_dim]
 
@@ -243,21 +241,21 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
                     f"  {tag:<{wt}} {label} ratio < zipnn: {_fmt(mine and mine.ratio, '.4f')} vs "
                     f"{_fmt(zipnn and zipnn.ratio, '.4f')} -> {'n/a (not measured)' if ok is None else ('met' if ok else 'NOT met')}"
                 )
-        if dtype in ZIPNN_DTYPES:  # without a zipnn row: "n/a (not measured)", not left out
-            # the target holds for default frames and for decoder="avx512" ones (when measured)
-            for label, codec in (("dense", "kvcore-dense"), ("dense-avx512", "kvcore-dense-avx512")):
-                if codec not in codecs and codec != "kvcore-dense":
-                    continue
-                for direction in ("compress", "decompress"):
-                    a, b = row(codecs, codec, direction), row(codecs, "zipnn", direction)
-                    f, fb = _factor(a, b), _factor(a, b, best=True)
-                    lines.append(f"  {tag:<{wt}} {label} {direction} >= 3x zipnn: {_fmt(f, '.2f')}x "
-                                 f"[{_fmt(fb, '.2f')}x] -> {verdict(f, 3.0)}")
-            a, b = row(codecs, "kvcore-dense+out+layout", "compress"), row(codecs, "zipnn", "compress")
-            if a is not None:
+        # every dtype, fp8 included; without a zipnn row: "n/a (not measured)", not left out
+        # the target holds for default frames and for decoder="avx512" ones (when measured)
+        for label, codec in (("dense", "kvcore-dense"), ("dense-avx512", "kvcore-dense-avx512")):
+            if codec not in codecs and codec != "kvcore-dense":
+                continue
+            for direction in ("compress", "decompress"):
+                a, b = row(codecs, codec, direction), row(codecs, "zipnn", direction)
                 f, fb = _factor(a, b), _factor(a, b, best=True)
-                lines.append(f"  {tag:<{wt}} dense compress into out= in the layout of another chunk "
-                             f"(compress(layout=)) vs zipnn: {_fmt(f, '.2f')}x [{_fmt(fb, '.2f')}x]")
+                lines.append(f"  {tag:<{wt}} {label} {direction} >= 3x zipnn: {_fmt(f, '.2f')}x "
+                             f"[{_fmt(fb, '.2f')}x] -> {verdict(f, 3.0)}")
+        a, b = row(codecs, "kvcore-dense+out+layout", "compress"), row(codecs, "zipnn", "compress")
+        if a is not None:
+            f, fb = _factor(a, b), _factor(a, b, best=True)
+            lines.append(f"  {tag:<{wt}} dense compress into out= in the layout of another chunk "
+                         f"(compress(layout=)) vs zipnn: {_fmt(f, '.2f')}x [{_fmt(fb, '.2f')}x]")
         a, b = row(codecs, "kvcore-fast", "decompress"), row(codecs, "memcpy", "decompress")
         f, fb = _factor(a, b), _factor(a, b, best=True)
         lines.append(f"  {tag:<{wt}} fast decompress >= 0.5x memcpy: {_fmt(f, '.2f')}x "
@@ -282,6 +280,36 @@ def summary_lines(rows: list[Row], paired: Optional[list[Paired]] = None) -> lis
             lines.append(f"  {tag:<{wt}} {p.codec.removeprefix('kvcore-')} {p.direction} {claim}: "
                          f"{p.median:.2f}x [{min(p.factors):.2f}-{max(p.factors):.2f}] over {len(p.factors)} rounds "
                          f"({p.gbps(p.codec_s):.2f} vs {p.gbps(p.reference_s):.2f} GB/s) {outcome}")
+    return lines
+
+
+# The data mover's implementations besides numpy (bench/test_mover_bench.py).
+KVCORE_ONE, TORCH_ONE, KVCORE_ALL = "kvcore-1thread", "torch-1thread", "kvcore-allthreads"
+
+
+def mover_summary_lines(rows: list[Row]) -> list[str]:
+    """The data mover's results per operation: kvcore at threads=1 against numpy, which runs on
+    one thread (the pair compared, with the factor), torch at one thread beside them, and kvcore
+    on all hardware threads on a line of its own, with no factor over a one-thread reference."""
+    by: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        by.setdefault(r.data, {})[r.codec] = r
+    w = max([len(d) for d in by] + [4])
+
+    def speed(r: Optional[Row]) -> str:
+        return f"{_fmt(r and r.gbps, '.2f')} [{_fmt(r and r.best_gbps, '.2f')}]"
+
+    lines = ["data mover: GB/s of bytes moved over the mean time [best round]; the pair compared is "
+             "kvcore threads=1 against numpy (one thread):"]
+    for op, impls in by.items():
+        one, ref = impls.get(KVCORE_ONE), impls.get("numpy")
+        f, fb = _factor(one, ref), _factor(one, ref, best=True)
+        lines.append(f"  {op:<{w}} kvcore threads=1 {speed(one)} vs numpy {speed(ref)}: {_fmt(f, '.2f')}x "
+                     f"[{_fmt(fb, '.2f')}x]; torch threads=1 {speed(impls.get(TORCH_ONE))}")
+    lines.append("kvcore on all hardware threads (threads=None, its default; not compared with the one-thread "
+                 "references):")
+    for op, impls in by.items():
+        lines.append(f"  {op:<{w}} kvcore all threads {speed(impls.get(KVCORE_ALL))}")
     return lines
 
 

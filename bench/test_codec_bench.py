@@ -28,7 +28,6 @@ CODECS = [f"kvcore-{m}" for m in MODES] + ["kvcore-dense-avx512"] + PEER_NAMES
 INPUTS = kv_inputs()
 TARGET_S = 0.6  # timed seconds per benchmark, roughly
 MAX_ROUNDS = 25  # fast codecs get enough rounds that one disturbed round does not set the mean
-SLOW_PEERS = {"zlib-6+shuffle/256K", "isal-1+shuffle"}
 
 _codecs: dict[str, Codec] = {}
 _bound: dict[tuple[KVInput, str], Bound] = {}
@@ -58,8 +57,9 @@ def bind(inp: KVInput, name: str) -> Bound:
     if key not in _bound:
         codec = get_codec(name)
         data = load_input(inp)
-        if not codec.applies(data.dtype):
-            pytest.skip(f"{name} does not apply to {inp.dtype}")
+        why = codec.why_not(data.dtype)
+        if why:
+            pytest.skip(f"{name} on {inp.dtype}: {why}")
         _bound[key] = codec.bind(data)
     return _bound[key]
 
@@ -99,10 +99,8 @@ skip_no_data = pytest.mark.skipif(not INPUTS, reason="../shared/kvdata is not pr
 @pytest.mark.parametrize("direction", ["compress", "decompress"])
 @pytest.mark.parametrize("name", CODECS)
 @pytest.mark.parametrize("inp", INPUTS, ids=lambda i: i.id)
-def test_codec(benchmark: Any, kv_results: list, kv_full: bool, inp: KVInput, name: str, direction: str) -> None:
+def test_codec(benchmark: Any, kv_results: list, inp: KVInput, name: str, direction: str) -> None:
     """One codec, one input, one direction (compress runs before decompress for each pair)."""
-    if inp.cast and name in SLOW_PEERS and not kv_full:
-        pytest.skip(f"{name} is slow: on inputs derived by casting only with --kv-full")
     b = bind(inp, name)
     payload, t_first = first_payload(inp, name)
     size = b.size(payload)
@@ -257,8 +255,9 @@ def paired_work(inp: KVInput, name: str, direction: str) -> Callable[[], Any]:
     once, outside the timing). Not cached: the paired tests free their buffers when done."""
     codec = get_codec(name)
     data = load_input(inp)
-    if not codec.applies(data.dtype):
-        pytest.skip(f"{name} does not apply to {inp.dtype}")
+    why = codec.why_not(data.dtype)
+    if why:
+        pytest.skip(f"{name} on {inp.dtype}: {why}")
     b = codec.bind(data)
     if direction == "compress":
         return b.compress

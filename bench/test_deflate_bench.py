@@ -24,8 +24,9 @@ import torch
 
 import kvcore
 from kvcore import _native
+from kvcore.bench.data import kvdata_dir
 
-KVDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "kvdata"
+KVDATA = kvdata_dir()
 FILES = sorted(KVDATA.glob("*_bf16.safetensors")) if KVDATA.is_dir() else []
 INPUT_BYTES = 4 << 20
 CHUNK = 256 << 10

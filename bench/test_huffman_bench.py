@@ -15,15 +15,15 @@ work runs on the calling thread with the GIL released, so its CPU time counts).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kvcore
 from kvcore import _native
+from kvcore.bench.data import kvdata_dir
 
-KVDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "kvdata"
+KVDATA = kvdata_dir()
 PIECE = 128 * 1024
 
 

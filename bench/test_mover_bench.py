@@ -8,23 +8,60 @@
 - the overlapped pipeline copy -> compress of a 38 MB chunk (256 tokens of a
   Qwen3-8B-shaped model) vs the same stages one after the other (group "pipeline").
 
+numpy runs on one thread, so the pair compared is kvcore with threads=1 against numpy, with
+torch held to one thread beside them (torch spreads a large copy_ or index_select over its
+intra-op threads). kvcore on all hardware threads (threads=None, its default) is measured too,
+as "kvcore-allthreads", and reported on a line of its own, never as a factor over numpy.
+
 Run: python -m pytest bench/test_mover_bench.py --benchmark-only -q (about a minute).
-Rounds are few; GB/s are in each benchmark's extra_info (and the summary lines).
+Rounds are few; GB/s are in each benchmark's extra_info, and the end-of-run summary gives the
+copy / gather / scatter lines (bench/kvbench.py mover_summary_lines).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import pytest
 import torch
 
 import kvcore
+from kvbench import KVCORE_ALL, KVCORE_ONE, TORCH_ONE, Row, record
+from kvcore.bench.data import kvdata_dir
 
 KiB, MiB = 1 << 10, 1 << 20
 COPY_SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 64 * MiB]
-IMPLS = ["kvcore", "numpy", "torch"]
+IMPLS = [KVCORE_ONE, "numpy", TORCH_ONE, KVCORE_ALL]
+
+
+def kvcore_threads(impl: str, cpu_timer: bool) -> Optional[int]:
+    """kvcore's threads argument for an impl: 1, or None (all hardware threads; skipped when
+    timed in CPU time, which adds up over threads)."""
+    if impl != KVCORE_ALL:
+        return 1
+    if cpu_timer:
+        pytest.skip("all threads needs a wall-clock timer (CPU time adds up over threads)")
+    return None
+
+
+@pytest.fixture
+def torch_one_thread() -> Iterator[None]:
+    """torch held to one intra-op thread while a benchmark runs (its copy_, index_select and
+    index_copy_ spread large work over all of them otherwise)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def report(benchmark: Any, kv_mover: list, impl: str, nbytes: int) -> None:
+    """GB/s in extra_info, and the row the end-of-run summary reads."""
+    benchmark.extra_info["GB/s"] = round(nbytes / benchmark.stats.stats.mean / 1e9, 2)
+    benchmark.extra_info["threads"] = kvcore.features()["hardware_threads"] if impl == KVCORE_ALL else 1
+    record(kv_mover, benchmark, Row(benchmark.group, "bytes", impl, "move", nbytes, nbytes))
 
 
 def _rounds(nbytes: int) -> tuple[int, int]:
@@ -40,12 +77,13 @@ def _human(n: int) -> str:
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("size", COPY_SIZES, ids=_human)
-def test_copy_throughput(benchmark, size, impl):
+def test_copy_throughput(benchmark, kv_mover, cpu_timer, torch_one_thread, size, impl):
     benchmark.group = f"copy {_human(size)}"
     src = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
     dst = np.empty_like(src)
-    if impl == "kvcore":
-        fn = lambda: kvcore.copy_async(dst, src).result()  # noqa: E731
+    if impl.startswith("kvcore"):
+        threads = kvcore_threads(impl, cpu_timer)
+        fn = lambda: kvcore.copy_async(dst, src, threads=threads).result()  # noqa: E731
     elif impl == "numpy":
         fn = lambda: np.copyto(dst, src)  # noqa: E731
     else:
@@ -54,7 +92,7 @@ def test_copy_throughput(benchmark, size, impl):
     rounds, iters = _rounds(size)
     benchmark.pedantic(fn, rounds=rounds, iterations=iters, warmup_rounds=1)
     assert np.array_equal(dst, src)
-    benchmark.extra_info["GB/s"] = round(size / benchmark.stats.stats.mean / 1e9, 2)
+    report(benchmark, kv_mover, impl, size)
 
 
 BLOCKS, PICK = 1024, 256
@@ -70,33 +108,33 @@ def paged_layer():
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_gather_32k_blocks(benchmark, paged_layer, impl):
+def test_gather_32k_blocks(benchmark, kv_mover, cpu_timer, torch_one_thread, paged_layer, impl):
     benchmark.group = "gather 256 x 32KiB"
     kv, idx = paged_layer
     out = torch.empty((PICK, *BLOCK_SHAPE), dtype=kv.dtype)
-    if impl == "kvcore":
-        ids = idx.numpy()
-        fn = lambda: kvcore.gather(kv, ids, out=out).result()  # noqa: E731
-    elif impl == "torch":
+    if impl.startswith("kvcore"):
+        ids, threads = idx.numpy(), kvcore_threads(impl, cpu_timer)
+        fn = lambda: kvcore.gather(kv, ids, out=out, threads=threads).result()  # noqa: E731
+    elif impl == TORCH_ONE:
         fn = lambda: torch.index_select(kv, 0, idx, out=out)  # noqa: E731
     else:
         kvn, outn, ids = kv.view(torch.int16).numpy(), out.view(torch.int16).numpy(), idx.numpy()
         fn = lambda: np.take(kvn, ids, axis=0, out=outn)  # noqa: E731
     benchmark.pedantic(fn, rounds=10, iterations=5, warmup_rounds=1)
     assert torch.equal(out.view(torch.int16), kv[idx].view(torch.int16))
-    benchmark.extra_info["GB/s"] = round(out.numel() * 2 / benchmark.stats.stats.mean / 1e9, 2)
+    report(benchmark, kv_mover, impl, out.numel() * 2)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_scatter_32k_blocks(benchmark, paged_layer, impl):
+def test_scatter_32k_blocks(benchmark, kv_mover, cpu_timer, torch_one_thread, paged_layer, impl):
     benchmark.group = "scatter 256 x 32KiB"
     kv, idx = paged_layer
     staging = kv[idx].clone()
     dest = torch.zeros_like(kv)
-    if impl == "kvcore":
-        ids = idx.numpy()
-        fn = lambda: kvcore.scatter(staging, dest, ids).result()  # noqa: E731
-    elif impl == "torch":
+    if impl.startswith("kvcore"):
+        ids, threads = idx.numpy(), kvcore_threads(impl, cpu_timer)
+        fn = lambda: kvcore.scatter(staging, dest, ids, threads=threads).result()  # noqa: E731
+    elif impl == TORCH_ONE:
         fn = lambda: dest.index_copy_(0, idx, staging)  # noqa: E731
     else:
         dn, sn, ids = dest.view(torch.int16).numpy(), staging.view(torch.int16).numpy(), idx.numpy()
@@ -106,13 +144,13 @@ def test_scatter_32k_blocks(benchmark, paged_layer, impl):
 
     benchmark.pedantic(fn, rounds=10, iterations=5, warmup_rounds=1)
     assert torch.equal(dest[idx].view(torch.int16), staging.view(torch.int16))
-    benchmark.extra_info["GB/s"] = round(staging.numel() * 2 / benchmark.stats.stats.mean / 1e9, 2)
+    report(benchmark, kv_mover, impl, staging.numel() * 2)
 
 
 # ---- the overlapped pipeline: copy -> compress of one 38 MB chunk ----
 CHUNK_BYTES = 36 * 2 * 8 * 128 * 2 * 256  # 256 tokens of a Qwen3-8B-shaped model (bf16): 37,748,736
 PIECES = 6  # the chunk moves in 6 pieces (layer groups), so stage i+1 overlaps stage i
-KVDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "kvdata" / "minilm_l6_kv_bf16.safetensors"
+KVDATA = kvdata_dir() / "minilm_l6_kv_bf16.safetensors"
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,14 @@ bf16, 37.7 MB. GB/s = extra_info["bytes"] / time.
     python -m pytest bench/test_shuffle_bench.py --benchmark-columns=min,mean,median
 """
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import kvcore
 from kvcore import _native
+from kvcore.bench.data import kvdata_dir
 
-KVDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "kvdata"
+KVDATA = kvdata_dir()
 BF16 = KVDATA / "minilm_l6_kv_bf16.safetensors"
 ROUNDS = 8
 

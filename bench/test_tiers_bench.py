@@ -36,10 +36,11 @@ import pytest
 import torch
 
 from kvbench import QWEN_CHUNK_SHAPE, qwen_chunk
+from kvcore.bench.data import kvdata_dir
 from kvcore.tiers import Namespace, RemoteConfig, TierManager
 
 ROOT = Path(__file__).resolve().parent.parent
-KVDATA = ROOT.parent / "shared" / "kvdata"
+KVDATA = kvdata_dir()
 L, _, T, H, D = QWEN_CHUNK_SHAPE
 CHUNK_BYTES = L * 2 * T * H * D * 2
 ROUNDS = 4

@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from kvcore.bench import data as bench_data
+
 ROOT = Path(__file__).resolve().parent.parent
-KVDATA = ROOT.parent / "shared" / "kvdata"
+KVDATA = bench_data.kvdata_dir()  # the fixture kvdata_dir below shadows the function's name
 MODELS = ROOT.parent / "shared" / "models"
 
 
@@ -16,5 +18,5 @@ def kvdata_files() -> list[Path]:
 @pytest.fixture(scope="session")
 def kvdata_dir() -> Path:
     if not KVDATA.is_dir():
-        pytest.skip("../shared/kvdata is not present")
+        pytest.skip(f"{KVDATA} is not present (name the kvdata folder with KVCORE_KVDATA)")
     return KVDATA

@@ -7,7 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-KVDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "kvdata"
+from kvcore.bench.data import kvdata_dir
+
+KVDATA = kvdata_dir()
 
 
 def files() -> list[Path]:

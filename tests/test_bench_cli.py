@@ -122,6 +122,40 @@ def test_fp8_skips_shuffle_peers(capsys, kv_file):
     assert any("zstd-1+shuffle" in s for s in report["not_applicable"]) or "zstd-1+shuffle" in report["skipped"]
 
 
+@pytest.mark.skipif("zstd-1+shuffle" in missing_peers(), reason="zstandard is not installed")
+def test_a_peer_left_out_of_a_dtype_is_named_with_the_reason(capsys, kv_file):
+    """The printed table leaves a peer that does not apply to a dtype out: a line under it names
+    the peer and says why (before, only kvcore's rows got such a line; a peer just vanished)."""
+    path, _ = kv_file
+    assert main(["bench", "--safetensors", str(path), "--repeat", "1", "--dtype", "fp8_e5m2", "--quiet",
+                 "--codecs", "zstd-1,zstd-1+shuffle"]) == 0
+    out = capsys.readouterr().out
+    assert (f"not measured zstd-1+shuffle on {path.name} (fp8_e5m2): a byte shuffle does nothing to 1-byte "
+            "elements: zstd-1 covers it") in out
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--dtype", "fp8_e5m2",
+                      "--codecs", "zstd-1,zstd-1+shuffle")
+    assert report["not_applicable_why"] == {f"zstd-1+shuffle on {path.name} (fp8_e5m2)":
+                                            "a byte shuffle does nothing to 1-byte elements: zstd-1 covers it"}
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_e5m2"])
+def test_fp8_is_measured_by_the_peers_that_have_no_unshuffled_run(capsys, kv_file, dtype):
+    """ISA-L and zlib (KV Shrink's CPU path) run on fp8 without their byte shuffle (a no-op on
+    1-byte elements), and zipnn codes fp8: all are measured and round-trip checked. Before, the
+    first two were "not applicable" (as if an unshuffled run covered them; none exists) and
+    zipnn was left out as having no 1-byte format."""
+    path, _ = kv_file
+    peers = {"isal-1+shuffle", "zlib-6+shuffle/256K", "zipnn"}
+    report = run_json(capsys, "--safetensors", str(path), "--repeat", "1", "--dtype", dtype,
+                      "--codecs", ",".join(sorted(peers)))
+    got = {r["codec"]: r for r in report["results"]}
+    assert set(got) == peers - set(report["skipped"])  # only a missing package leaves one out
+    assert not report["not_applicable"]
+    for r in got.values():
+        assert r["dtype"] == ("fp8_e4m3" if dtype == "fp8" else dtype) and r["verified"]
+        assert 0 < r["compressed_bytes"] < r["original_bytes"]
+
+
 @needs_codec
 def test_tensors_kvcore_does_not_code_are_measured_by_the_peers_alone(capsys, tmp_path):
     """A file that also holds int64, float64 and bool tensors (position ids, masks, a
@@ -211,7 +245,7 @@ def test_peer_round_trips_bit_exact():
     from kvcore.bench.peers import peer_codecs
 
     special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40, 3.0])
-    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e5m2):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2):
         x = torch.cat([special.to(dtype), kv_like(64, 2, 8, 1).to(dtype).reshape(-1)])
         for codec in peer_codecs(1):
             if not codec.applies(dtype):
@@ -283,3 +317,48 @@ def test_a_decoder_that_writes_nothing_fails_the_check(monkeypatch):
     m = Memcpy().bind(x)
     monkeypatch.setattr(np, "copyto", lambda dst, src: None)
     assert not m.equal(m.decompress(m.compress()))
+
+
+def test_kvdata_folder_is_named_by_the_environment(monkeypatch, tmp_path):
+    """A worktree with no ../shared/kvdata beside it names the folder with KVCORE_KVDATA; before,
+    every benchmark and test on real KV data was skipped there."""
+    from kvcore.bench.data import kvdata_dir
+
+    monkeypatch.setenv("KVCORE_KVDATA", str(tmp_path))
+    assert kvdata_dir() == tmp_path
+    monkeypatch.delenv("KVCORE_KVDATA")
+    assert kvdata_dir() == ROOT.parent / "shared" / "kvdata"
+
+
+@pytest.mark.skipif("zipnn" in missing_peers(), reason="zipnn is not installed")
+def test_zipnn_codes_fp8_or_says_why_not():
+    """zipnn 0.5.4 codes fp8 bytes, so it is measured on fp8; a zipnn that fails the small fp8
+    round trip is left out of fp8 with the reason, and still measured on the wider dtypes."""
+    import importlib.metadata
+
+    from kvcore.bench.peers import peer_codecs
+
+    (z,) = peer_codecs(1, ["zipnn"])
+    version = tuple(int(p) for p in importlib.metadata.version("zipnn").split(".")[:3] if p.isdigit())
+    if version >= (0, 5, 4):
+        assert z.codes_fp8 and z.applies(torch.float8_e4m3fn) and z.applies(torch.float8_e5m2)
+    z.codes_fp8 = False  # as an older zipnn
+    assert "fails a round trip of fp8" in z.why_not(torch.float8_e5m2)
+    assert not z.applies(torch.float8_e4m3fn) and z.applies(torch.bfloat16)
+    assert z.why_not(torch.float64) == "zipnn has no torch.float64 format"
+
+
+def test_table_compares_fp8_with_the_raw_coder_that_stands_for_its_shuffle():
+    """On fp8 zstd-1+shuffle is not run (a shuffle does nothing to 1-byte elements), so kvcore's
+    "vs zstd-1+shuffle" cell there is against zstd-1; it was empty before."""
+    from kvcore.bench.runner import Measurement, format_table
+
+    def m(codec: str, dtype: str, seconds: float):
+        return Measurement("kv", dtype, codec, 1000, 700, seconds, seconds / 2, 1, True)
+
+    rows = [m("kvcore-dense", "fp8_e4m3", 1.0), m("zstd-1", "fp8_e4m3", 2.0),
+            m("kvcore-dense", "bf16", 1.0), m("zstd-1", "bf16", 3.0), m("zstd-1+shuffle", "bf16", 4.0)]
+    cells = [line.split() for line in format_table(rows).splitlines()]
+    dense = {c[1]: c for c in cells if "kvcore-dense" in c}
+    assert dense["fp8_e4m3"][-3:] == ["2.00x", "/", "2.00x"]
+    assert dense["bf16"][-3:] == ["4.00x", "/", "4.00x"]  # bf16: against the shuffled run, not zstd-1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from kvbench import Paired, Row, summary_lines  # noqa: E402
+from kvbench import KVCORE_ALL, KVCORE_ONE, TORCH_ONE, Paired, Row, mover_summary_lines, summary_lines  # noqa: E402
 
 
 def rows(dense_s: float, zipnn_s: float) -> list[Row]:
@@ -110,15 +110,24 @@ def test_paired_round_times_the_call_alone_in_alternating_order() -> None:
 
 
 def test_dense_vs_zipnn_targets_without_zipnn_are_reported_not_measured() -> None:
-    """On every dtype zipnn codes (fp32 too) a missing zipnn row gives "n/a (not measured)";
-    on fp32 the lines were left out before, so nothing said the target went unchecked."""
-    for dtype in ("bf16", "fp32"):
+    """On every dtype (fp32 and fp8 too) a missing zipnn row gives "n/a (not measured)"; on fp32
+    the lines were left out before, and on fp8 until zipnn was measured there, so nothing said
+    the target went unchecked."""
+    for dtype in ("bf16", "fp32", "fp8_e4m3", "fp8_e5m2"):
         dense = [Row("m", dtype, "kvcore-dense", d, 100, 60, mean_s=1.0, min_s=1.0) for d in ("compress", "decompress")]
         lines = summary_lines(dense)
         for direction in ("compress", "decompress"):
             assert target_line(lines, f"dense {direction} >= 3x zipnn").endswith("-> n/a (not measured)"), dtype
-    lines = summary_lines([Row("m", "fp8_e4m3", "kvcore-dense", "compress", 100, 60, mean_s=1.0, min_s=1.0)])
-    assert not [s for s in lines if "zipnn" in s]  # zipnn does not code fp8: no target there
+
+
+def test_fp8_rows_get_the_zipnn_verdict_like_the_other_dtypes() -> None:
+    """zipnn codes fp8 (0.5.4: one byte group), so fp8 inputs are reported against it the same
+    way as fp16 and fp32 (issue: "fp16, fp32 and fp8 measured and reported the same way")."""
+    rs = [Row(r.data, "fp8_e5m2", r.codec, r.direction, r.original_bytes, r.compressed_bytes, r.mean_s, r.min_s)
+          for r in rows(dense_s=1.0, zipnn_s=3.5)]
+    lines = summary_lines(rs)
+    assert target_line(lines, "dense compress >= 3x zipnn").endswith("3.50x [3.50x] -> met")
+    assert "fp8_e5m2" in target_line(lines, "dense decompress >= 3x zipnn")
 
 
 def test_avx512_frames_get_the_separate_benchmarks_verdict_too() -> None:
@@ -132,3 +141,18 @@ def test_avx512_frames_get_the_separate_benchmarks_verdict_too() -> None:
     assert target_line(lines, "dense-avx512 compress >= 3x zipnn").endswith("3.50x [1.75x] -> met")
     assert target_line(lines, "dense-avx512 decompress >= 3x zipnn").endswith("1.40x [0.70x] -> NOT met")
     assert not [s for s in summary_lines(rows(1.0, 3.5)) if "dense-avx512" in s]  # not measured: no line
+
+
+def test_mover_summary_compares_kvcore_on_one_thread_with_numpy() -> None:
+    """numpy copies on one thread, so the mover's factor is kvcore at threads=1 over numpy; kvcore
+    on all hardware threads gets a line of its own with no factor. Before, kvcore on all threads
+    was the only kvcore run and was set beside numpy's one thread."""
+    seconds = {KVCORE_ONE: 0.5, "numpy": 1.0, TORCH_ONE: 0.8, KVCORE_ALL: 0.25}
+    rs = [Row("copy 64MiB", "bytes", impl, "move", 10**9, 10**9, mean_s=s, min_s=s * 0.8) for impl, s in seconds.items()]
+    lines = mover_summary_lines(rs)
+    pair = target_line(lines, "copy 64MiB kvcore threads=1")
+    assert "2.00 [2.50] vs numpy 1.00 [1.25]: 2.00x [2.00x]" in pair
+    assert pair.endswith("torch threads=1 1.25 [1.56]")
+    alone = target_line(lines, "copy 64MiB kvcore all threads")
+    assert alone.endswith("4.00 [5.00]") and "x" not in alone.split("threads")[-1]
+    assert "4.00x" not in "\n".join(lines)  # the all-threads speed is never a factor over numpy

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 
 from .._args import MODES
-from .peers import Bound, Codec, peer_codecs
+from .peers import Bound, Codec
 
 
 def kvcore_codec_available() -> Optional[str]:
@@ -52,10 +52,12 @@ class KvcoreCodec(Codec):
         coded_for = "" if decoder == "any" else f", decoder={decoder!r}"
         self.description = f"kvcore {mode} mode{coded_for}, threads={threads}{into}{laid}, decompress into out="
 
-    def applies(self, dtype: torch.dtype) -> bool:
+    def why_not(self, dtype: torch.dtype) -> Optional[str]:
         from kvcore.dtypes import SUPPORTED
 
-        return str(dtype).removeprefix("torch.") in SUPPORTED  # not int64, bool, float64...
+        if str(dtype).removeprefix("torch.") not in SUPPORTED:  # int64, bool, float64...
+            return f"kvcore codes {', '.join(SUPPORTED)}"
+        return None
 
     def bind(self, data: torch.Tensor, like: Optional[torch.Tensor] = None) -> Bound:
         import kvcore
@@ -144,11 +146,3 @@ def _count_methods(methods: Any) -> Any:
 
     walk(methods)
     return counts
-
-
-def all_codecs(threads: int = 1, peers: Optional[list[str]] = None, kvcore: bool = True) -> list[Codec]:
-    """kvcore dense and fast (when this build has the codec) followed by the installed peers."""
-    out: list[Codec] = []
-    if kvcore and kvcore_codec_available() is None:
-        out += [KvcoreCodec(m, threads) for m in MODES]
-    return out + peer_codecs(threads, peers)

@@ -16,10 +16,24 @@ torch.float8_e4m3fn
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
 import torch
+
+KVDATA_ENV = "KVCORE_KVDATA"
+
+
+def kvdata_dir() -> Path:
+    """The folder of real KV files (``shared/kvdata``): ``$KVCORE_KVDATA`` when set, else
+    ``../shared/kvdata`` beside this checkout. A git worktree that lives elsewhere (e.g. under
+    ``/work/wt``) has no such sibling and names the folder with the variable."""
+    named = os.environ.get(KVDATA_ENV)
+    if named:
+        return Path(named)
+    return Path(__file__).resolve().parents[2].parent / "shared" / "kvdata"
+
 
 # CLI / file names of the dtypes a benchmark can use.
 DTYPES: dict[str, torch.dtype] = {

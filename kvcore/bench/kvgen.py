@@ -52,11 +52,6 @@ def iter_texts(paths: Optional[Sequence[Union[str, Path]]] = None) -> Iterator[t
         yield p, p.read_text(encoding="utf-8", errors="replace")
 
 
-def read_texts(paths: Optional[Sequence[Union[str, Path]]] = None) -> str:
-    """The text of ``paths`` (default: :func:`default_text_files`) joined with blank lines."""
-    return "\n\n".join(text for _p, text in iter_texts(paths))
-
-
 def token_ids(
     tok: WordPieceTokenizer,
     n: int,

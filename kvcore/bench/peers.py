@@ -57,7 +57,11 @@ class Codec:
 
     def applies(self, dtype: torch.dtype) -> bool:
         """Whether this codec is measured on data of ``dtype``."""
-        return True
+        return self.why_not(dtype) is None
+
+    def why_not(self, dtype: torch.dtype) -> Optional[str]:
+        """None when this codec is measured on data of ``dtype``, else why it is not."""
+        return None
 
     def bind(self, data: torch.Tensor) -> Bound:
         raise NotImplementedError
@@ -100,6 +104,10 @@ def byte_unshuffle(planes: np.ndarray, itemsize: int, out: np.ndarray) -> np.nda
     return out
 
 
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
 def _frombuffer(b: Any) -> np.ndarray:
     return b if isinstance(b, np.ndarray) else np.frombuffer(b, dtype=np.uint8)
 
@@ -111,10 +119,14 @@ class ByteCodec(Codec):
     """
 
     shuffle: bool = False
+    raw_twin: bool = False  # the same coder is also a peer on the unshuffled bytes
 
-    def applies(self, dtype: torch.dtype) -> bool:
-        # A byte shuffle of 1-byte elements does nothing: the unshuffled run covers it.
-        return not (self.shuffle and torch.empty(0, dtype=dtype).element_size() == 1)
+    def why_not(self, dtype: torch.dtype) -> Optional[str]:
+        # A byte shuffle of 1-byte elements does nothing: where the same coder also runs on the
+        # unshuffled bytes, that run covers fp8. Otherwise the codec runs, without the shuffle.
+        if self.shuffle and self.raw_twin and _itemsize(dtype) == 1:
+            return f"a byte shuffle does nothing to 1-byte elements: {self.name.removesuffix('+shuffle')} covers it"
+        return None
 
     def _compress(self, buf: np.ndarray, itemsize: int) -> Any:
         raise NotImplementedError
@@ -188,6 +200,7 @@ class Zstd(ByteCodec):
         import zstandard
 
         self.level, self.shuffle = level, shuffle
+        self.raw_twin = shuffle  # zstd-<level> without the shuffle is a peer too
         self.name = f"zstd-{level}" + ("+shuffle" if shuffle else "")
         self.description = f"zstandard level {level}" + (" after byte shuffle" if shuffle else " on raw bytes")
         # zstandard: threads=0 compresses in the calling thread; n > 1 uses n workers.
@@ -251,7 +264,8 @@ class ZipNN(ByteCodec):
     """ZipNN (byte grouping + Huffman/zstd, chosen automatically) on the tensor's bytes."""
 
     name = "zipnn"
-    _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+    _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
+               torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}
 
     def __init__(self, threads: int = 1):
         import zipnn
@@ -260,9 +274,23 @@ class ZipNN(ByteCodec):
         self.threads = max(1, threads)
         self.description = f"zipnn.ZipNN byte input, threads={self.threads}"
         self._by_dtype: dict[str, Any] = {}
+        self.codes_fp8 = self._round_trips_fp8()
 
-    def applies(self, dtype: torch.dtype) -> bool:
-        return dtype in self._DTYPES  # ZipNN has no 1-byte float format
+    def why_not(self, dtype: torch.dtype) -> Optional[str]:
+        if dtype not in self._DTYPES:
+            return f"zipnn has no {dtype} format"
+        if _itemsize(dtype) == 1 and not self.codes_fp8:
+            return "the installed zipnn fails a round trip of fp8 bytes (0.5.4 codes them)"
+        return None
+
+    def _round_trips_fp8(self) -> bool:
+        """Whether the installed zipnn codes fp8 bytes (0.5.4 does: one byte group, Huffman)."""
+        probe = bytes(range(256)) * 16
+        try:
+            z = self._zipnn.ZipNN(input_format="byte", bytearray_dtype="float8_e4m3fn", threads=1)
+            return bytes(z.decompress(z.compress(bytearray(probe)))) == probe
+        except Exception:  # an older zipnn: an unknown dtype name, or no 1-byte path
+            return False
 
     def _get(self, name: str) -> Any:
         z = self._by_dtype.get(name)
@@ -272,7 +300,7 @@ class ZipNN(ByteCodec):
         return z
 
     def bind(self, data: torch.Tensor) -> Bound:
-        if data.dtype not in self._DTYPES:
+        if not self.applies(data.dtype):
             raise ValueError(f"zipnn does not handle {data.dtype}")
         z = self._get(self._DTYPES[data.dtype])
         src = as_bytes(data)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from .data import dtype_name
+from .data import DTYPES, dtype_name
 from .peers import Codec
 
 
@@ -121,11 +121,23 @@ def measure(codec: Codec, data: torch.Tensor, name: str, repeat: int = 3, clock:
     )
 
 
+def _reference_rows(rows: list[Measurement], reference: str) -> dict[tuple[str, str], Measurement]:
+    """(data, dtype) -> the reference's row. On 1-byte dtypes, where a byte shuffle does nothing
+    and the "+shuffle" peer is not run, the same coder on the raw bytes stands in for it."""
+    refs = {}
+    for r in rows:
+        one_byte = r.dtype in DTYPES and torch.empty(0, dtype=DTYPES[r.dtype]).element_size() == 1
+        if r.codec == reference or (one_byte and r.codec == reference.removesuffix("+shuffle")):
+            refs[(r.data, r.dtype)] = r
+    return refs
+
+
 def format_table(rows: Iterable[Measurement], reference: Optional[str] = "zstd-1+shuffle") -> str:
     """A fixed-width table: data, dtype, codec, ratio, compress GB/s, decompress GB/s, and the
-    kvcore rows' speed relative to ``reference`` measured on the same data (when present)."""
+    kvcore rows' speed relative to ``reference`` measured on the same data (when present; on
+    fp8, where a shuffle does nothing, relative to the same coder without it)."""
     rows = list(rows)
-    refs = {(r.data, r.dtype): r for r in rows if r.codec == reference}
+    refs = _reference_rows(rows, reference) if reference else {}
     header = ["data", "dtype", "codec", "ratio", "comp GB/s", "decomp GB/s"]
     if refs:
         header.append(f"vs {reference} (c/d)")

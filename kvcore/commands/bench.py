@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -139,9 +139,10 @@ def run(args: argparse.Namespace) -> int:
 
     from kvcore.bench.data import dtype_name
 
-    jobs = [(name, t, c) for name, t in inputs for c in codecs]
-    na = sorted(f"{c.name} on {name} ({dtype_name(t.dtype)})" for name, t, c in jobs if not c.applies(t.dtype))
-    jobs = [j for j in jobs if j[2].applies(j[1].dtype)]
+    pairs = [(name, t, c, c.why_not(t.dtype)) for name, t in inputs for c in codecs]
+    why_na = {f"{c.name} on {name} ({dtype_name(t.dtype)})": why for name, t, c, why in pairs if why}
+    na = sorted(why_na)
+    jobs = [(name, t, c) for name, t, c, why in pairs if not why]
     if not jobs:
         return _error(f"no codec applies to the input: {'; '.join(na)}")
     progress.total = max(1, len(jobs))
@@ -167,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
         "kvcore": {"version": kvcore.__version__, "features": kvcore.features()},
         "results": [r.to_dict() for r in results],
         "not_applicable": na,
+        "not_applicable_why": why_na,
         "skipped": skipped,
     }
     if args.json:
@@ -189,4 +191,7 @@ def run(args: argparse.Namespace) -> int:
     if any(n.startswith("kvcore-") for n in na):
         print("not measured (kvcore codes " + ", ".join(SUPPORTED) + "; --dtype casts floating-point tensors): "
               + "; ".join(n for n in na if n.startswith("kvcore-")))
+    for label in na:
+        if not label.startswith("kvcore-"):
+            print(f"not measured {label}: {why_na[label]}")
     return 0
