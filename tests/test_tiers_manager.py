@@ -12,7 +12,7 @@ import torch
 import kvcore
 from kvcore.errors import InvalidArgumentError
 from kvcore.tiers import Namespace, TierConfig, TierManager
-from tiers_support import errors_of_threads, load_kv, local_redis, redis_server, wait_until  # noqa: F401
+from tiers_support import errors_of_threads, leftover_temporaries, load_kv, local_redis, redis_server, wait_until  # noqa: F401
 
 NS = Namespace("minilm-l6", "bfloat16", salt="tests")
 
@@ -754,6 +754,41 @@ def test_set_ttl_reaches_the_ssd_files(tmp_path, kv):
             assert t0 + 999.99 <= tm.ssd.entry(ck.digest).expires_ms / 1000 <= time.time() + 1000
         out = torch.zeros_like(kv[:, :, :512])
         assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+
+
+@pytest.mark.parametrize("sent", [True, False])
+def test_an_ssd_victim_is_found_while_it_is_demoted_to_redis(tmp_path, redis_server, kv, monkeypatch, sent):
+    """An SSD victim left the SSD index before its send to Redis began: until the send
+    landed, a lookup or retrieve missed a chunk that existed. It is now found on SSD (read
+    from its file) until the send returns; then it is in Redis, or, when the send failed,
+    dropped as an eviction without Redis drops it, its file and reservation gone."""
+    first, second = tokens_for(256, 64), tokens_for(256, 65)
+    cap = int(blob_size(kv) * 1.5)  # one chunk
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=cap, remote_url=redis_server.url,
+                     remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
+        tm.store(first, kv[:, :, :256])
+        assert tm.flush(30) and tm.lookup(first).tiers == ["ssd"]
+        entered, release = threading.Event(), threading.Event()
+        put = tm.remote.put
+
+        def gated_put(*args, **kwargs):
+            entered.set()
+            assert release.wait(30)
+            return put(*args, **kwargs) if sent else False
+
+        monkeypatch.setattr(tm.remote, "put", gated_put)
+        tm.store(second, kv[:, :, 256:512])  # makes the first chunk the SSD tier's victim
+        try:
+            assert entered.wait(30)  # its send has begun
+            assert tm.lookup(first).tiers == ["ssd"]
+            out = torch.zeros_like(kv[:, :, :256])
+            assert tm.retrieve(first, out) == 256 and same(out, kv[:, :, :256])
+        finally:
+            release.set()
+        assert tm.flush(30)
+        assert tm.lookup(first).tiers == (["remote"] if sent else [])
+        assert tm.lookup(second).tiers == ["ssd"]
+        assert not leftover_temporaries(tmp_path) and tm.ssd.used_bytes == tm.ssd.entry(tm.keys(second)[0].digest).size
 
 
 def test_restore_vs_recompute(tmp_path, kv):

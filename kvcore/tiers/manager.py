@@ -687,8 +687,9 @@ class TierManager:
 
     def _ssd_evicted(self, key: bytes, e) -> None:
         """SSD victim: demote to remote when one is configured (called outside the SSD tier's locks,
-        before the file is removed). Until the send lands, the chunk is in neither tier: a
-        lookup or retrieve meanwhile misses it (see SSDTier.on_evict)."""
+        before the file is removed). Until this returns, the SSD tier still finds the chunk
+        (lookups say "ssd", reads read its file: see SSDTier.on_evict); a send that fails
+        leaves it dropped, as an eviction without a remote tier does."""
         if self.remote is None or not self.config.demote_on_pressure or not self.remote.available:
             return
         if e.expired():
