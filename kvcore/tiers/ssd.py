@@ -584,6 +584,32 @@ class SSDTier:
                                                       thread_name_prefix="kvcore-ssd-write")
             return self._writers
 
+    def set_expiry(self, key: bytes, expires_ms: int) -> bool:
+        """Gives key's file another expiry (0: never) by renaming it (its name carries the
+        expiry; the data is not rewritten). False when key has no file here (a victim being
+        demoted included: it leaves with the expiry it had)."""
+        with self._changing():
+            e = self.index.get(key)
+            if e is None or self._journal.left:
+                return False
+            if e.expires_ms == expires_ms:
+                return True
+            moved = self._entry(key, e.ns_tag, e.size, e.start, e.ntokens, expires_ms)
+            try:
+                os.rename(e.path, moved.path)
+            except OSError as exc:
+                self._failed(exc)
+                return False
+            self.index[key] = moved  # same size; its place in the eviction order stays
+            self._record(DEL, key)
+            self._record(ADD, key, moved)
+        if self.fsync:
+            try:
+                _fsync_dir(moved.path.parent)
+            except OSError as exc:
+                self._failed(exc)
+        return True
+
     # ---- read ----
     def _live_entry(self, key: bytes):
         """key's index entry, or None (a miss, counted; an expired entry is removed)."""
