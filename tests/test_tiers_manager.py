@@ -12,7 +12,7 @@ import torch
 import kvcore
 from kvcore.errors import InvalidArgumentError
 from kvcore.tiers import Namespace, TierConfig, TierManager
-from tiers_support import errors_of_threads, load_kv, local_redis, redis_server, wait_until  # noqa: F401
+from tiers_support import errors_of_threads, leftover_temporaries, load_kv, local_redis, redis_server, wait_until  # noqa: F401
 
 NS = Namespace("minilm-l6", "bfloat16", salt="tests")
 
@@ -493,12 +493,15 @@ def test_redis_killed_mid_run(tmp_path, redis_server, kv):
     assert tm.close()
 
 
-def test_close_with_dead_redis_returns_after_its_own_timeout(redis_server, kv):
+def test_close_with_dead_redis_returns_after_its_own_timeout(redis_server, kv, monkeypatch):
     # The sends' sockets wait 60 s, so a close that waited on the hung server would take a
     # minute: close(timeout=4) must return after its own 4 s, and a bound of 30 s tells the
     # two apart with a margin a loaded machine never eats (5 s left about 1 s of it).
     rc = local_redis(op_timeout_s=60, reset_after_s=600)
     tm = TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS, queue_chunks=2)
+    # The worker's look for chunks Redis holds already would time out and open the breaker,
+    # and the sends would then be skipped: here it answers "none" at once, so a send hangs.
+    monkeypatch.setattr(tm.remote, "exists_many", lambda ns_tag, keys: [False] * len(keys))
     redis_server.pause()  # hung server, worst case
     try:
         for i in range(3):
@@ -754,6 +757,139 @@ def test_set_ttl_reaches_the_ssd_files(tmp_path, kv):
             assert t0 + 999.99 <= tm.ssd.entry(ck.digest).expires_ms / 1000 <= time.time() + 1000
         out = torch.zeros_like(kv[:, :, :512])
         assert tm.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+
+
+def redis_pttls(tm, toks, url):
+    """The PTTL (ms; -1: none) of every Redis part of the chunks of toks."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    return [r.pttl(n) for ck in tm.keys(toks) for n in r.keys(f"kvcore:{tm._ns_tag}:{{{ck.hex}}}:*")]
+
+
+def within(seconds, ttls_ms):
+    """Whether every TTL (ms) is seconds, less at most 10 s of test time."""
+    return bool(ttls_ms) and all(seconds * 1000 - 10_000 < ms <= seconds * 1000 for ms in ttls_ms)
+
+
+@pytest.mark.parametrize("where", ["ssd", "remote", "every tier", "queued"])
+def test_a_store_again_with_a_ttl_moves_the_expiry_of_every_copy(tmp_path, redis_server, kv, where):
+    """A store of chunks stored already, with another ttl, changed only this process's
+    settings: the SSD file (its name) and the Redis values kept the old expiry, which other
+    processes, and this one after a restart, saw; chunks only in Redis were encoded and
+    sent again instead. Now every copy takes the new expiry, and no data moves again."""
+    toks = tokens_for(512, 60)
+    ssd = {"ssd_dir": str(tmp_path), "ssd_bytes": 1 << 30}
+    remote = {"remote_url": redis_server.url, "remote": local_redis(part_bytes=1 << 19)}  # 3 parts a chunk
+    opts = {"ssd": {"ddr_bytes": 0, **ssd}, "remote": {"ddr_bytes": 0, **remote}}.get(
+        where, {"ddr_bytes": 64 << 20, "write_through": True, **ssd, **remote})
+    with TierManager(namespace=NS, queue_chunks=8, **opts) as tm:
+        gate = hold_worker(tm) if where == "queued" else None  # the second store finds them queued
+        tm.store(toks, kv[:, :, :512], ttl=60)
+        assert gate is not None or tm.flush(30)
+        tm.store(toks, kv[:, :, :512], ttl=600)
+        if gate is not None:
+            gate.set()
+        assert tm.flush(30)
+        tiers = tm.status()["tiers"]
+        raw = kv[:, :, :512].nbytes
+        assert tm.metrics.raw_bytes == raw  # encoded once
+        if tm.ssd is not None:
+            assert tiers["ssd"]["stores"] == 2
+            assert within(600, [tm.ssd.entry(ck.digest).expires_ms - time.time() * 1000 for ck in tm.keys(toks)])
+        if tm.remote is not None:
+            assert tiers["remote"]["stores"] == 2
+            assert within(600, redis_pttls(tm, toks, redis_server.url))
+        assert tm.lookup(toks).tokens == 512
+
+
+def test_set_ttl_reaches_the_redis_copies(redis_server, kv):
+    """set_ttl() gave Redis copies nothing: a chunk given a longer TTL still expired there
+    with its old one, and one given none as well."""
+    toks = tokens_for(512, 62)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=local_redis(part_bytes=1 << 19),
+                     namespace=NS, write_through=True) as tm:
+        tm.store(toks, kv[:, :, :512], ttl=60)
+        assert tm.flush(30) and within(60, redis_pttls(tm, toks, redis_server.url))
+        assert tm.set_ttl(toks, 600) == 2 and within(600, redis_pttls(tm, toks, redis_server.url))
+        assert tm.set_ttl(toks, None) == 2 and set(redis_pttls(tm, toks, redis_server.url)) == {-1}
+
+
+def test_chunks_another_instance_put_in_redis_are_not_stored_again(redis_server, kv, monkeypatch):
+    """store() encoded and sent again every chunk that only Redis held (stored by another
+    instance or an earlier run). The worker now asks Redis once per store() call (one
+    pipelined EXISTS) and skips the chunks it holds; a ttl still reaches them."""
+    toks = tokens_for(768, 61)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
+        a.store(toks[:512], kv[:, :, :512])
+        assert a.flush(30)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS) as b:
+        asked = []
+        exists_many = b.remote.exists_many
+        monkeypatch.setattr(b.remote, "exists_many", lambda ns_tag, keys: asked.append(len(keys)) or
+                            exists_many(ns_tag, keys))
+        assert b.store(toks, kv[:, :, :768], ttl=600) == 3
+        assert b.flush(30) and asked == [3]
+        raw = kv[:, :, 512:768].nbytes
+        assert b.metrics.raw_bytes == raw  # only the chunk Redis lacked
+        assert b.status()["tiers"].get("remote", {}).get("stores", 0) == 0
+        assert within(600, redis_pttls(b, toks[:512], redis_server.url))
+        assert b.lookup(toks).tiers == ["remote", "remote", "ddr"]
+        out = torch.zeros_like(kv[:, :, :768])
+        assert b.retrieve(toks, out) == 768 and same(out, kv[:, :, :768])
+
+
+def test_a_hung_redis_delays_no_store(redis_server, kv):
+    """The look for chunks Redis holds runs on the worker, bounded by lookup_timeout_s: with
+    a hung server, store() returns at once and the chunks are stored as without Redis."""
+    toks = tokens_for(512, 63)
+    rc = local_redis(lookup_timeout_s=2.0, reset_after_s=600)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS) as tm:
+        redis_server.pause()
+        try:
+            assert tm.store(toks, kv[:, :, :512]) == 2
+            assert tm.status()["queue"]["pending_chunks"] == 2  # the worker still waits on the server
+            t0 = time.monotonic()
+            assert tm.flush(30) and time.monotonic() - t0 < 15
+            assert all(ck.digest in tm.ddr for ck in tm.keys(toks))
+        finally:
+            redis_server.resume()
+
+
+@pytest.mark.parametrize("sent", [True, False])
+def test_an_ssd_victim_is_found_while_it_is_demoted_to_redis(tmp_path, redis_server, kv, monkeypatch, sent):
+    """An SSD victim left the SSD index before its send to Redis began: until the send
+    landed, a lookup or retrieve missed a chunk that existed. It is now found on SSD (read
+    from its file) until the send returns; then it is in Redis, or, when the send failed,
+    dropped as an eviction without Redis drops it, its file and reservation gone."""
+    first, second = tokens_for(256, 64), tokens_for(256, 65)
+    cap = int(blob_size(kv) * 1.5)  # one chunk
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=cap, remote_url=redis_server.url,
+                     remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
+        tm.store(first, kv[:, :, :256])
+        assert tm.flush(30) and tm.lookup(first).tiers == ["ssd"]
+        entered, release = threading.Event(), threading.Event()
+        put = tm.remote.put
+
+        def gated_put(*args, **kwargs):
+            entered.set()
+            assert release.wait(30)
+            return put(*args, **kwargs) if sent else False
+
+        monkeypatch.setattr(tm.remote, "put", gated_put)
+        tm.store(second, kv[:, :, 256:512])  # makes the first chunk the SSD tier's victim
+        try:
+            assert entered.wait(30)  # its send has begun
+            assert tm.lookup(first).tiers == ["ssd"]
+            out = torch.zeros_like(kv[:, :, :256])
+            assert tm.retrieve(first, out) == 256 and same(out, kv[:, :, :256])
+        finally:
+            release.set()
+        assert tm.flush(30)
+        assert tm.lookup(first).tiers == (["remote"] if sent else [])
+        assert tm.lookup(second).tiers == ["ssd"]
+        assert not leftover_temporaries(tmp_path) and tm.ssd.used_bytes == tm.ssd.entry(tm.keys(second)[0].digest).size
 
 
 def test_restore_vs_recompute(tmp_path, kv):

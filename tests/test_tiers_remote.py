@@ -82,6 +82,36 @@ def test_ttl(redis_server, chunks):
     t.close()
 
 
+def test_set_expiry_reaches_every_part_without_sending_the_data(redis_server, chunks):
+    """set_expiry gives every part of a stored chunk a new TTL (or none): a reader never
+    finds part 0 outliving the others. Missing keys and keys of another type are reported
+    as not stored, and left alone."""
+    import redis
+
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, part_bytes=100_000)  # ~10 parts a chunk
+    r = redis.Redis.from_url(redis_server.url)
+    assert t.put("ns", keys[0].digest, blobs[0], ttl_s=60)
+    assert t.put("ns", keys[1].digest, blobs[1])
+    r.rpush(t._key("ns", keys[2].digest, 0), b"x")  # a list where part 0 would be
+    stores = t.metrics.snapshot()["tiers"]["remote"]["stores"]
+
+    def pttls(k):
+        return [r.pttl(n) for n in r.keys(f"kvcore:ns:{{{k.hex}}}:*")]
+
+    assert t.set_expiry("ns", [k.digest for k in keys], ttl_s=600) == [True, True, False, False]
+    for k in keys[:2]:
+        ttls = pttls(k)
+        assert len(ttls) > 5 and all(590_000 < ms <= 600_000 for ms in ttls)
+    assert r.ttl(t._key("ns", keys[2].digest, 0)) == -1 and not r.exists(t._key("ns", keys[3].digest, 0))
+    assert t.set_expiry("ns", [keys[0].digest]) == [True] and set(pttls(keys[0])) == {-1}  # no TTL
+    assert t.metrics.snapshot()["tiers"]["remote"]["stores"] == stores
+    assert bytes(t.get("ns", keys[0].digest)) == blobs[0]
+    redis_server.kill()
+    assert t.set_expiry("ns", [keys[0].digest], ttl_s=1) == [False]  # a dead server: nothing raised
+    t.close()
+
+
 def test_corrupt_value_is_miss_and_deleted(redis_server, chunks):
     import redis
     kv, keys, blobs = chunks

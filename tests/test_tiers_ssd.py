@@ -101,6 +101,51 @@ def test_capacity_evicts_oldest_and_rejects_oversize(tmp_path, chunks):
     assert small.metrics.snapshot()["tiers"]["ssd"]["rejected"] == 1
 
 
+def test_a_victim_is_found_until_on_evict_returns(tmp_path, chunks):
+    """on_evict (a TierManager's demotion to Redis) ran after the victim had left the index:
+    while its copy was on its way, a lookup or read of the chunk missed it. It is now found,
+    and read from its file, until on_evict returns; then it is a miss and its file is gone."""
+    kv, keys, blobs = chunks
+    seen = []
+
+    def on_evict(key, e):
+        # From another thread, as a lookup or retrieve would (on_evict runs outside the locks).
+        th = threading.Thread(target=lambda: seen.append((key, t.contains(key), t.read(key))))
+        th.start()
+        th.join(30)
+
+    t = SSDTier(tmp_path, max(len(b) for b in blobs) + 10, on_evict=on_evict)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns", start=0, ntokens=256)
+    assert t.write(keys[1].digest, blobs[1], ns_tag="ns", start=256, ntokens=256)  # evicts chunk 0
+    assert [(k, there) for k, there, _ in seen] == [(keys[0].digest, True)]
+    assert bytes(seen[0][2]) == blobs[0]
+    assert not t.contains(keys[0].digest) and t.read(keys[0].digest) is None
+    assert not leftover_temporaries(tmp_path) and t.used_bytes == len(blobs[1])
+    assert t.metrics.snapshot()["tiers"]["ssd"]["corrupt"] == 0
+
+
+def test_set_expiry_renames_the_file_without_rewriting_it(tmp_path, chunks):
+    """set_expiry gives a file another expiry by renaming it (the name carries it): the
+    same inode, seen by another tier on the directory and after a restart."""
+    kv, keys, blobs = chunks
+    k = keys[0]
+    a = SSDTier(tmp_path, 1 << 30)
+    b = SSDTier(tmp_path, 1 << 30)
+    assert a.write(k.digest, blobs[0], ns_tag="ns", start=0, ntokens=256, expires_ms=4_000_000_000_000)
+    inode = a.entry(k.digest).path.stat().st_ino
+    assert a.set_expiry(k.digest, 5_000_000_000_000)
+    e = a.entry(k.digest)
+    assert e.expires_ms == 5_000_000_000_000 and e.path.stat().st_ino == inode
+    assert b.entry(k.digest).expires_ms == 5_000_000_000_000 and bytes(b.read(k.digest)) == blobs[0]
+    assert a.set_expiry(k.digest, 0) and b.entry(k.digest).expires_ms == 0
+    assert not a.set_expiry(keys[1].digest, 0)  # no file
+    a.close()
+    b.close()
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.entry(k.digest).expires_ms == 0 and bytes(t.read(k.digest)) == blobs[0]
+    assert len(list((tmp_path / "kvcore-v1" / "ns").iterdir())) == 1
+
+
 def test_capacity_under_concurrent_writers(tmp_path, chunks):
     kv, keys, blobs = chunks
     cap = int(len(blobs[0]) * 2.5)

@@ -153,6 +153,19 @@ def _expiry(ttl: Optional[float], name: str) -> float:
     return time.time() + ttl if ttl is not None and ttl <= MAX_TTL_S else 0.0
 
 
+def _ttl_left(expires: float) -> Optional[float]:
+    """The remote TTL of a chunk that expires at expires (None: none given, the remote
+    tier's default)."""
+    return max(0.001, expires - time.time()) if expires else None
+
+
+# A store of chunks already stored moves their expiry (and their copies' below) only when
+# its TTL moves it by more than this fraction of the TTL: an engine that stores every
+# request's prefix with one TTL renames files and sends Redis commands about once per
+# 1% of the TTL, not at every store.
+EXPIRY_SLACK = 0.01
+
+
 # Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
 # _prune_meta looks for ones to drop.
 META_SLACK = 1024
@@ -184,6 +197,26 @@ def _check_raw_out(data: torch.Tensor, out: torch.Tensor) -> None:
                                    f"[{data.shape[0]}, {data.shape[1]}, *, {data.shape[3]}, {data.shape[4]}]")
     if out.dtype != data.dtype:
         raise InvalidArgumentError(f"out dtype {out.dtype} differs from the stored {data.dtype}")
+
+
+class _RemoteProbe:
+    """Which queued chunks of one store() call Redis holds already (another instance or an
+    earlier run stored them). Asked once, by the worker's first store job of the call: one
+    pipelined EXISTS, bounded by lookup_timeout_s; a slow or unreachable server holds none
+    (the chunks are stored as usual). Used on the worker thread only."""
+
+    def __init__(self, keys: list):
+        self.keys = keys
+        self._held: Optional[set] = None
+        self.found: list = []  # the chunks held() answered True for: not stored again
+
+    def held(self, remote: RemoteTier, ns_tag: str, key: bytes) -> bool:
+        if self._held is None:
+            self._held = {k for k, there in zip(self.keys, remote.exists_many(ns_tag, self.keys)) if there}
+        if key in self._held:
+            self.found.append(key)
+            return True
+        return False
 
 
 class TierManager:
@@ -295,7 +328,11 @@ class TierManager:
               copy: bool = True) -> int:
         """Queues the chunks of ``tokens`` (K/V in ``kv[:, :, :len(tokens)]``) for storing.
 
-        Returns the number of chunks queued (chunks already stored are skipped). Returns
+        Returns the number of chunks queued (chunks already stored are skipped; so are
+        queued chunks the worker then finds in Redis, stored by another instance or an
+        earlier run: one pipelined EXISTS per call, at most lookup_timeout_s, on the worker).
+        A ttl moves the expiry of chunks already stored, in every tier (their data is not
+        written again; see EXPIRY_SLACK). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
         copy=False the caller promises not to modify kv until flush(). kv may live on a
         GPU: each chunk is then copied to pinned host memory on the current stream
@@ -313,12 +350,18 @@ class TierManager:
         self._check_same_model(kv)  # last: a store refused for another reason sets no geometry
         if not self.config.store_partial and keys and keys[-1].ntokens < self.chunk_tokens:
             keys = keys[:-1]
-        queued = 0
+        todo: list[ChunkKey] = []
+        retimed: list[bytes] = []  # stored already, under another expiry: their copies below take this one
         for ck in keys:
             with self._lock:
-                self._store_ttl(ck.digest, expires)
-                if not self._needs_store(ck):
-                    continue
+                moved = self._store_ttl(ck.digest, expires)
+                if self._needs_store(ck):
+                    todo.append(ck)
+                elif moved:
+                    retimed.append(ck.digest)
+        probe = _RemoteProbe([ck.digest for ck in todo]) if self.remote is not None and todo else None
+        queued = 0
+        for ck in todo:
             part = kv[:, :, ck.start:ck.end]
             if copy or part.device.type != "cpu":  # outside the lock: 38 MB copies take a while
                 part = host_copy(part)
@@ -327,8 +370,10 @@ class TierManager:
                     continue
                 self._store_ttl(ck.digest, expires)  # again with _pending: _prune_meta may have run meanwhile
                 self._pending[ck.digest] = (ck, part)
-            self._put(("store", ck, part, expires))
+            self._put(("store", ck, part, expires, probe))
             queued += 1
+        if expires and (retimed or probe is not None):  # after the stores: their writes land first
+            self._put(("expire", retimed, probe, expires))
         # Chunk 0 the most recent, the last chunk the least: a prefix lookup cannot use a
         # chunk whose predecessor left, so a sequence must lose its tail first (the
         # chunks were added or touched from chunk 0 on). After the queued ones are placed.
@@ -356,13 +401,19 @@ class TierManager:
             raise InvalidArgumentError(
                 f"kv has (layers, kv_heads, head_dim) {geometry}, but this manager stores {self._geometry}")
 
-    def _store_ttl(self, key: bytes, expires: float) -> None:
-        """The expiry a store gives its chunk (0: none; lock held)."""
+    def _store_ttl(self, key: bytes, expires: float) -> bool:
+        """Gives a stored chunk the expiry of a store (0: none, its own stays; lock held).
+        True when that moved it (see EXPIRY_SLACK): the chunk's copies below, if any, are
+        to take it too."""
         m = self._meta.get(key)
         if expires:
+            if m is not None and m.expires and abs(expires - m.expires) <= EXPIRY_SLACK * (expires - time.time()):
+                return False
             self._meta.setdefault(key, _Meta()).expires = expires
-        elif m is not None and m.expired(time.time()):
-            m.expires = 0.0  # stored again without a TTL: no longer expired
+            return True
+        if m is not None and m.expired(time.time()):
+            m.expires = 0.0  # stored again without a TTL: no longer expired (its old copies are gone)
+        return False
 
     def _prune_meta(self) -> None:
         """Drops the settings of chunks this process no longer holds: not pinned, no
@@ -445,17 +496,40 @@ class TierManager:
         finally:
             event.set()
 
-    def _job_store(self, ck: ChunkKey, part: torch.Tensor, expires: float) -> None:
+    def _job_store(self, ck: ChunkKey, part: torch.Tensor, expires: float,
+                   probe: Optional["_RemoteProbe"] = None) -> None:
         t0 = time.perf_counter()
         handed_off = False
         try:
             if self._expired(ck.digest):  # expired while queued
                 return
+            if probe is not None and probe.held(self.remote, self._ns_tag, ck.digest):
+                return  # neither encoded nor sent again (a ttl reaches it through _job_expire)
             handed_off = self._stream_store(ck, part, expires, t0) or self._encode_store(ck, part, expires, t0)
         finally:
             if not handed_off:
                 with self._lock:
                     self._pending.pop(ck.digest, None)
+
+    def _job_expire(self, keys: list, probe: Optional["_RemoteProbe"], expires: float) -> None:
+        """A store's new expiry for its chunks stored already (keys) and those the worker
+        found in Redis: set below on the writer thread, after the writes queued before."""
+        keys = keys + (probe.found if probe is not None else [])
+        if keys:
+            self._submit_write(lambda: None, self._set_expiry_below, keys, expires)
+
+    def _set_expiry_below(self, keys: list, expires: float) -> None:
+        """Gives the SSD and remote copies of keys the expiry expires (0: none) without
+        moving their data: SSD files are renamed, Redis values get a new TTL."""
+        try:
+            if self.ssd is not None:
+                for key in keys:
+                    self.ssd.set_expiry(key, int(expires * 1000))
+            if self.remote is not None:
+                self.remote.set_expiry(self._ns_tag, keys, ttl_s=_ttl_left(expires))
+        except Exception:  # a new expiry is never worth the caller (nor the writer thread)
+            log.exception("kvcore: setting the expiry of stored chunks failed")
+            self.metrics.inc("manager", "errors")
 
     def _note_encoded(self, ck: ChunkKey, raw: int, nbytes: int, t0: float) -> None:
         self.metrics.add_encoded(raw, nbytes)
@@ -543,7 +617,7 @@ class TierManager:
         try:
             placed = sw.commit(total)
             if not placed and self.remote is not None:
-                ttl = max(0.001, expires - time.time()) if expires else None
+                ttl = _ttl_left(expires)
                 lent = True  # (a remote send that timed out may still read it)
                 placed = self.remote.put(self._ns_tag, ck.digest, memoryview(buf)[:total], ttl_s=ttl)
             if not placed:
@@ -679,7 +753,7 @@ class TierManager:
             placed = self.ssd.write(ck.digest, view, ns_tag=self._ns_tag, start=ck.start, ntokens=ck.ntokens,
                                     expires_ms=int(expires * 1000), verify_blob=False)
         if self.remote is not None and (both or not placed):
-            ttl = max(0.001, expires - time.time()) if expires else None
+            ttl = _ttl_left(expires)
             sent = self.remote.put(self._ns_tag, ck.digest, view, ttl_s=ttl)
             still_read = not sent
             placed = sent or placed
@@ -687,8 +761,9 @@ class TierManager:
 
     def _ssd_evicted(self, key: bytes, e) -> None:
         """SSD victim: demote to remote when one is configured (called outside the SSD tier's locks,
-        before the file is removed). Until the send lands, the chunk is in neither tier: a
-        lookup or retrieve meanwhile misses it (see SSDTier.on_evict)."""
+        before the file is removed). Until this returns, the SSD tier still finds the chunk
+        (lookups say "ssd", reads read its file: see SSDTier.on_evict); a send that fails
+        leaves it dropped, as an eviction without a remote tier does."""
         if self.remote is None or not self.config.demote_on_pressure or not self.remote.available:
             return
         if e.expired():
@@ -699,7 +774,7 @@ class TierManager:
             BlobHeader.parse(data, verify=True)
         except Exception:
             return
-        ttl = max(0.001, e.expires_ms / 1000 - time.time()) if e.expires_ms else None
+        ttl = _ttl_left(e.expires_ms / 1000)
         self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
 
     def _job_promote(self, ck: ChunkKey, blob) -> None:
@@ -819,7 +894,8 @@ class TierManager:
     def _drop_expired(self, key: bytes, *, remote_timeout: Optional[float] = None) -> None:
         """Removes an expired chunk from every tier: its settings go, so a copy left anywhere
         would be a hit again (a reader's DDR copy is freed when it leaves; a remote copy's
-        own TTL is later when set_ttl() or a store shortened it). remote_timeout: the most
+        own TTL is later when another process gave it a longer one, or when set_ttl() or a store
+        shortened it while the server did not answer). remote_timeout: the most
         the remote delete may take (a lookup's own bound; default op_timeout_s)."""
         with self._lock:
             # A queued chunk keeps its expired settings: the worker drops it (_job_store).
@@ -1206,26 +1282,16 @@ class TierManager:
 
     def set_ttl(self, tokens: Sequence[int], seconds: Optional[float]) -> int:
         """Expiry of the chunks of tokens, seconds from now (None, or more than MAX_TTL_S:
-        never). Applies to DDR, SSD and, for chunks written from now on, remote. Waits for
-        queued stores first; chunks on SSD are rewritten under their new expiry (their file
-        name carries it: it holds after a restart, and the SSD tier drops a file past it)."""
+        never). Applies to DDR, SSD and remote. Waits for queued stores first; chunks on
+        SSD are renamed under their new expiry (their file name carries it: it holds after
+        a restart, and the SSD tier drops a file past it), Redis values get it as their TTL
+        (none: the remote config's ttl_s)."""
         self._check_open()
         expires = _expiry(seconds, "seconds")
         self._flush_open()  # a queued chunk would be written with its store's expiry
         n = self._set_meta(tokens, lambda m: setattr(m, "expires", expires), persisted=False)
-        if self.ssd is not None:
-            for ck in self._keys_for(tokens):
-                self._set_ssd_expiry(ck.digest, int(expires * 1000))
+        self._set_expiry_below([ck.digest for ck in self._keys_for(tokens)], expires)
         return n
-
-    def _set_ssd_expiry(self, key: bytes, expires_ms: int) -> None:
-        e = self.ssd.entry(key)
-        if e is None or e.expires_ms == expires_ms:
-            return
-        blob = self.ssd.read(key)
-        if blob is not None:
-            self.ssd.write(key, blob, ns_tag=e.ns_tag, start=e.start, ntokens=e.ntokens, expires_ms=expires_ms,
-                           verify_blob=False)
 
     def persist(self, tokens: Sequence[int]) -> int:
         """Writes the stored chunks of tokens through to SSD and remote now (durable).
@@ -1247,7 +1313,7 @@ class TierManager:
                     blob = self.ssd.read(ck.digest)
                     if blob is not None:
                         m = self._meta.get(ck.digest)
-                        ttl = max(0.001, m.expires - time.time()) if m and m.expires else None
+                        ttl = _ttl_left(m.expires if m else 0.0)
                         self.remote.put(self._ns_tag, ck.digest, blob, ttl_s=ttl)
                 if on_ssd or (self.remote is not None and self.remote.exists_many(self._ns_tag, [ck.digest])[0]):
                     done += 1
@@ -1261,7 +1327,7 @@ class TierManager:
                     ok = self.ssd.write(ck.digest, entry.view, ns_tag=self._ns_tag, start=ck.start,
                                         ntokens=ck.ntokens, expires_ms=int(expires * 1000), verify_blob=False)
                 if self.remote is not None:
-                    ttl = max(0.001, expires - time.time()) if expires else None
+                    ttl = _ttl_left(expires)
                     ok = self.remote.put(self._ns_tag, ck.digest, entry.view, ttl_s=ttl) or (
                         ok and self.ssd is not None)
                 if self.ssd is None and self.remote is None:

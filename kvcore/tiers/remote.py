@@ -138,6 +138,10 @@ class CircuitBreaker:
                 self._open_until = self._clock() + self.reset_after_s
 
 
+# Bytes of a value's part 0 read to learn its size (blob_total_size): its header and frame table.
+HEAD_PEEK_BYTES = 1 << 16
+
+
 class _Skipped(Exception):
     pass
 
@@ -436,24 +440,69 @@ class RemoteTier:
             n = 0
             for k in keys:
                 try:
-                    first = self.client.getrange(self._key(ns_tag, k, 0), 0, 1 << 16)
+                    first = self.client.getrange(self._key(ns_tag, k, 0), 0, HEAD_PEEK_BYTES)
                 except self._reply_errors as exc:
                     if not self._holds_other_type(exc):
                         raise
                     first = b""  # not a value of ours: one key to delete
-                try:
-                    parts = -(-blob_total_size(first) // self.config.part_bytes)
-                except CorruptFrameError:
-                    parts = 1
-                # A damaged size may claim millions of parts: no value has more than max_parts.
-                parts = min(max(1, parts), self.config.max_parts)
-                n += bool(self.client.delete(*[self._key(ns_tag, k, i) for i in range(parts)]))
+                n += bool(self.client.delete(*[self._key(ns_tag, k, i) for i in range(self._parts_of(first))]))
             return n
 
         try:
             return self._run(op, self.config.op_timeout_s if timeout is None else timeout)
         except (_Skipped, *self._errors):
             return 0
+
+    def _parts_of(self, first: bytes) -> int:
+        """How many parts the value whose part 0 begins with first has (1 when first is no
+        blob header; a damaged size may claim millions: no value has more than max_parts)."""
+        try:
+            parts = -(-blob_total_size(first) // self.config.part_bytes)
+        except CorruptFrameError:
+            parts = 1
+        return min(max(1, parts), self.config.max_parts)
+
+    def set_expiry(self, ns_tag: str, keys: Sequence[bytes], *, ttl_s: Optional[float] = None,
+                   timeout: Optional[float] = None) -> list[bool]:
+        """Gives the stored chunks among keys a new TTL (None: the config's ttl_s; none: no
+        expiry), every part of each, without sending their data: one pipelined read of
+        each part 0's header (which gives the part count), then one pipeline of PEXPIRE
+        (PERSIST), part 0 last as in put(). Returns which keys were stored (all False
+        after a failure or a timeout); waits at most timeout seconds (default op_timeout_s)."""
+        if not keys:
+            return []
+        ttl = ttl_s if ttl_s is not None else self.config.ttl_s
+        px = max(1, int(ttl * 1000)) if ttl else None
+
+        def op():
+            pipe = self.client.pipeline(transaction=False)
+            for k in keys:
+                pipe.getrange(self._key(ns_tag, k, 0), 0, HEAD_PEEK_BYTES)
+            # a key of another type answers WRONGTYPE: not one of ours, like a missing one
+            firsts = pipe.execute(raise_on_error=False)
+            for first in firsts:
+                if isinstance(first, Exception) and not self._holds_other_type(first):
+                    raise first
+            stored = [isinstance(first, bytes) and len(first) > 0 for first in firsts]
+            pipe = self.client.pipeline(transaction=False)
+            for k, first, there in zip(keys, firsts, stored):
+                if not there:
+                    continue
+                for i in [*range(1, self._parts_of(first)), 0]:
+                    if px:
+                        pipe.pexpire(self._key(ns_tag, k, i), px)
+                    else:
+                        pipe.persist(self._key(ns_tag, k, i))
+            pipe.execute()
+            return stored
+
+        try:
+            return self._run(op, self.config.op_timeout_s if timeout is None else timeout)
+        except _Skipped:
+            self.metrics.inc(self.name, "skipped")
+        except self._errors:
+            pass
+        return [False] * len(keys)
 
     def clear(self, ns_tag: Optional[str] = None) -> int:
         """Deletes every chunk of a namespace (all kvcore chunks when ns_tag is None);

@@ -113,12 +113,13 @@ class SSDTier:
         self.evictable = evictable
         # called with a victim before its file is removed (a copy may be taken from
         # entry.path), after the tier's locks are released. The victim has left the index
-        # by then: until the copy lands elsewhere, a lookup or read of it misses (the
-        # caller recomputes; never wrong data). Keeping it visible would need eviction to
-        # hold the locks across the copy (a network send) or a second index of chunks in
-        # transit, which other processes (they apply the DEL at once) would not see anyway.
+        # by then, but stays in _leaving until on_evict returns: this process's lookups and
+        # reads still find it (its file, moved into this owner's temporaries) while the
+        # copy is on its way. Other processes applied its DEL record: they miss it then.
         self.on_evict = on_evict
         self.index: dict[bytes, SSDEntry] = {}
+        self._leaving: dict[bytes, SSDEntry] = {}  # victims offered to on_evict, not yet removed
+        self._evicting = 0  # sections taking victims out of the index (see _find)
         self.last_error: Optional[str] = None
         self._indexed_bytes = 0  # sizes of the files in the index
         self._own_reserved: dict[bytes, int] = {}  # reservation id -> bytes (this tier's writes)
@@ -341,7 +342,7 @@ class SSDTier:
                 self._index_put(key, e)
             # reservations of owners still alive stay (their files are still being written)
             self._drop_dead_reservations()
-            _, victims = self._make_room(0)  # a smaller capacity than last time
+            _, victims = self._take_room(0)  # a smaller capacity than last time
             self._pending.clear()
             self._journal.replace(self._snapshot())
         self._finish_evictions(victims)
@@ -352,7 +353,7 @@ class SSDTier:
 
     def contains(self, key: bytes) -> bool:
         self.refresh()  # another process may have stored or removed it
-        e = self.index.get(key)
+        e = self._find(key)
         if e is None:
             return False
         if e.expired():
@@ -361,8 +362,20 @@ class SSDTier:
         return True
 
     def entry(self, key: bytes) -> Optional[SSDEntry]:
+        """key's entry: its file in the directory, or a victim's still being demoted (its
+        path then names the file in this owner's temporaries)."""
         self.refresh()
-        return self.index.get(key)
+        return self._find(key)
+
+    def _find(self, key: bytes) -> Optional[SSDEntry]:
+        """key's entry in the index or among the victims being demoted. Without the lock
+        while no victim is being taken or demoted (the common miss): a victim leaves the
+        index and joins _leaving in one locked section, during which _evicting is set."""
+        e = self.index.get(key)
+        if e is None and (self._evicting or self._leaving):
+            with self._lock:
+                e = self.index.get(key) or self._leaving.get(key)
+        return e
 
     def keys(self, ns_tag: Optional[str] = None) -> list[bytes]:
         with self._lock:
@@ -405,6 +418,17 @@ class SSDTier:
                 break
         return not victims and self._used() + nbytes <= self._capacity(), victims
 
+    def _take_room(self, nbytes: int) -> tuple[bool, list]:
+        """_make_room (inside _changing), its victims kept findable (_leaving) until
+        _finish_evictions has offered them to on_evict."""
+        self._evicting += 1
+        try:
+            fits, victims = self._make_room(nbytes)
+            self._leaving.update((key, e) for key, e, _ in victims)
+        finally:
+            self._evicting -= 1
+        return fits, victims
+
     def _with_room(self, nbytes: int, then: Callable[[], None], first: Optional[Callable[[], None]] = None) -> bool:
         """Runs then() inside _changing once nbytes more fit (first() before, once);
         False (counted as rejected) when they cannot be made free."""
@@ -414,7 +438,7 @@ class SSDTier:
                     break
                 if first is not None and attempt == 0:
                     first()
-                fits, victims = self._make_room(nbytes)
+                fits, victims = self._take_room(nbytes)
                 if fits:
                     then()
             self._finish_evictions(victims)
@@ -447,7 +471,10 @@ class SSDTier:
                     self.on_evict(key, e)
                 except Exception:
                     self.metrics.inc(self.name, "errors")
-            _unlink(e.path)
+            with self._lock:  # from now on a miss: its copy has landed elsewhere, or failed to
+                if self._leaving.get(key) is e:
+                    del self._leaving[key]
+            _unlink(e.path)  # a read that opened it first still reads it whole
         with self._changing():
             for _, _, rid in victims:
                 self._drop_hold(rid)
@@ -556,6 +583,32 @@ class SSDTier:
                 self._writers = cf.ThreadPoolExecutor(max_workers=WRITE_THREADS,
                                                       thread_name_prefix="kvcore-ssd-write")
             return self._writers
+
+    def set_expiry(self, key: bytes, expires_ms: int) -> bool:
+        """Gives key's file another expiry (0: never) by renaming it (its name carries the
+        expiry; the data is not rewritten). False when key has no file here (a victim being
+        demoted included: it leaves with the expiry it had)."""
+        with self._changing():
+            e = self.index.get(key)
+            if e is None or self._journal.left:
+                return False
+            if e.expires_ms == expires_ms:
+                return True
+            moved = self._entry(key, e.ns_tag, e.size, e.start, e.ntokens, expires_ms)
+            try:
+                os.rename(e.path, moved.path)
+            except OSError as exc:
+                self._failed(exc)
+                return False
+            self.index[key] = moved  # same size; its place in the eviction order stays
+            self._record(DEL, key)
+            self._record(ADD, key, moved)
+        if self.fsync:
+            try:
+                _fsync_dir(moved.path.parent)
+            except OSError as exc:
+                self._failed(exc)
+        return True
 
     # ---- read ----
     def _live_entry(self, key: bytes):
