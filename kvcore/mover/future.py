@@ -24,9 +24,18 @@ from typing import Any, Callable, Iterable, Optional
 
 from .. import _native
 from .._args import optional_seconds_arg
-from ..errors import InvalidArgumentError
+from ..errors import ForkedOperationError, InvalidArgumentError
 
 __all__ = ["Future"]
+
+# Bumped in each forked child: a Future made under another value was started by
+# an ancestor process, whose threads (native and CUDA) do not exist here.
+_fork_generation = 0
+
+
+def _count_fork_in_child() -> None:
+    global _fork_generation
+    _fork_generation += 1
 
 
 class _Notifier:
@@ -125,6 +134,7 @@ class _CudaWatcher:
 _notifier = _Notifier()
 atexit.register(_notifier.shutdown)
 _cuda_watcher = _CudaWatcher()
+os.register_at_fork(after_in_child=_count_fork_in_child)
 os.register_at_fork(after_in_child=_notifier.after_fork_in_child)
 os.register_at_fork(after_in_child=_cuda_watcher.after_fork_in_child)
 
@@ -142,21 +152,31 @@ class _NativePart:
     def check(self) -> None:
         self.native.check()
 
+    def settled(self) -> bool:
+        """Finished; read in a forked child too (a flag in memory, no thread asked)."""
+        return self.native.done()
+
 
 class _CudaPart:
     def __init__(self, event: Any) -> None:
         self.event = event
+        self.finished = False  # the event completed without error (known without CUDA)
 
     def done(self) -> bool:
-        return bool(self.event.query())
+        if not self.finished:
+            self.finished = bool(self.event.query())
+        return self.finished
 
     def wait(self, timeout: Optional[float]) -> bool:
+        if self.finished:
+            return True
         if timeout is None:
             self.event.synchronize()
+            self.finished = True
             return True
         deadline = time.monotonic() + timeout
         delay = 20e-6
-        while not self.event.query():
+        while not self.done():
             if time.monotonic() >= deadline:
                 return False
             time.sleep(delay)
@@ -164,7 +184,13 @@ class _CudaPart:
         return True
 
     def check(self) -> None:
-        self.event.synchronize()  # CUDA errors surface here as RuntimeError
+        if not self.finished:
+            self.event.synchronize()  # CUDA errors surface here as RuntimeError
+            self.finished = True
+
+    def settled(self) -> bool:
+        """Known to have finished, without asking CUDA (unusable in a forked child)."""
+        return self.finished
 
 
 class Future:
@@ -176,6 +202,11 @@ class Future:
     ``await fut`` does the same from asyncio without blocking the event loop.
     ``event`` is the CUDA event of a device copy (None otherwise): make a
     stream wait on it to order compute after the copy.
+
+    In a process forked while the operation ran, the operation does not run (its
+    threads stayed with the parent): there ``done()`` is True, and ``wait``,
+    ``result``, ``exception`` and ``await`` raise kvcore.ForkedOperationError at
+    once; a done-callback added there is called at once.
 
     >>> import asyncio, numpy as np, kvcore
     >>> a = np.ones(4096, np.uint8); b = np.zeros_like(a)
@@ -205,6 +236,8 @@ class Future:
         self._remaining = len(self._parts)
         self._fired = False
         self._value_ready = False
+        self._fork_generation = _fork_generation
+        self._pid = os.getpid()
         self.event = None
         if not self._parts:  # finished before it was made (inline work)
             self._fired = True
@@ -251,14 +284,36 @@ class Future:
                 return False
         return True
 
+    def _left_in_parent(self) -> bool:
+        """True in a forked child for an operation that had not finished at fork(): it
+        never finishes here, so waiting for it would never return."""
+        if self._fork_generation == _fork_generation:
+            return False
+        return not all(p.settled() for p in self._parts)
+
+    def _raise_if_left_in_parent(self) -> None:
+        if self._left_in_parent():
+            self._release_buffers()  # nothing in this process uses them any more
+            raise ForkedOperationError(
+                f"this operation was started by process {self._pid} and had not finished when it "
+                f"forked; it does not run in this process ({os.getpid()}): wait for it in the parent"
+            )
+
     # -- public API --------------------------------------------------------------
     def done(self) -> bool:
-        """True when every part of the operation has finished (successfully or not)."""
+        """True when every part of the operation has finished (successfully or not), or, in a
+        forked child, when it will not run any more (result() raises ForkedOperationError)."""
+        if self._left_in_parent():
+            return True
         return all(p.done() for p in self._parts)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Blocks up to ``timeout`` seconds (None: until done); True if it finished."""
+        """Blocks up to ``timeout`` seconds (None: until done); True if it finished.
+
+        Raises kvcore.ForkedOperationError in a forked child for an operation of the parent.
+        """
         timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)
+        self._raise_if_left_in_parent()
         if not self._wait_parts(timeout):
             return False
         self._release_buffers()
