@@ -93,42 +93,81 @@ class _Notifier:
 
 
 class _CudaWatcher:
-    """One daemon thread that waits for the events of CUDA parts (the GIL released) in the
-    order they were recorded, as a copy stream runs its copies, and finishes their
-    Futures. Until then a Future stays referenced here, with its buffers, even if the
-    caller dropped it: the device may still be copying into or out of them."""
+    """One daemon thread that finishes the Futures of CUDA parts when their events complete.
+    Until then a Future stays referenced here, with its buffers, even if the caller dropped
+    it: the device may still be copying into or out of them.
+
+    Events are polled (``event.query()``), never waited on: waiting for one device's copy
+    kept a finished copy of another device unreported. A device's copy stream runs its
+    copies in order, so only the oldest pending event of each device is asked. A sweep that
+    finds nothing finished is followed by a nap, 100 us doubling up to 2 ms, so the thread
+    never spins a core however long a copy takes."""
+
+    _FIRST_NAP_S = 100e-6
+    _LONGEST_NAP_S = 2e-3
 
     def __init__(self) -> None:
         self._ready = threading.Condition(threading.Lock())
-        self._queue: collections.deque = collections.deque()
+        self._pending: dict[Any, collections.deque] = {}  # device -> (fut, part) in submission order
         self._thread: Optional[threading.Thread] = None
 
     def watch(self, fut: "Future", part: "_CudaPart") -> None:
         with self._ready:
-            self._queue.append((fut, part))
+            # an event of no known device is not assumed to be in order with any other
+            key = part if part.device is None else part.device
+            self._pending.setdefault(key, collections.deque()).append((fut, part))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kvcore-cuda-watch", daemon=True)
                 self._thread.start()
             self._ready.notify()
 
     def _run(self) -> None:
+        nap = self._FIRST_NAP_S
         while True:
+            finished = self._collect_finished()
+            for fut in finished:
+                fut._part_finished()
+            if finished:
+                nap = self._FIRST_NAP_S
+                del finished, fut  # not kept while later events are polled
+                continue
             with self._ready:
-                while not self._queue:
+                if not self._pending:
                     self._ready.wait()
-                fut, part = self._queue.popleft()
-            try:
-                part.wait(None)
-            except Exception:  # the error is raised again by result()
-                pass
-            fut._part_finished()
-            del fut, part  # not kept while the next event is awaited
+                    nap = self._FIRST_NAP_S
+                    continue
+                self._ready.wait(nap)  # watch() wakes it early
+            nap = min(nap * 2, self._LONGEST_NAP_S)
+
+    def _collect_finished(self) -> list["Future"]:
+        """Takes the parts that finished off the queues; returns their Futures."""
+        with self._ready:
+            queues = list(self._pending.values())
+        finished = []
+        for queue in queues:  # only this thread takes from a queue; watch() appends
+            while queue:
+                fut, part = queue[0]
+                if not _finished_or_failed(part):
+                    break
+                queue.popleft()
+                finished.append(fut)
+        with self._ready:  # watch() appends under the lock: an empty queue here stays empty
+            for device in [d for d, q in self._pending.items() if not q]:
+                del self._pending[device]
+        return finished
 
     def after_fork_in_child(self) -> None:
         """As the notifier's: no thread in the child, and the parent's copies are not its own."""
         self._ready = threading.Condition(threading.Lock())
-        self._queue = collections.deque()
+        self._pending = {}
         self._thread = None
+
+
+def _finished_or_failed(part: "_CudaPart") -> bool:
+    try:
+        return part.done()
+    except Exception:  # a CUDA error: result() raises it again
+        return True
 
 
 _notifier = _Notifier()
@@ -158,8 +197,9 @@ class _NativePart:
 
 
 class _CudaPart:
-    def __init__(self, event: Any) -> None:
+    def __init__(self, event: Any, device: Any) -> None:
         self.event = event
+        self.device = device  # whose copy stream recorded the event (None: unknown)
         self.finished = False  # the event completed without error (known without CUDA)
 
     def done(self) -> bool:
@@ -221,13 +261,14 @@ class Future:
         *,
         native: Iterable[Any] = (),
         cuda_events: Iterable[Any] = (),
+        cuda_device: Any = None,
         keep: Iterable[Any] = (),
         result: Callable[[], Any] | None = None,
         value: Any = None,
     ) -> None:
         self._parts: list[Any] = [_NativePart(n) for n in native]
         if cuda_events:
-            self._parts += [_CudaPart(e) for e in cuda_events]
+            self._parts += [_CudaPart(e, cuda_device) for e in cuda_events]
         self._keep: Optional[list[Any]] = list(keep)
         self._result_fn = result
         self._value = value
