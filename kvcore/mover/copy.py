@@ -414,5 +414,11 @@ def copy_engines() -> dict[str, Any]:
             "library_loaded": dsa["library_loaded"],
             "work_queues": [q["name"] for q in dsa["queues"]],
             "break_even_bytes": dsa["break_even_bytes"],
+            # descriptors that timed out; those the device has not completed yet hold
+            # their queue entries, and copies run on the CPU while every entry is held
+            "timeouts": dsa["timeouts"],
+            "overdue_descriptors": dsa["overdue_descriptors"],
+            "wedged_queues": dsa["wedged_queues"],
+            "cpu_fallbacks": dsa["cpu_fallbacks"],
         },
     }
