@@ -1460,6 +1460,10 @@ PYBIND11_MODULE(_native, m) {
                 }
                 check(st);
             }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"))
+            .def("complete_held", [](kd::EmulatedEngine& self) {
+                py::gil_scoped_release release;
+                self.complete_held();
+            }, "The emulated device runs the descriptors it holds (stall_first with stall_ms=0) now.")
             .def("stats", [](kd::EmulatedEngine& self) {
                 py::dict r = emulation_stats_dict(self.stats());
                 engine_health(&self.engine(), r);

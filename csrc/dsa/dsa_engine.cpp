@@ -705,13 +705,26 @@ struct Emulator {
         std::lock_guard<std::mutex> lock(mutex);
         if (submitted++ < options.stall_first) {
             ++stats.stalled;
-            if (options.stall_ms == 0) return;  // never completes
+            if (options.stall_ms == 0) {  // until complete_held(), if ever
+                held.emplace_back(Clock::time_point::max(), d);
+                return;
+            }
             held.emplace_back(Clock::now() + std::chrono::milliseconds(options.stall_ms), d);
             if (!late.joinable()) late = std::thread([this] { run_late(); });
             wake.notify_all();
             return;
         }
         execute(d);
+    }
+
+    // Runs every held descriptor now.
+    void complete_held() {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (const auto& h : held) {
+            execute(h.second);
+            ++stats.late_completions;
+        }
+        held.clear();
     }
 
     void run_late() {
@@ -815,6 +828,8 @@ EmulatedEngine::EmulatedEngine(const EmulationOptions& options) : emulator_(std:
 }
 
 EmulatedEngine::~EmulatedEngine() { emulator_->stop(); }
+
+void EmulatedEngine::complete_held() { emulator_->complete_held(); }
 
 EmulationStats EmulatedEngine::stats() const {
     EmulationStats s;

@@ -69,7 +69,8 @@ struct EmulationOptions {
     bool dedicated = true;
     uint32_t wq_size = 16;      // entries of a dedicated queue (the engine's flow control)
     uint32_t stall_first = 0;   // the first n descriptors submitted are held, not run at once
-    uint32_t stall_ms = 0;      // a held descriptor runs this long after its submission (0: never)
+    uint32_t stall_ms = 0;      // a held descriptor runs this long after its submission
+                                // (0: when EmulatedEngine::complete_held() is called, if ever)
     uint32_t timeout_ms = 5000; // how long the engine polls a completion record
 };
 struct EmulationStats {
@@ -156,6 +157,8 @@ public:
     Status copy_many(const copy::Segment* segs, size_t count) { return engine_->copy_many(segs, count); }
     EmulationStats stats() const;
     Engine& engine() { return *engine_; }
+    // The device finishes the descriptors it holds now (stall_ms = 0).
+    void complete_held();
 
 private:
     std::shared_ptr<Emulator> emulator_;
