@@ -360,6 +360,38 @@ py::dict discovery_dict(const kvcore::dsa::Discovery& disc) {
     return d;
 }
 
+// The copies of a test's emulated DSA queue, given as arrays of addresses and sizes.
+std::vector<kvcore::copy::Segment> address_segments(const py::buffer& dsts, const py::buffer& srcs,
+                                                    const py::buffer& sizes) {
+    const std::vector<uint64_t> d = u64_array(dsts, "dsts"), s = u64_array(srcs, "srcs"), n = u64_array(sizes, "sizes");
+    if (d.size() != s.size() || d.size() != n.size())
+        throw NativeError{Code::kInvalidArgument, "dsts, srcs and sizes differ in length"};
+    std::vector<kvcore::copy::Segment> segs(d.size());
+    for (size_t i = 0; i < d.size(); ++i)
+        segs[i] = {reinterpret_cast<uint8_t*>(d[i]), reinterpret_cast<const uint8_t*>(s[i]), size_t(n[i])};
+    return segs;
+}
+
+py::dict emulation_stats_dict(const kvcore::dsa::EmulationStats& stats) {
+    py::dict r;
+    r["descriptors"] = stats.descriptors;
+    r["batches"] = stats.batches;
+    r["faults_injected"] = stats.faults_injected;
+    r["faults_handled"] = stats.faults_handled;
+    r["errors"] = stats.errors;
+    r["stalled"] = stats.stalled;
+    r["late_completions"] = stats.late_completions;
+    return r;
+}
+
+// What timed-out descriptors left behind in a DSA engine (nullptr: none open).
+void engine_health(kvcore::dsa::Engine* e, py::dict& d) {
+    d["timeouts"] = e ? e->timeouts() : 0;
+    d["overdue_descriptors"] = e ? e->overdue() : 0;
+    d["wedged_queues"] = e ? e->wedged_queues() : 0;
+    d["cpu_fallbacks"] = e ? e->cpu_fallbacks() : 0;
+}
+
 py::bytes desc_bytes(const void* p, size_t n) { return py::bytes(static_cast<const char*>(p), n); }
 
 // Trims a frame written into a bytes object of capacity `cap` to its size n
@@ -1395,18 +1427,52 @@ PYBIND11_MODULE(_native, m) {
             d["available"] = e != nullptr;
             d["break_even_bytes"] = e ? py::object(py::int_(e->break_even())) : py::object(py::none());
             d["page_faults"] = e ? e->page_faults() : 0;
+            engine_health(e, d);
             return d;
         });
+        py::class_<kd::EmulatedEngine>(m, "DsaEmulatedEngine",
+                                       "A DSA engine on a software-emulated work queue that lives across copies (tests).")
+            .def(py::init([](uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every, uint32_t fault_after,
+                             bool dedicated, uint32_t wq_size, uint32_t stall_first, uint32_t stall_ms,
+                             uint32_t timeout_ms) {
+                     kd::EmulationOptions o;
+                     o.max_batch = max_batch;
+                     o.max_transfer = max_transfer;
+                     o.fault_every = fault_every;
+                     o.fault_after = fault_after;
+                     o.dedicated = dedicated;
+                     o.wq_size = wq_size;
+                     o.stall_first = stall_first;
+                     o.stall_ms = stall_ms;
+                     o.timeout_ms = timeout_ms;
+                     return std::make_unique<kd::EmulatedEngine>(o);
+                 }),
+                 py::arg("max_batch") = 32, py::arg("max_transfer") = 1u << 20, py::arg("fault_every") = 0,
+                 py::arg("fault_after") = 0, py::arg("dedicated") = true, py::arg("wq_size") = 16,
+                 py::arg("stall_first") = 0, py::arg("stall_ms") = 0, py::arg("timeout_ms") = 5000)
+            .def("copy", [](kd::EmulatedEngine& self, const py::buffer& dsts, const py::buffer& srcs,
+                            const py::buffer& sizes) {
+                const std::vector<kc::Segment> segs = address_segments(dsts, srcs, sizes);
+                Status st;
+                {
+                    py::gil_scoped_release release;
+                    st = self.copy_many(segs.data(), segs.size());
+                }
+                check(st);
+            }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"))
+            .def("complete_held", [](kd::EmulatedEngine& self) {
+                py::gil_scoped_release release;
+                self.complete_held();
+            }, "The emulated device runs the descriptors it holds (stall_first with stall_ms=0) now.")
+            .def("stats", [](kd::EmulatedEngine& self) {
+                py::dict r = emulation_stats_dict(self.stats());
+                engine_health(&self.engine(), r);
+                return r;
+            });
         m.def("dsa_emulated_copy", [](const py::buffer& dsts, const py::buffer& srcs, const py::buffer& sizes,
                                        uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every,
                                        uint32_t fault_after, bool dedicated, uint32_t wq_size) {
-            const std::vector<uint64_t> d = u64_array(dsts, "dsts"), s = u64_array(srcs, "srcs"),
-                                        n = u64_array(sizes, "sizes");
-            if (d.size() != s.size() || d.size() != n.size())
-                throw NativeError{Code::kInvalidArgument, "dsts, srcs and sizes differ in length"};
-            std::vector<kc::Segment> segs(d.size());
-            for (size_t i = 0; i < d.size(); ++i)
-                segs[i] = {reinterpret_cast<uint8_t*>(d[i]), reinterpret_cast<const uint8_t*>(s[i]), size_t(n[i])};
+            const std::vector<kc::Segment> segs = address_segments(dsts, srcs, sizes);
             kd::EmulationOptions o;
             o.max_batch = max_batch;
             o.max_transfer = max_transfer;
@@ -1421,13 +1487,7 @@ PYBIND11_MODULE(_native, m) {
                 st = kd::emulated_copy_many(segs.data(), segs.size(), o, &stats);
             }
             check(st);
-            py::dict r;
-            r["descriptors"] = stats.descriptors;
-            r["batches"] = stats.batches;
-            r["faults_injected"] = stats.faults_injected;
-            r["faults_handled"] = stats.faults_handled;
-            r["errors"] = stats.errors;
-            return r;
+            return emulation_stats_dict(stats);
         }, py::arg("dsts"), py::arg("srcs"), py::arg("sizes"), py::arg("max_batch") = 32,
            py::arg("max_transfer") = 1u << 20, py::arg("fault_every") = 0, py::arg("fault_after") = 0,
            py::arg("dedicated") = true, py::arg("wq_size") = 16);

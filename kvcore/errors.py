@@ -43,6 +43,11 @@ class BackendError(KVCoreError):
     """An optional backend (QAT, DSA, CUDA) reported a failure."""
 
 
+class ForkedOperationError(KVCoreError):
+    """An asynchronous operation was waited for in a process forked while it ran: it
+    belongs to the parent process and does not run in the child."""
+
+
 __all__ = [
     "KVCoreError",
     "InvalidArgumentError",
@@ -54,4 +59,5 @@ __all__ = [
     "TimeoutError",
     "IOError",
     "BackendError",
+    "ForkedOperationError",
 ]

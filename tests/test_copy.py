@@ -515,6 +515,54 @@ def test_a_dropped_cuda_future_keeps_its_buffers_until_the_copy_ends():
     assert called.wait(30)
 
 
+class _CountingGate(_Gate):
+    """A _Gate that counts how often it is asked whether it finished."""
+
+    def __init__(self):
+        super().__init__()
+        self.queries = 0
+
+    def query(self):
+        self.queries += 1
+        return super().query()
+
+
+@pytest.mark.parametrize("devices", [("cuda:0", "cuda:1"), (None, None)])
+def test_a_finished_cuda_copy_is_reported_while_another_device_still_copies(devices):
+    """The CUDA watcher waited for the events of all devices in one order: a finished copy on
+    device 1 was not reported (no callback, no await, its buffers kept) while it waited for an
+    unfinished copy of device 0. Devices are now polled independently (and events of no
+    known device each on their own)."""
+    slow, quick, after_slow = _Gate(), _Gate(), _Gate()
+    reported, reported_after_slow = threading.Event(), threading.Event()
+    try:
+        kvcore.Future(cuda_events=[slow], cuda_device=devices[0])
+        kvcore.Future(cuda_events=[after_slow], cuda_device=devices[0]).add_done_callback(
+            lambda f: reported_after_slow.set())
+        kvcore.Future(cuda_events=[quick], cuda_device=devices[1]).add_done_callback(lambda f: reported.set())
+        time.sleep(0.05)  # the watcher is waiting for `slow` by now
+        quick.opened.set()
+        after_slow.opened.set()  # (its device's copy stream has not reached it: not reported)
+        assert reported.wait(10), "a finished copy waited for another device's copy"
+    finally:
+        slow.opened.set()
+    assert reported_after_slow.wait(10)
+
+
+def test_the_cuda_watcher_naps_while_a_copy_runs():
+    """Polling the events instead of waiting on one must not spin a core: between sweeps
+    that find nothing finished the watcher naps (up to 2 ms)."""
+    copy = _CountingGate()
+    fut = kvcore.Future(cuda_events=[copy], cuda_device="cuda:0")
+    try:
+        time.sleep(0.5)
+        queries = copy.queries
+    finally:
+        copy.opened.set()
+    assert fut.wait(10)
+    assert 0 < queries < 2000, queries  # about 260 at 2 ms naps; a busy loop asks 100 000s of times
+
+
 def test_errors_in_async_work_propagate():
     """A native task that fails (a null destination) raises from result()/await."""
     native = _native.mover_copy_segments(

@@ -136,6 +136,7 @@ def test_discovery_with_no_device_finds_nothing_and_cpu_is_used():
     f = kvcore.features()
     assert "dsa" not in f["copy_engines"] and f["dsa"]["available"] is False
     assert f["dsa"]["reason"] == _native.dsa_status()["reason"]
+    assert (f["dsa"]["timeouts"], f["dsa"]["overdue_descriptors"], f["dsa"]["cpu_fallbacks"]) == (0, 0, 0)
     # auto falls back to the CPU without error; an explicit engine="dsa" says why it cannot
     src = np.arange(1 << 20, dtype=np.uint32)
     dst = np.empty_like(src)
@@ -239,3 +240,73 @@ def test_emulated_queue_that_always_faults_finishes_on_the_cpu():
     stats = _native.dsa_emulated_copy(_addrs([dst]), _addrs([src]), np.array([src.nbytes], np.uint64), 32, 1 << 20, 1, 0)
     assert np.array_equal(dst, src)
     assert stats["faults_injected"] >= 256  # gave up resubmitting, then copied the rest itself
+
+
+def _blocks(count, size, seed):
+    rng = np.random.default_rng(seed)
+    srcs = [rng.integers(0, 256, size, dtype=np.uint8) for _ in range(count)]
+    return srcs, [np.zeros(size, np.uint8) for _ in range(count)]
+
+
+def _copy_on(engine, dsts, srcs):
+    engine.copy(_addrs(dsts), _addrs(srcs), np.array([s.nbytes for s in srcs], np.uint64))
+
+
+def _copy_within(engine, dsts, srcs, seconds):
+    """Copies on a thread (the GIL is released while it copies); False if it did not end."""
+    worker = threading.Thread(target=_copy_on, args=(engine, dsts, srcs), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive()
+
+
+def test_descriptors_that_never_complete_do_not_wedge_a_dedicated_queue():
+    """A descriptor that timed out kept its entry of a dedicated work queue for good: once as
+    many had timed out as the queue has entries, every later DSA copy spun forever waiting
+    for one. The entries stay held while the device may still run the descriptor, but a
+    copy that finds every entry held that way runs on the CPU."""
+    engine = _native.DsaEmulatedEngine(max_batch=4, wq_size=2, stall_first=2, stall_ms=0, timeout_ms=50)
+    srcs, dsts = _blocks(16, 50_000, 1)
+    with pytest.raises(kvcore.BackendError, match="did not complete in 50 ms"):
+        _copy_on(engine, dsts, srcs)  # its first two batches hang in the device
+    s = engine.stats()
+    assert (s["stalled"], s["timeouts"], s["overdue_descriptors"], s["wedged_queues"]) == (2, 2, 2, 1)
+    for _ in range(3):
+        srcs, dsts = _blocks(16, 50_000, 2)
+        assert _copy_within(engine, dsts, srcs, 30), "a DSA copy waited forever for a queue entry"
+        assert all(np.array_equal(d, s) for d, s in zip(dsts, srcs))
+    s = engine.stats()
+    assert s["cpu_fallbacks"] == 3 and s["descriptors"] == 0 and s["overdue_descriptors"] == 2
+
+
+def test_a_descriptor_that_completes_late_returns_its_entry():
+    """The device may finish a timed-out descriptor later: it writes the data and the
+    completion record into memory the engine kept, and the entry is used again."""
+    engine = _native.DsaEmulatedEngine(max_batch=4, wq_size=2, stall_first=2, stall_ms=0, timeout_ms=50)
+    srcs, dsts = _blocks(16, 50_000, 3)
+    with pytest.raises(kvcore.BackendError, match="did not complete"):
+        _copy_on(engine, dsts, srcs)
+    assert engine.stats()["overdue_descriptors"] == 2
+    engine.complete_held()  # the device finishes them now, long after the engine gave up
+    s = engine.stats()
+    assert (s["late_completions"], s["overdue_descriptors"], s["wedged_queues"]) == (2, 0, 0)
+    assert all(np.array_equal(d, s) for d, s in zip(dsts[:8], srcs[:8]))  # the two late batches
+    srcs, dsts = _blocks(16, 50_000, 4)
+    assert _copy_within(engine, dsts, srcs, 30)
+    assert all(np.array_equal(d, s) for d, s in zip(dsts, srcs))
+    s = engine.stats()
+    assert s["cpu_fallbacks"] == 0 and s["descriptors"] == 8 + 16 and s["errors"] == 0
+
+
+def test_a_shared_queue_keeps_copying_after_a_timeout():
+    """A shared queue has no entries of the engine's to run out of: the timed-out descriptor's
+    memory is kept until it completes, and later copies still go to the device."""
+    engine = _native.DsaEmulatedEngine(max_batch=4, dedicated=False, stall_first=1, stall_ms=0, timeout_ms=50)
+    srcs, dsts = _blocks(2, 50_000, 5)
+    with pytest.raises(kvcore.BackendError, match="did not complete"):
+        _copy_on(engine, dsts, srcs)
+    srcs, dsts = _blocks(16, 50_000, 6)
+    assert _copy_within(engine, dsts, srcs, 30)
+    assert all(np.array_equal(d, s) for d, s in zip(dsts, srcs))
+    s = engine.stats()
+    assert (s["overdue_descriptors"], s["wedged_queues"], s["cpu_fallbacks"], s["descriptors"]) == (1, 0, 0, 16)

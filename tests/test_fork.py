@@ -107,3 +107,79 @@ def test_futures_complete_in_a_forked_child_and_its_exit_waits_for_none_of_the_p
     run = subprocess.run([sys.executable, "-c", NOTIFIER_AFTER_FORK], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     assert "child callback True" in run.stdout and "child exit 0" in run.stdout, run.stdout + run.stderr[-2000:]
+
+
+PARENTS_FUTURES_IN_THE_CHILD = textwrap.dedent("""
+    import asyncio, os, signal, sys
+    import numpy as np
+    import kvcore
+
+    class ParentsCudaCopy:
+        # The event of a CUDA copy in flight at fork(): CUDA cannot be used in the child.
+        def query(self):
+            if os.getpid() != parent:
+                print("the child asked CUDA", flush=True)
+                os._exit(3)
+            return False
+
+        synchronize = query
+
+    parent = os.getpid()
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 200, 16 << 20, dtype=np.uint8)
+    finished = kvcore.copy_async(np.empty_like(data), data)
+    finished.result()
+    # More work than the dispatch threads (2..4) take at once: the last ones wait in the queue.
+    running = [kvcore.compress_async(data, threads=1) for _ in range(8)]
+    cuda = kvcore.Future(cuda_events=[ParentsCudaCopy()])
+    in_flight = running[-1]
+    print("in flight at fork", not in_flight.done(), flush=True)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a hang kills the child (SIGALRM) instead of the test run
+        for name, fut in (("native", in_flight), ("cuda", cuda)):
+            assert fut.done(), name
+            for call in (fut.result, fut.exception, fut.wait, lambda: fut.result(timeout=5)):
+                try:
+                    call()
+                except kvcore.ForkedOperationError as e:
+                    assert str(parent) in str(e) and "parent" in str(e), e
+                else:
+                    raise AssertionError(f"{name}: no ForkedOperationError")
+            seen = []
+            fut.add_done_callback(lambda f: seen.append(f.done()))
+            assert seen == [True], name
+
+            async def wait_for(f):
+                return await f
+
+            try:
+                asyncio.run(wait_for(fut))
+            except kvcore.ForkedOperationError:
+                pass
+            else:
+                raise AssertionError(f"{name}: await raised nothing")
+        assert finished.result() is not None and finished.done()  # finished before fork(): as usual
+        out = np.empty_like(data)
+        assert kvcore.copy_async(out, data).result(timeout=60) is out  # the child's own work
+        print("child ok", flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+    frames = [f.result(timeout=120) for f in running]  # the parent's operations finish here
+    assert kvcore.decompress(frames[-1]).numpy().tobytes() == data.tobytes()
+    print("parent ok", flush=True)
+""")
+
+
+def test_the_parents_futures_raise_in_a_forked_child_instead_of_hanging():
+    """In a forked child, waiting (result, exception, wait, await) for an operation that the
+    parent had in flight at fork() hung forever: its threads are the parent's. It now raises
+    ForkedOperationError at once, done() is True (nothing more happens to it there) and a
+    callback added there runs at once; CUDA is not asked. In the parent it completes."""
+    run = subprocess.run([sys.executable, "-c", PARENTS_FUTURES_IN_THE_CHILD], capture_output=True, text=True, timeout=240)
+    out = run.stdout + run.stderr[-3000:]
+    assert "in flight at fork True" in run.stdout, out  # else the test proves nothing
+    assert "child ok" in run.stdout and "child exit 0" in run.stdout, out
+    assert run.returncode == 0 and "parent ok" in run.stdout, out

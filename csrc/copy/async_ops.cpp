@@ -70,7 +70,7 @@ void Completion::finish(Status status) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         status_ = std::move(status);
-        done_ = true;
+        done_.store(true, std::memory_order_release);
         notify = has_token_;
         token = token_;
     }
@@ -78,21 +78,20 @@ void Completion::finish(Status status) {
     if (notify) push_token(token);
 }
 
-bool Completion::done() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return done_;
-}
+bool Completion::done() const { return done_.load(std::memory_order_acquire); }
 
 bool Completion::wait(int64_t timeout_ms) const {
+    if (done()) return true;
     std::unique_lock<std::mutex> lock(mutex_);
     if (timeout_ms < 0) {
-        cv_.wait(lock, [this] { return done_; });
+        cv_.wait(lock, [this] { return done_.load(std::memory_order_relaxed); });
         return true;
     }
-    return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return done_; });
+    return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return done_.load(std::memory_order_relaxed); });
 }
 
 Status Completion::status() const {
+    if (done()) return status_;  // no longer written
     std::lock_guard<std::mutex> lock(mutex_);
     return status_;
 }
@@ -103,7 +102,7 @@ void Completion::notify_with(uint64_t token) {
         std::lock_guard<std::mutex> lock(mutex_);
         has_token_ = true;
         token_ = token;
-        now = done_;
+        now = done_.load(std::memory_order_relaxed);
     }
     if (now) push_token(token);
 }

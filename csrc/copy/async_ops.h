@@ -9,6 +9,7 @@
 // without native code ever calling into Python.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -35,6 +36,7 @@ public:
     // A size the task reports (bytes of a frame it wrote); read after done().
     void set_result_size(uint64_t n) { result_size_ = n; }
     uint64_t result_size() const {
+        if (done()) return result_size_;  // no longer written
         std::lock_guard<std::mutex> lock(mutex_);
         return result_size_;
     }
@@ -42,7 +44,10 @@ public:
 private:
     mutable std::mutex mutex_;
     mutable std::condition_variable cv_;
-    bool done_ = false;
+    // Set (under mutex_) after status_, never cleared: once it reads true, done(),
+    // wait() and status() take no lock, so a forked child can read an operation that
+    // finished before fork() even if a parent thread held mutex_ at that moment.
+    std::atomic<bool> done_{false};
     bool has_token_ = false;
     uint64_t token_ = 0;
     Status status_;

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <thread>
 
 #include "common/arch.h"
 #if KVCORE_X86
@@ -159,7 +161,7 @@ void spin_pause() {}
 void store_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 #endif
 
-constexpr auto kPollTimeout = std::chrono::seconds(5);
+constexpr auto kSubmitTimeout = std::chrono::seconds(5);  // a shared queue that stays full
 constexpr int kMaxFaultRetries = 256;
 constexpr size_t kBatchWindow = 4;  // batches in flight per copy_many
 
@@ -171,31 +173,6 @@ void touch(uint64_t addr, bool write) {
     } else {
         (void)*p;
     }
-}
-
-// Spins until the device writes the record; false on timeout.
-bool poll(const CompletionRecord* c) {
-    auto deadline = std::chrono::steady_clock::now() + kPollTimeout;
-    for (unsigned spins = 0;; ++spins) {
-        if (load_status(c) != kStatusNone) return true;
-        spin_pause();
-        if ((spins & 4095) == 4095 && std::chrono::steady_clock::now() > deadline) return false;
-    }
-}
-
-// Descriptors and records a timed-out operation may still be written to by the
-// device; kept alive for the life of the process.
-struct Abandoned {
-    std::mutex mutex;
-    std::vector<std::shared_ptr<void>> items;
-};
-Abandoned& abandoned() {
-    static Abandoned a;
-    return a;
-}
-void abandon(std::shared_ptr<void> p) {
-    std::lock_guard<std::mutex> lock(abandoned().mutex);
-    abandoned().items.push_back(std::move(p));
 }
 
 }  // namespace
@@ -282,6 +259,8 @@ public:
     // A queue whose "device" is a function executing the descriptor (tests).
     Queue(const WorkQueueInfo& info, std::function<void(const HwDesc*)> device)
         : info_(info), fd_(-1), portal_(nullptr), device_(std::move(device)) {}
+    // The file is closed (the idxd driver drains this process's descriptors on
+    // release) before the memory of overdue descriptors is freed, as a member.
     ~Queue() {
         if (portal_) munmap(portal_, 0x1000);
         if (fd_ >= 0) ::close(fd_);
@@ -295,20 +274,51 @@ public:
     // flight than the queue has entries (slots; see Slot).
     bool try_acquire() {
         if (!info_.dedicated) return true;
-        const int limit = std::max<int>(1, int(info_.size));
         int cur = inflight_.load(std::memory_order_relaxed);
-        while (cur < limit)
+        while (cur < entries())
             if (inflight_.compare_exchange_weak(cur, cur + 1)) return true;
         return false;
     }
     // Only for a thread that holds no slot: the slots it waits for must be
-    // returned by threads that do not wait in turn.
-    void acquire() {
-        while (!try_acquire()) spin_pause();
+    // returned by threads that do not wait in turn. False when every slot came
+    // to be held by overdue descriptors, which may never return them.
+    bool acquire() {
+        for (unsigned spins = 0;; ++spins) {
+            if (try_acquire()) return true;
+            if ((spins & 1023) == 1023) {
+                reap();
+                if (wedged()) return false;
+            }
+            spin_pause();
+        }
     }
     void release() {
         if (info_.dedicated) inflight_.fetch_sub(1);
     }
+
+    // Takes over a slot whose descriptor timed out: the device may still run it
+    // and write the completion records in `memory`, so `memory` is kept, and the
+    // slot held, until `record` (the one written last) is written.
+    void park(std::shared_ptr<void> memory, const CompletionRecord* record) {
+        std::lock_guard<std::mutex> lock(overdue_mutex_);
+        overdue_.push_back({std::move(memory), record});
+        overdue_count_.fetch_add(1);
+    }
+    // Frees the overdue descriptors the device has completed since, and their slots.
+    void reap() {
+        if (overdue_count_.load(std::memory_order_relaxed) == 0) return;
+        std::lock_guard<std::mutex> lock(overdue_mutex_);
+        const auto completed = std::stable_partition(overdue_.begin(), overdue_.end(), [](const Overdue& o) {
+            return load_status(o.record) == kStatusNone;
+        });
+        const size_t n = size_t(overdue_.end() - completed);
+        overdue_.erase(completed, overdue_.end());
+        overdue_count_.fetch_sub(n);
+        for (size_t i = 0; i < n; ++i) release();
+    }
+    size_t overdue() const { return overdue_count_.load(); }
+    // Every slot of a dedicated queue is held by an overdue descriptor.
+    bool wedged() const { return info_.dedicated && int(overdue_count_.load()) >= entries(); }
 
     Status submit(const HwDesc* desc) {
         store_fence();  // descriptor, lists and zeroed records visible to the device first
@@ -320,7 +330,7 @@ public:
             submit_movdir64b(portal_, desc);
             return Status::ok();
         }
-        const auto deadline = std::chrono::steady_clock::now() + kPollTimeout;
+        const auto deadline = std::chrono::steady_clock::now() + kSubmitTimeout;
         for (unsigned tries = 0;; ++tries) {
             if (submit_enqcmd(portal_, desc)) return Status::ok();
             spin_pause();
@@ -330,15 +340,24 @@ public:
     }
 
 private:
+    struct Overdue {
+        std::shared_ptr<void> memory;
+        const CompletionRecord* record;
+    };
+    int entries() const { return std::max<int>(1, int(info_.size)); }
+
     WorkQueueInfo info_;
     int fd_;
     void* portal_;
+    std::mutex overdue_mutex_;
+    std::vector<Overdue> overdue_;  // destroyed after device_ (an emulator's late thread)
+    std::atomic<size_t> overdue_count_{0};
     std::function<void(const HwDesc*)> device_;
     std::atomic<int> inflight_{0};
 };
 
-// A taken slot of a queue, returned when destroyed, unless keep_taken() was
-// called: a descriptor that timed out may still be in the device.
+// A taken slot of a queue, returned when destroyed, unless park() handed it
+// to the queue with a descriptor that timed out.
 class Slot {
 public:
     Slot() = default;
@@ -352,7 +371,10 @@ public:
     ~Slot() {
         if (q_) q_->release();
     }
-    void keep_taken() { q_ = nullptr; }
+    void park(std::shared_ptr<void> memory, const CompletionRecord* record) {
+        q_->park(std::move(memory), record);
+        q_ = nullptr;
+    }
 
 private:
     Queue* q_ = nullptr;
@@ -388,7 +410,8 @@ struct BatchJob {
 
 }  // namespace
 
-Engine::Engine(Key, std::vector<std::unique_ptr<Queue>> queues) : queues_(std::move(queues)) {
+Engine::Engine(Key, std::vector<std::unique_ptr<Queue>> queues, std::chrono::milliseconds poll_timeout)
+    : queues_(std::move(queues)), poll_timeout_(poll_timeout) {
     max_transfer_ = UINT64_MAX;
     max_batch_ = UINT32_MAX;
     for (const auto& q : queues_) {
@@ -400,8 +423,39 @@ Engine::Engine(Key, std::vector<std::unique_ptr<Queue>> queues) : queues_(std::m
 
 Engine::~Engine() = default;
 
-std::unique_ptr<Engine> Engine::make_for_test(std::vector<std::unique_ptr<Queue>> queues) {
-    return std::make_unique<Engine>(Key{}, std::move(queues));
+std::unique_ptr<Engine> Engine::make_for_test(std::vector<std::unique_ptr<Queue>> queues,
+                                              std::chrono::milliseconds poll_timeout) {
+    return std::make_unique<Engine>(Key{}, std::move(queues), poll_timeout);
+}
+
+size_t Engine::overdue() {
+    size_t n = 0;
+    for (auto& q : queues_) {
+        q->reap();
+        n += q->overdue();
+    }
+    return n;
+}
+
+size_t Engine::wedged_queues() {
+    size_t n = 0;
+    for (auto& q : queues_) {
+        q->reap();
+        n += q->wedged();
+    }
+    return n;
+}
+
+bool Engine::poll(const CompletionRecord* c) {
+    const auto deadline = std::chrono::steady_clock::now() + poll_timeout_;
+    for (unsigned spins = 0;; ++spins) {
+        if (load_status(c) != kStatusNone) return true;
+        spin_pause();
+        if ((spins & 4095) == 4095 && std::chrono::steady_clock::now() > deadline) {
+            timeouts_.fetch_add(1, std::memory_order_relaxed);
+            return false;
+        }
+    }
 }
 
 const Discovery& Engine::last_discovery() {
@@ -441,6 +495,15 @@ static uint32_t memmove_flags(const Queue& q) {
 
 Queue& Engine::next_queue() { return *queues_[next_.fetch_add(1, std::memory_order_relaxed) % queues_.size()]; }
 
+Queue* Engine::usable_queue() {
+    for (size_t tried = 0; tried < queues_.size(); ++tried) {
+        Queue& q = next_queue();
+        q.reap();
+        if (!q.wedged()) return &q;
+    }
+    return nullptr;
+}
+
 Status Engine::run_one(Slot& slot, Queue& q, uint8_t* dst, const uint8_t* src, size_t n) {
     auto job = std::make_shared<Single>();
     size_t done = 0;
@@ -453,9 +516,9 @@ Status Engine::run_one(Slot& slot, Queue& q, uint8_t* dst, const uint8_t* src, s
         reset(&job->comp);
         KVCORE_RETURN_IF_ERROR(q.submit(&job->desc));
         if (!poll(&job->comp)) {
-            abandon(job);
-            slot.keep_taken();
-            return make_status(Code::kBackendError, "DSA memmove on " + q.info().name + " did not complete in 5 s");
+            slot.park(job, &job->comp);
+            return make_status(Code::kBackendError, "DSA memmove on " + q.info().name + " did not complete in " +
+                                                        std::to_string(poll_timeout_.count()) + " ms");
         }
         const uint8_t status = load_status(&job->comp);
         if ((status & kStatusMask) == kStatusSuccess) {
@@ -502,7 +565,9 @@ Status Engine::copy_many(const copy::Segment* segs, size_t count) {
 
     auto finish = [&](BatchJob& job) -> Status {
         const bool ok = poll(&job.batch.comp);
-        if (!ok) return make_status(Code::kBackendError, "DSA batch on " + job.queue->info().name + " did not complete in 5 s");
+        if (!ok)
+            return make_status(Code::kBackendError, "DSA batch on " + job.queue->info().name + " did not complete in " +
+                                                        std::to_string(poll_timeout_.count()) + " ms");
         if ((load_status(&job.batch.comp) & kStatusMask) == kStatusSuccess) return Status::ok();
         // Some descriptors failed or never ran: finish each one that did not succeed.
         for (size_t k = 0; k < job.segs.size(); ++k) {
@@ -526,10 +591,8 @@ Status Engine::copy_many(const copy::Segment* segs, size_t count) {
         inflight.pop_front();
         Status st = finish(*job);
         if (!st.is_ok()) {
-            if (load_status(&job->batch.comp) == kStatusNone) {  // the device may still write to it
-                job->slot.keep_taken();
-                abandon(job);
-            }
+            if (load_status(&job->batch.comp) == kStatusNone)  // the device may still write to it
+                job->slot.park(job, &job->batch.comp);
             if (result.is_ok()) result = st;
         }
     };
@@ -539,7 +602,13 @@ Status Engine::copy_many(const copy::Segment* segs, size_t count) {
             finish_oldest();
             continue;
         }
-        Queue& q = next_queue();
+        Queue* usable = usable_queue();
+        if (usable == nullptr) {  // every slot is held by a descriptor the device never completed
+            cpu_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+            for (; next < chunks.size(); ++next) copy::copy_bytes(chunks[next].dst, chunks[next].src, chunks[next].size, false);
+            break;
+        }
+        Queue& q = *usable;
         // A thread that holds slots never waits for one: the slots it would wait for
         // can be its own (a queue of fewer entries than kBatchWindow) or those of a
         // thread that waits too. Finishing its oldest batch returns one.
@@ -548,7 +617,7 @@ Status Engine::copy_many(const copy::Segment* segs, size_t count) {
                 finish_oldest();
                 continue;
             }
-            q.acquire();
+            if (!q.acquire()) continue;  // it became wedged meanwhile: pick again
         }
         Slot slot(&q);
         const size_t k = std::min(batch, chunks.size() - next);
@@ -585,7 +654,7 @@ void Engine::measure_break_even() {
     constexpr size_t kMax = size_t(1) << 20;
     std::vector<uint8_t> a(kMax, 1), b(kMax, 2);
     Queue& q = *queues_[0];
-    q.acquire();
+    if (!q.acquire()) return;  // keep the default
     Slot slot(&q);
     size_t found = 0;
     for (size_t size = 4096; size <= kMax && !found; size *= 2) {
@@ -604,13 +673,77 @@ void Engine::measure_break_even() {
     break_even_ = found ? found : kMax * 2;
 }
 
-namespace {
-
-// Executes descriptors like the device would (synchronously), for tests.
+// Executes descriptors like the device would (synchronously, or later for the
+// ones stall_first holds), for tests.
 struct Emulator {
+    using Clock = std::chrono::steady_clock;
+
     EmulationOptions options;
-    EmulationStats* stats;
-    uint64_t counter = 0;
+    EmulationStats stats;
+    uint64_t counter = 0;    // MEMMOVEs seen (fault_every)
+    uint64_t submitted = 0;  // descriptors submitted (stall_first)
+    std::mutex mutex;        // the late thread runs descriptors too
+    std::condition_variable wake;
+    std::deque<std::pair<Clock::time_point, const HwDesc*>> held;  // to run late
+    std::thread late;
+    bool stopping = false;
+
+    ~Emulator() { stop(); }
+
+    // Drops what is still held (as a drained queue would) and ends the late thread.
+    void stop() {
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            stopping = true;
+            held.clear();
+        }
+        wake.notify_all();
+        if (late.joinable()) late.join();
+    }
+
+    void submit(const HwDesc* d) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (submitted++ < options.stall_first) {
+            ++stats.stalled;
+            if (options.stall_ms == 0) {  // until complete_held(), if ever
+                held.emplace_back(Clock::time_point::max(), d);
+                return;
+            }
+            held.emplace_back(Clock::now() + std::chrono::milliseconds(options.stall_ms), d);
+            if (!late.joinable()) late = std::thread([this] { run_late(); });
+            wake.notify_all();
+            return;
+        }
+        execute(d);
+    }
+
+    // Runs every held descriptor now.
+    void complete_held() {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (const auto& h : held) {
+            execute(h.second);
+            ++stats.late_completions;
+        }
+        held.clear();
+    }
+
+    void run_late() {
+        std::unique_lock<std::mutex> lock(mutex);
+        while (!stopping) {
+            if (held.empty()) {
+                wake.wait(lock);
+                continue;
+            }
+            if (Clock::now() < held.front().first) {
+                wake.wait_until(lock, held.front().first);
+                continue;
+            }
+            const HwDesc* d = held.front().second;
+            held.pop_front();
+            execute(d);
+            ++stats.late_completions;
+        }
+    }
 
     static void complete(CompletionRecord* c, uint8_t status, uint32_t bytes, uint64_t fault) {
         c->bytes_completed = bytes;
@@ -622,32 +755,32 @@ struct Emulator {
     bool memmove_desc(const HwDesc* d) {
         auto* comp = reinterpret_cast<CompletionRecord*>(d->completion_addr);
         if (reinterpret_cast<uintptr_t>(comp) % 32) {
-            ++stats->errors;
+            ++stats.errors;
             return false;  // the device cannot even report
         }
         const uint32_t flags = flags_of(*d);
         if (!(flags & kFlagCompletionAddrValid) || !(flags & kFlagRequestCompletion)) {
-            ++stats->errors;
+            ++stats.errors;
             return false;
         }
         if (opcode_of(*d) != kOpMemmove) {
-            ++stats->errors;
+            ++stats.errors;
             complete(comp, 0x10, 0, 0);
             return false;
         }
         if (d->xfer_size == 0 || d->xfer_size > options.max_transfer) {
-            ++stats->errors;
+            ++stats.errors;
             complete(comp, 0x13, 0, 0);
             return false;
         }
-        ++stats->descriptors;
+        ++stats.descriptors;
         auto* dst = reinterpret_cast<uint8_t*>(d->dst_addr);
         const auto* src = reinterpret_cast<const uint8_t*>(d->src_addr);
         const uint32_t n = d->xfer_size;
         ++counter;
         if (options.fault_every && counter % options.fault_every == 0 && n > options.fault_after) {
             std::memcpy(dst, src, options.fault_after);
-            ++stats->faults_injected;
+            ++stats.faults_injected;
             complete(comp, kStatusPageFaultNoBof | kStatusWriteFault, options.fault_after,
                      reinterpret_cast<uint64_t>(dst + options.fault_after));
             return false;
@@ -657,21 +790,21 @@ struct Emulator {
         return true;
     }
 
-    void operator()(const HwDesc* d) {
+    void execute(const HwDesc* d) {
         if (opcode_of(*d) != kOpBatch) {
             memmove_desc(d);
             return;
         }
         auto* comp = reinterpret_cast<CompletionRecord*>(d->completion_addr);
         const auto* list = reinterpret_cast<const HwDesc*>(d->src_addr);
-        ++stats->batches;
+        ++stats.batches;
         if (reinterpret_cast<uintptr_t>(list) % 64) {
-            ++stats->errors;
+            ++stats.errors;
             complete(comp, 0x18, 0, 0);
             return;
         }
         if (d->xfer_size < 2 || d->xfer_size > options.max_batch) {
-            ++stats->errors;
+            ++stats.errors;
             complete(comp, 0x14, 0, 0);
             return;
         }
@@ -681,14 +814,8 @@ struct Emulator {
     }
 };
 
-}  // namespace
-
-Status emulated_copy_many(const copy::Segment* segs, size_t count, const EmulationOptions& options,
-                          EmulationStats* stats) {
-    *stats = EmulationStats{};
-    auto emulator = std::make_shared<Emulator>();
-    emulator->options = options;
-    emulator->stats = stats;
+EmulatedEngine::EmulatedEngine(const EmulationOptions& options) : emulator_(std::make_shared<Emulator>()) {
+    emulator_->options = options;
     WorkQueueInfo info;
     info.name = "emulated";
     info.dedicated = options.dedicated;
@@ -696,10 +823,29 @@ Status emulated_copy_many(const copy::Segment* segs, size_t count, const Emulati
     info.max_batch = options.max_batch;
     info.max_transfer = options.max_transfer;
     std::vector<std::unique_ptr<Queue>> queues;
-    queues.push_back(std::make_unique<Queue>(info, [emulator](const HwDesc* d) { (*emulator)(d); }));
-    std::unique_ptr<Engine> engine = Engine::make_for_test(std::move(queues));
-    Status st = engine->copy_many(segs, count);
-    stats->faults_handled = engine->page_faults();
+    queues.push_back(std::make_unique<Queue>(info, [emulator = emulator_](const HwDesc* d) { emulator->submit(d); }));
+    engine_ = Engine::make_for_test(std::move(queues), std::chrono::milliseconds(options.timeout_ms));
+}
+
+EmulatedEngine::~EmulatedEngine() { emulator_->stop(); }
+
+void EmulatedEngine::complete_held() { emulator_->complete_held(); }
+
+EmulationStats EmulatedEngine::stats() const {
+    EmulationStats s;
+    {
+        std::lock_guard<std::mutex> lock(emulator_->mutex);
+        s = emulator_->stats;
+    }
+    s.faults_handled = engine_->page_faults();
+    return s;
+}
+
+Status emulated_copy_many(const copy::Segment* segs, size_t count, const EmulationOptions& options,
+                          EmulationStats* stats) {
+    EmulatedEngine emulated(options);
+    Status st = emulated.copy_many(segs, count);
+    *stats = emulated.stats();
     return st;
 }
 

@@ -8,11 +8,15 @@
 // software flow control) or ENQCMD (shared queue, retried while the queue is
 // full); many blocks go out as BATCH descriptors. Completion records are
 // polled; a copy that stops on a page fault has the faulting page touched and
-// its remainder resubmitted. Copies below a break-even size measured when the
-// engine opens stay on the CPU.
+// its remainder resubmitted. A descriptor that times out keeps its memory and
+// its queue entry until the device writes its completion record (it may still
+// run); when every entry of every queue is held that way, copies run on the
+// CPU. Copies below a break-even size measured when the engine opens stay on
+// the CPU.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,6 +53,7 @@ struct Discovery {
 // Never fails: problems end up in Discovery::reason.
 Discovery discover(const std::string& library = "libaccel-config.so.1");
 
+struct CompletionRecord;
 class Queue;
 class Slot;
 
@@ -63,6 +68,10 @@ struct EmulationOptions {
     uint32_t fault_after = 0;   // bytes it completes before the fault
     bool dedicated = true;
     uint32_t wq_size = 16;      // entries of a dedicated queue (the engine's flow control)
+    uint32_t stall_first = 0;   // the first n descriptors submitted are held, not run at once
+    uint32_t stall_ms = 0;      // a held descriptor runs this long after its submission
+                                // (0: when EmulatedEngine::complete_held() is called, if ever)
+    uint32_t timeout_ms = 5000; // how long the engine polls a completion record
 };
 struct EmulationStats {
     uint64_t descriptors = 0;   // MEMMOVEs executed (inside batches or alone)
@@ -70,6 +79,8 @@ struct EmulationStats {
     uint64_t faults_injected = 0;
     uint64_t faults_handled = 0;  // seen by the engine
     uint64_t errors = 0;          // descriptors the emulator rejected
+    uint64_t stalled = 0;         // descriptors held (stall_first)
+    uint64_t late_completions = 0;  // held descriptors run later (stall_ms)
 };
 Status emulated_copy_many(const copy::Segment* segs, size_t count, const EmulationOptions& options,
                           EmulationStats* stats);
@@ -88,6 +99,15 @@ public:
     size_t break_even() const { return break_even_; }
     size_t queue_count() const { return queues_.size(); }
     uint64_t page_faults() const { return page_faults_.load(); }
+    uint64_t timeouts() const { return timeouts_.load(); }
+    uint64_t cpu_fallbacks() const { return cpu_fallbacks_.load(); }
+    // Descriptors that timed out and that the device has not completed yet
+    // (each holds its queue entry and memory); both return the entries of the
+    // ones that completed since, first.
+    size_t overdue();
+    // Dedicated queues whose every entry is held by such a descriptor: copies
+    // skip them (and run on the CPU when all queues are).
+    size_t wedged_queues();
 
     Status copy(uint8_t* dst, const uint8_t* src, size_t n);
     Status copy_many(const copy::Segment* segs, size_t count);
@@ -97,11 +117,17 @@ public:
         friend class Engine;
         Key() = default;
     };
-    Engine(Key, std::vector<std::unique_ptr<Queue>> queues);
-    static std::unique_ptr<Engine> make_for_test(std::vector<std::unique_ptr<Queue>> queues);
+    Engine(Key, std::vector<std::unique_ptr<Queue>> queues,
+           std::chrono::milliseconds poll_timeout = std::chrono::seconds(5));
+    static std::unique_ptr<Engine> make_for_test(std::vector<std::unique_ptr<Queue>> queues,
+                                                 std::chrono::milliseconds poll_timeout);
 
 private:
     Queue& next_queue();
+    // The next queue not wedged by overdue descriptors; nullptr when none is.
+    Queue* usable_queue();
+    // Spins until the device writes the record; false (and counted) on timeout.
+    bool poll(const CompletionRecord* c);
     // MEMMOVEs one after another in `slot`, a slot of q that the caller holds.
     Status run_one(Slot& slot, Queue& q, uint8_t* dst, const uint8_t* src, size_t n);
     void measure_break_even();
@@ -109,9 +135,34 @@ private:
     std::vector<std::unique_ptr<Queue>> queues_;
     std::atomic<size_t> next_{0};
     std::atomic<uint64_t> page_faults_{0};
+    std::atomic<uint64_t> timeouts_{0};
+    std::atomic<uint64_t> cpu_fallbacks_{0};
+    std::chrono::milliseconds poll_timeout_;
     size_t break_even_ = 64 << 10;
     uint64_t max_transfer_ = 0;
     uint32_t max_batch_ = 0;
+};
+
+struct Emulator;
+
+// An engine on one software-emulated queue that lives across copies, so tests
+// can follow what a descriptor that completes late (or never) does to later ones.
+class EmulatedEngine {
+public:
+    explicit EmulatedEngine(const EmulationOptions& options);
+    ~EmulatedEngine();  // stops the emulator before the engine frees what it kept
+    EmulatedEngine(const EmulatedEngine&) = delete;
+    EmulatedEngine& operator=(const EmulatedEngine&) = delete;
+
+    Status copy_many(const copy::Segment* segs, size_t count) { return engine_->copy_many(segs, count); }
+    EmulationStats stats() const;
+    Engine& engine() { return *engine_; }
+    // The device finishes the descriptors it holds now (stall_ms = 0).
+    void complete_held();
+
+private:
+    std::shared_ptr<Emulator> emulator_;
+    std::unique_ptr<Engine> engine_;
 };
 
 }  // namespace kvcore::dsa

@@ -24,9 +24,18 @@ from typing import Any, Callable, Iterable, Optional
 
 from .. import _native
 from .._args import optional_seconds_arg
-from ..errors import InvalidArgumentError
+from ..errors import ForkedOperationError, InvalidArgumentError
 
 __all__ = ["Future"]
+
+# Bumped in each forked child: a Future made under another value was started by
+# an ancestor process, whose threads (native and CUDA) do not exist here.
+_fork_generation = 0
+
+
+def _count_fork_in_child() -> None:
+    global _fork_generation
+    _fork_generation += 1
 
 
 class _Notifier:
@@ -84,47 +93,87 @@ class _Notifier:
 
 
 class _CudaWatcher:
-    """One daemon thread that waits for the events of CUDA parts (the GIL released) in the
-    order they were recorded, as a copy stream runs its copies, and finishes their
-    Futures. Until then a Future stays referenced here, with its buffers, even if the
-    caller dropped it: the device may still be copying into or out of them."""
+    """One daemon thread that finishes the Futures of CUDA parts when their events complete.
+    Until then a Future stays referenced here, with its buffers, even if the caller dropped
+    it: the device may still be copying into or out of them.
+
+    Events are polled (``event.query()``), never waited on: waiting for one device's copy
+    kept a finished copy of another device unreported. A device's copy stream runs its
+    copies in order, so only the oldest pending event of each device is asked. A sweep that
+    finds nothing finished is followed by a nap, 100 us doubling up to 2 ms, so the thread
+    never spins a core however long a copy takes."""
+
+    _FIRST_NAP_S = 100e-6
+    _LONGEST_NAP_S = 2e-3
 
     def __init__(self) -> None:
         self._ready = threading.Condition(threading.Lock())
-        self._queue: collections.deque = collections.deque()
+        self._pending: dict[Any, collections.deque] = {}  # device -> (fut, part) in submission order
         self._thread: Optional[threading.Thread] = None
 
     def watch(self, fut: "Future", part: "_CudaPart") -> None:
         with self._ready:
-            self._queue.append((fut, part))
+            # an event of no known device is not assumed to be in order with any other
+            key = part if part.device is None else part.device
+            self._pending.setdefault(key, collections.deque()).append((fut, part))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kvcore-cuda-watch", daemon=True)
                 self._thread.start()
             self._ready.notify()
 
     def _run(self) -> None:
+        nap = self._FIRST_NAP_S
         while True:
+            finished = self._collect_finished()
+            for fut in finished:
+                fut._part_finished()
+            if finished:
+                nap = self._FIRST_NAP_S
+                del finished, fut  # not kept while later events are polled
+                continue
             with self._ready:
-                while not self._queue:
+                if not self._pending:
                     self._ready.wait()
-                fut, part = self._queue.popleft()
-            try:
-                part.wait(None)
-            except Exception:  # the error is raised again by result()
-                pass
-            fut._part_finished()
-            del fut, part  # not kept while the next event is awaited
+                    nap = self._FIRST_NAP_S
+                    continue
+                self._ready.wait(nap)  # watch() wakes it early
+            nap = min(nap * 2, self._LONGEST_NAP_S)
+
+    def _collect_finished(self) -> list["Future"]:
+        """Takes the parts that finished off the queues; returns their Futures."""
+        with self._ready:
+            queues = list(self._pending.values())
+        finished = []
+        for queue in queues:  # only this thread takes from a queue; watch() appends
+            while queue:
+                fut, part = queue[0]
+                if not _finished_or_failed(part):
+                    break
+                queue.popleft()
+                finished.append(fut)
+        with self._ready:  # watch() appends under the lock: an empty queue here stays empty
+            for device in [d for d, q in self._pending.items() if not q]:
+                del self._pending[device]
+        return finished
 
     def after_fork_in_child(self) -> None:
         """As the notifier's: no thread in the child, and the parent's copies are not its own."""
         self._ready = threading.Condition(threading.Lock())
-        self._queue = collections.deque()
+        self._pending = {}
         self._thread = None
+
+
+def _finished_or_failed(part: "_CudaPart") -> bool:
+    try:
+        return part.done()
+    except Exception:  # a CUDA error: result() raises it again
+        return True
 
 
 _notifier = _Notifier()
 atexit.register(_notifier.shutdown)
 _cuda_watcher = _CudaWatcher()
+os.register_at_fork(after_in_child=_count_fork_in_child)
 os.register_at_fork(after_in_child=_notifier.after_fork_in_child)
 os.register_at_fork(after_in_child=_cuda_watcher.after_fork_in_child)
 
@@ -142,21 +191,32 @@ class _NativePart:
     def check(self) -> None:
         self.native.check()
 
+    def settled(self) -> bool:
+        """Finished; read in a forked child too (a flag in memory, no thread asked)."""
+        return self.native.done()
+
 
 class _CudaPart:
-    def __init__(self, event: Any) -> None:
+    def __init__(self, event: Any, device: Any) -> None:
         self.event = event
+        self.device = device  # whose copy stream recorded the event (None: unknown)
+        self.finished = False  # the event completed without error (known without CUDA)
 
     def done(self) -> bool:
-        return bool(self.event.query())
+        if not self.finished:
+            self.finished = bool(self.event.query())
+        return self.finished
 
     def wait(self, timeout: Optional[float]) -> bool:
+        if self.finished:
+            return True
         if timeout is None:
             self.event.synchronize()
+            self.finished = True
             return True
         deadline = time.monotonic() + timeout
         delay = 20e-6
-        while not self.event.query():
+        while not self.done():
             if time.monotonic() >= deadline:
                 return False
             time.sleep(delay)
@@ -164,7 +224,13 @@ class _CudaPart:
         return True
 
     def check(self) -> None:
-        self.event.synchronize()  # CUDA errors surface here as RuntimeError
+        if not self.finished:
+            self.event.synchronize()  # CUDA errors surface here as RuntimeError
+            self.finished = True
+
+    def settled(self) -> bool:
+        """Known to have finished, without asking CUDA (unusable in a forked child)."""
+        return self.finished
 
 
 class Future:
@@ -176,6 +242,11 @@ class Future:
     ``await fut`` does the same from asyncio without blocking the event loop.
     ``event`` is the CUDA event of a device copy (None otherwise): make a
     stream wait on it to order compute after the copy.
+
+    In a process forked while the operation ran, the operation does not run (its
+    threads stayed with the parent): there ``done()`` is True, and ``wait``,
+    ``result``, ``exception`` and ``await`` raise kvcore.ForkedOperationError at
+    once; a done-callback added there is called at once.
 
     >>> import asyncio, numpy as np, kvcore
     >>> a = np.ones(4096, np.uint8); b = np.zeros_like(a)
@@ -190,13 +261,14 @@ class Future:
         *,
         native: Iterable[Any] = (),
         cuda_events: Iterable[Any] = (),
+        cuda_device: Any = None,
         keep: Iterable[Any] = (),
         result: Callable[[], Any] | None = None,
         value: Any = None,
     ) -> None:
         self._parts: list[Any] = [_NativePart(n) for n in native]
         if cuda_events:
-            self._parts += [_CudaPart(e) for e in cuda_events]
+            self._parts += [_CudaPart(e, cuda_device) for e in cuda_events]
         self._keep: Optional[list[Any]] = list(keep)
         self._result_fn = result
         self._value = value
@@ -205,6 +277,8 @@ class Future:
         self._remaining = len(self._parts)
         self._fired = False
         self._value_ready = False
+        self._fork_generation = _fork_generation
+        self._pid = os.getpid()
         self.event = None
         if not self._parts:  # finished before it was made (inline work)
             self._fired = True
@@ -251,14 +325,36 @@ class Future:
                 return False
         return True
 
+    def _left_in_parent(self) -> bool:
+        """True in a forked child for an operation that had not finished at fork(): it
+        never finishes here, so waiting for it would never return."""
+        if self._fork_generation == _fork_generation:
+            return False
+        return not all(p.settled() for p in self._parts)
+
+    def _raise_if_left_in_parent(self) -> None:
+        if self._left_in_parent():
+            self._release_buffers()  # nothing in this process uses them any more
+            raise ForkedOperationError(
+                f"this operation was started by process {self._pid} and had not finished when it "
+                f"forked; it does not run in this process ({os.getpid()}): wait for it in the parent"
+            )
+
     # -- public API --------------------------------------------------------------
     def done(self) -> bool:
-        """True when every part of the operation has finished (successfully or not)."""
+        """True when every part of the operation has finished (successfully or not), or, in a
+        forked child, when it will not run any more (result() raises ForkedOperationError)."""
+        if self._left_in_parent():
+            return True
         return all(p.done() for p in self._parts)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Blocks up to ``timeout`` seconds (None: until done); True if it finished."""
+        """Blocks up to ``timeout`` seconds (None: until done); True if it finished.
+
+        Raises kvcore.ForkedOperationError in a forked child for an operation of the parent.
+        """
         timeout = optional_seconds_arg(timeout, "timeout", allow_zero=True)
+        self._raise_if_left_in_parent()
         if not self._wait_parts(timeout):
             return False
         self._release_buffers()
