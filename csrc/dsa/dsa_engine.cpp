@@ -259,8 +259,10 @@ public:
     // A queue whose "device" is a function executing the descriptor (tests).
     Queue(const WorkQueueInfo& info, std::function<void(const HwDesc*)> device)
         : info_(info), fd_(-1), portal_(nullptr), device_(std::move(device)) {}
-    // The file is closed (the idxd driver drains this process's descriptors on
-    // release) before the memory of overdue descriptors is freed, as a member.
+    // The file is closed before the memory of overdue descriptors is freed, as
+    // a member: releasing it waits for the descriptors in flight (the idxd
+    // driver drains the dedicated queue, or this process's PASID on a shared
+    // one: drivers/dma/idxd/cdev.c).
     ~Queue() {
         if (portal_) munmap(portal_, 0x1000);
         if (fd_ >= 0) ::close(fd_);
