@@ -120,6 +120,20 @@ def test_capacity_under_concurrent_writers(tmp_path, chunks):
     assert sum(f.stat().st_size for f in (tmp_path / "kvcore-v1" / "ns").iterdir()) <= cap
 
 
+def test_eviction_takes_a_sequence_tail_first(tmp_path, chunks):
+    """A retrieve reads a prefix from chunk 0 on, so under LRU chunk 0 was the first victim
+    and the chunks after it were unreachable. A chunk written with its parent leaves only
+    after the chunks held here that extend it."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, sum(len(b) for b in blobs[:3]) + 10)
+    for k, b in zip(keys[:3], blobs[:3]):
+        assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens, parent=k.parent)
+    for k in keys[:3]:
+        assert t.read(k.digest) is not None  # chunk 0 is now the least recent
+    assert t.write(b"o" * 16, blobs[2], ns_tag="ns")  # the room of one chunk
+    assert [t.contains(k.digest) for k in keys[:3]] == [True, True, False]
+
+
 def test_restart_with_smaller_capacity_trims(tmp_path, chunks):
     kv, keys, blobs = chunks
     t = SSDTier(tmp_path, 1 << 30)

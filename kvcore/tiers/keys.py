@@ -18,8 +18,8 @@ True
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Sequence, Union
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import xxhash
@@ -97,12 +97,15 @@ def as_namespace(namespace: NamespaceLike) -> Namespace:
 
 @dataclass(frozen=True)
 class ChunkKey:
-    """One chunk's key: its 16-byte digest, position in the sequence and length."""
+    """One chunk's key: its 16-byte digest, position in the sequence and length, and
+    the digest of the chunk it extends (its parent: None for chunk 0, or when unknown).
+    Two keys are equal when their digests and places are: the parent is implied."""
 
     digest: bytes
     index: int  # chunk number in the sequence (0 = first)
     start: int  # first token position
     ntokens: int
+    parent: Optional[bytes] = field(default=None, compare=False, repr=False)
 
     @property
     def hex(self) -> str:
@@ -150,6 +153,7 @@ def chunk_keys(
     arr = tokens_array(tokens)
     out: list[ChunkKey] = []
     prev = b"\x00" * 16
+    parent: Optional[bytes] = None
     n = arr.size
     stop = (n // chunk_tokens) * chunk_tokens if full_only else n
     for index, start in enumerate(range(0, stop, chunk_tokens)):
@@ -160,5 +164,6 @@ def chunk_keys(
         h.update(struct.pack("<I", part.size))
         h.update(part.tobytes())
         prev = h.digest()
-        out.append(ChunkKey(prev, index, start, int(part.size)))
+        out.append(ChunkKey(prev, index, start, int(part.size), parent))
+        parent = prev
     return out

@@ -35,7 +35,7 @@ from .ddr import DDRTier, footprint, make_allocator
 from .hot_cold import HotCold, HotColdFile
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
 from .metrics import Metrics
-from .policy import make_policy
+from .policy import LevelIndex, make_policy
 from .remote import RemoteConfig, RemoteTier, redact_url
 from .ssd import ScratchPool, SSDTier
 
@@ -220,6 +220,7 @@ class TierManager:
 
         self.ddr = DDRTier(make_allocator(config.ddr_bytes, config.allocator))
         self.ddr_policy = make_policy(config.policy)
+        self._levels = LevelIndex(self._settings_of)  # priorities and expiries, for eviction
         # The remote tier first: it may refuse its url, and the SSD tier joins a shared
         # directory that a half-built manager would not leave.
         self.remote: Optional[RemoteTier] = None
@@ -284,11 +285,11 @@ class TierManager:
         m = self._meta.get(key)
         return m is None or not m.pinned or key in self.ddr
 
-    def _priority(self, key: bytes) -> int:
+    def _settings_of(self, key: bytes) -> Optional[tuple[int, float]]:
+        """(priority, expiry) of key, for the LevelIndex (read without the lock: the SSD
+        tier's eviction asks under its own lock)."""
         m = self._meta.get(key)
-        if m is None:
-            return 0
-        return -(1 << 30) if m.expired(time.time()) else m.priority
+        return (m.priority, m.expires) if m is not None else None
 
     # ------------------------------------------------------------------ store
     def store(self, tokens: Sequence[int], kv: torch.Tensor, *, ttl: Optional[float] = None,
@@ -336,8 +337,7 @@ class TierManager:
         if queued:
             self._put(("arrange", last_first))
         else:
-            with self._lock:
-                self.ddr_policy.arrange(last_first)
+            self._job_arrange(last_first)
         self.metrics.observe("store", time.perf_counter() - t0)
         return queued
 
@@ -436,8 +436,11 @@ class TierManager:
         event.set()
 
     def _job_arrange(self, keys: list) -> None:
+        """Puts keys, in this order, at the recent end of DDR's order; their expiries (a
+        store sets them) go to the eviction levels."""
         with self._lock:
             self.ddr_policy.arrange(keys)
+        self._levels.note(keys)
 
     def _job_call(self, fn: Callable, box: list, event: threading.Event) -> None:
         try:
@@ -471,7 +474,7 @@ class TierManager:
         holder: dict = {}
         try:
             view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
-                                alloc=lambda n: self._alloc_blob(n, holder),
+                                alloc=lambda n: self._alloc_blob(n, holder, ck.parent),
                                 frame_bytes=self.config.frame_bytes)
         except BaseException:
             if "block" in holder:
@@ -482,7 +485,9 @@ class TierManager:
         with self._lock:
             if block is not None:
                 self.ddr.insert(ck.digest, block, view.nbytes)
-                self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
+                self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens,
+                                    parent=ck.parent)
+                self._levels.note([ck.digest])
                 self.metrics.inc("ddr", "stores")
                 self.metrics.inc("ddr", "bytes_in", view.nbytes)
         if block is None or self.config.write_through:
@@ -519,7 +524,7 @@ class TierManager:
         self._writes.acquire()
         buf = self._scratch.get(bound + 4096)
         sw = self.ssd.begin_write(ck.digest, buf, ns_tag=self._ns_tag, reserve=reserve, start=ck.start,
-                                  ntokens=ck.ntokens, expires_ms=int(expires * 1000))
+                                  ntokens=ck.ntokens, expires_ms=int(expires * 1000), parent=ck.parent)
         if sw is None:
             self._scratch.put(buf)
             self._writes.release()
@@ -601,17 +606,25 @@ class TierManager:
         except (cf.TimeoutError, RuntimeError):
             return False
 
-    def _alloc_blob(self, nbytes: int, holder: dict) -> memoryview:
-        block = self._make_room(nbytes)
+    def _alloc_blob(self, nbytes: int, holder: dict, extends: Optional[bytes]) -> memoryview:
+        block = self._make_room(nbytes, extends)
         if block is None:  # not in DDR: a reusable staging buffer for the write below
             return memoryview(self._scratch.get(nbytes))[:nbytes]
         holder["block"] = block
         return block.view
 
-    def _make_room(self, nbytes: int):
+    def _make_room(self, nbytes: int, extends: Optional[bytes] = None):
         """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only).
         None, with nothing evicted, when nbytes cannot fit even once every evictable chunk
-        has left (pinned chunks, chunks being read, the capacity itself)."""
+        has left (pinned chunks, chunks being read, the capacity itself). extends: the
+        parent of the chunk the room is for: the room is not made by evicting its prefix
+        (_needed_in_ddr)."""
+        with self._lock:
+            needed = self._needed_in_ddr(extends)
+
+        def evictable(key: bytes) -> bool:
+            return key != needed and self._ddr_evictable(key)
+
         planned: Optional[Iterator[bytes]] = None
         while True:
             with self._lock:
@@ -620,16 +633,15 @@ class TierManager:
                 except PoolExhausted:
                     pass
                 if planned is None:
-                    plan = self._victims_to_fit(nbytes)
+                    plan = self._victims_to_fit(nbytes, evictable)
                     if plan is None:
                         return None
                     planned = iter(plan)
                 # The plan's victims first (each still evictable now); then, should the
                 # allocator still refuse (its size classes), the policy's next ones.
-                victim = next((k for k in planned if self._ddr_evictable(k)), None)
+                victim = next((k for k in planned if evictable(k)), None)
                 if victim is None:
-                    victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
-                                  None)
+                    victim = next(self.ddr_policy.victims(evictable=evictable, levels=self._levels.current()), None)
                 if victim is None:
                     return None
                 entry = self.ddr.acquire(victim)
@@ -647,14 +659,27 @@ class TierManager:
                         self.ddr_policy.remove(victim)
                         self.metrics.inc("ddr", "evictions")
 
-    def _victims_to_fit(self, nbytes: int) -> Optional[list[bytes]]:
+    def _needed_in_ddr(self, parent: Optional[bytes]) -> Optional[bytes]:
+        """The nearest chunk in DDR of the prefix that a chunk extending parent needs:
+        parent, or while they are being written or below, their own parents (as this
+        process's store queue and SSD writes know them). Kept while that chunk is placed,
+        it keeps its prefix too (the leaves rule): else, a leaf until its child comes, it
+        would be the victim of the next chunk of its own store, or a sequence longer than
+        DDR would push its own prefix out for its tail (lock held)."""
+        while parent is not None and parent not in self.ddr:
+            queued = self._pending.get(parent)
+            below = self.ssd.index.get(parent) if queued is None and self.ssd is not None else None
+            parent = queued[0].parent if queued is not None else below.parent if below is not None else None
+        return parent
+
+    def _victims_to_fit(self, nbytes: int, evictable: Callable[[bytes], bool]) -> Optional[list[bytes]]:
         """The policy's victims, in order, whose leaving makes room for nbytes in DDR, or
         None when even every evictable chunk leaving would not (lock held). One pass over
-        the policy's order (a sort of every chunk), stopping as soon as they are enough."""
+        the policy's ordered leaves, stopping as soon as they are enough."""
         alloc = self.ddr.allocator
         short = alloc.used_bytes + footprint(alloc, nbytes) - alloc.capacity_bytes
         plan: list[bytes] = []
-        for key in self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority):
+        for key in self.ddr_policy.victims(evictable=evictable, levels=self._levels.current()):
             if short <= 0:
                 break
             e = self.ddr.get(key)
@@ -667,7 +692,7 @@ class TierManager:
         if self.ssd is not None and self.ssd.contains(key):
             return
         h = BlobHeader.parse(entry.view)
-        ck = ChunkKey(key, h.index, h.index * self.chunk_tokens, h.ntokens)
+        ck = ChunkKey(key, h.index, h.index * self.chunk_tokens, h.ntokens, self.ddr_policy.parent_of(key))
         m = self._meta.get(key)
         self._write_below(ck, entry.view, m.expires if m else 0.0)
 
@@ -677,7 +702,7 @@ class TierManager:
         placed = still_read = False
         if self.ssd is not None:
             placed = self.ssd.write(ck.digest, view, ns_tag=self._ns_tag, start=ck.start, ntokens=ck.ntokens,
-                                    expires_ms=int(expires * 1000), verify_blob=False)
+                                    expires_ms=int(expires * 1000), verify_blob=False, parent=ck.parent)
         if self.remote is not None and (both or not placed):
             ttl = max(0.001, expires - time.time()) if expires else None
             sent = self.remote.put(self._ns_tag, ck.digest, view, ttl_s=ttl)
@@ -713,7 +738,7 @@ class TierManager:
         with self._lock:
             if ck.digest in self.ddr or self._expired(ck.digest):
                 return
-        block = self._make_room(view.nbytes)
+        block = self._make_room(view.nbytes, ck.parent)
         if block is None:
             return
         block.view[:] = view
@@ -725,7 +750,9 @@ class TierManager:
                 m = self._meta.setdefault(ck.digest, _Meta())
                 m.expires = m.expires or on_ssd.expires_ms / 1000
             self.ddr.insert(ck.digest, block, view.nbytes)
-            self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
+            self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens,
+                                parent=ck.parent)
+            self._levels.note([ck.digest])  # (the expiry its SSD file had)
         self.metrics.inc("ddr", "bytes_in", view.nbytes)
 
     def _job_prefetch(self, keys: list) -> None:
@@ -1114,6 +1141,7 @@ class TierManager:
                 m = self._meta.setdefault(ck.digest, _Meta())
                 fn(m)
                 m.start, m.ntokens = ck.start, ck.ntokens
+        self._levels.note([ck.digest for ck in keys])
         if persisted:
             self._save_hot(touched=[ck.digest for ck in keys])
         return len(keys)
@@ -1161,6 +1189,7 @@ class TierManager:
                 m = self._meta.get(k)
                 if m is not None:
                     m.pinned, m.priority = False, 0
+        self._levels.note(changed)
         self._hot_saved = saved
         return [ChunkKey(k, e.start // self.chunk_tokens, e.start, e.ntokens) for k, e in changed.items()
                 if e.pinned and k not in self.ddr]
@@ -1259,7 +1288,8 @@ class TierManager:
                 ok = True
                 if self.ssd is not None and not self.ssd.contains(ck.digest):
                     ok = self.ssd.write(ck.digest, entry.view, ns_tag=self._ns_tag, start=ck.start,
-                                        ntokens=ck.ntokens, expires_ms=int(expires * 1000), verify_blob=False)
+                                        ntokens=ck.ntokens, expires_ms=int(expires * 1000), verify_blob=False,
+                                        parent=ck.parent)
                 if self.remote is not None:
                     ttl = max(0.001, expires - time.time()) if expires else None
                     ok = self.remote.put(self._ns_tag, ck.digest, entry.view, ttl_s=ttl) or (
@@ -1305,7 +1335,7 @@ class TierManager:
         n = freed = 0
         while (count is None or n < count) and (nbytes is None or freed < nbytes):
             with self._lock:
-                victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
+                victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, levels=self._levels.current()),
                               None)
                 if victim is None:
                     break

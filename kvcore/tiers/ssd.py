@@ -7,8 +7,9 @@
 - Reads go into reusable page-aligned buffers as 2 MiB O_DIRECT segments, several in
   flight (``direct_io="auto"``, the default: where the filesystem allows it; no page-cache
   copy or pollution); ``direct_io=False`` reads through the page cache.
-- A byte capacity: the oldest (policy order) files are removed to make room; a write
-  that cannot fit, or that fails (ENOSPC, EIO), is skipped cleanly and counted.
+- A byte capacity: policy victims are removed to make room (a chunk only after the
+  chunks held here that extend it: see ``kvcore/tiers/policy.py``); a write that cannot
+  fit, or that fails (ENOSPC, EIO), is skipped cleanly and counted.
 - The index is rebuilt from the directory at start, so a restart keeps the cache.
 - Several processes may open one directory (engine replicas on one machine): they see
   each other's chunks, keep the directory as a whole within the capacity and never
@@ -80,6 +81,9 @@ class SSDEntry:
     start: int
     ntokens: int
     expires_ms: int
+    # the key of the chunk this one extends, when this process wrote it (file names and
+    # journal records do not carry it: other processes' files and a restart's have none)
+    parent: Optional[bytes] = None
 
     def expired(self, now_ms: Optional[int] = None) -> bool:
         return bool(self.expires_ms) and (now_ms or int(time.time() * 1000)) >= self.expires_ms
@@ -268,10 +272,12 @@ class SSDTier:
         return self._entry(r.key, r.ns_tag, r.size, r.start, r.ntokens, r.expires_ms)
 
     def _index_put(self, key: bytes, e: SSDEntry) -> None:
-        self._index_pop(key)
+        old = self._index_pop(key)
+        if e.parent is None and old is not None:  # rewritten (a new expiry): the same chunk
+            e.parent = old.parent
         self.index[key] = e
         self._indexed_bytes += e.size
-        self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens)
+        self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens, parent=e.parent)
 
     def _index_pop(self, key: bytes) -> Optional[SSDEntry]:
         e = self.index.pop(key, None)
@@ -483,8 +489,10 @@ class SSDTier:
         return self._with_room(max(0, extra), publish)
 
     def write(self, key: bytes, blob, *, ns_tag: str, start: int = 0, ntokens: int = 0,
-              expires_ms: int = 0, verify_blob: bool = True) -> bool:
-        """Stores blob under key durably. Returns False (and counts why) when it was skipped."""
+              expires_ms: int = 0, verify_blob: bool = True, parent: Optional[bytes] = None) -> bool:
+        """Stores blob under key durably (parent: the key of the chunk it extends, when
+        known: it is not evicted before this one). Returns False (and counts why) when it
+        was skipped."""
         _check_ns_tag(ns_tag)
         view = memoryview(blob).cast("B")
         size = view.nbytes
@@ -494,7 +502,7 @@ class SSDTier:
         if rid is None:
             return False
         t0 = time.perf_counter()
-        entry = self._entry(key, ns_tag, size, start, ntokens, expires_ms)
+        entry = replace(self._entry(key, ns_tag, size, start, ntokens, expires_ms), parent=parent)
         tmp = self._tmp / f"{key.hex()}.{threading.get_ident()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -525,11 +533,12 @@ class SSDTier:
         return True
 
     def begin_write(self, key: bytes, buffer, *, ns_tag: str, reserve: int, start: int = 0, ntokens: int = 0,
-                    expires_ms: int = 0) -> Optional["StreamWrite"]:
+                    expires_ms: int = 0, parent: Optional[bytes] = None) -> Optional["StreamWrite"]:
         """Starts writing key's file while its blob is still being produced in buffer (a
         page-aligned writable buffer, e.g. from a ScratchPool, longer than the blob
         rounded up to 4 KiB). reserve: bytes to hold for it now (the blob's expected
-        size; commit() settles the difference). None when it cannot fit (counted).
+        size; commit() settles the difference); parent: as for write(). None when it cannot
+        fit (counted).
         """
         _check_ns_tag(ns_tag)
         rid = self._reserve(key, reserve)
@@ -537,7 +546,7 @@ class SSDTier:
             return None
         try:
             return StreamWrite(self, key, buffer, rid, ns_tag=ns_tag, reserve=reserve, start=start, ntokens=ntokens,
-                               expires_ms=expires_ms)
+                               expires_ms=expires_ms, parent=parent)
         except OSError as exc:
             self._release(rid)
             self._failed(exc)
@@ -741,10 +750,11 @@ class StreamWrite:
     """
 
     def __init__(self, tier: SSDTier, key: bytes, buffer, rid: bytes, *, ns_tag: str, reserve: int, start: int,
-                 ntokens: int, expires_ms: int):
+                 ntokens: int, expires_ms: int, parent: Optional[bytes] = None):
         self.tier, self.key, self.rid = tier, key, rid
         self.buf = memoryview(buffer).cast("B")
         self.ns_tag, self.start, self.ntokens, self.expires_ms = ns_tag, start, ntokens, expires_ms
+        self.parent = parent
         self.reserved = reserve
         self._t0 = time.perf_counter()
         self._futures: list = []
@@ -847,7 +857,8 @@ class StreamWrite:
                 os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(self._fd)
             self._fd = -1
-            entry = t._entry(self.key, self.ns_tag, total, self.start, self.ntokens, self.expires_ms)
+            entry = replace(t._entry(self.key, self.ns_tag, total, self.start, self.ntokens, self.expires_ms),
+                            parent=self.parent)
             if not t._commit(self.key, self.tmp, entry, self.rid, extra=total - self.reserved):
                 self.abort()
                 return False
