@@ -644,6 +644,41 @@ def test_a_shared_prefix_stays_while_a_higher_priority_sequence_extends_it(kv):
         assert tm.lookup(b).tokens == 512 and tm.lookup(c).tokens == 256 and tm.lookup(a).tokens == 256
 
 
+def test_ssd_eviction_follows_priorities(tmp_path, kv):
+    """The SSD tier chose its victims by its own order alone: a chunk given a high priority
+    left before one of the default level. The manager now gives it the levels DDR uses."""
+    a, b, c = tokens_for(256, 60), tokens_for(256, 61), tokens_for(256, 62)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path / "probe"), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(a, kv[:, :, :256])
+        assert tm.flush(30)
+        size = tm.ssd.used_bytes
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path / "d"), ssd_bytes=int(size * 2.5), namespace=NS) as tm:
+        tm.set_priority(a, 5)
+        for toks in (a, b, c):  # c needs the room of one: b leaves, although a is older
+            tm.store(toks, kv[:, :, :256])
+            assert tm.flush(30)
+        assert tm.lookup(a).tiers == ["ssd"] and tm.lookup(b).tokens == 0 and tm.lookup(c).tiers == ["ssd"]
+        assert tm.status()["tiers"]["ssd"]["evictions"] == 1
+
+
+def test_an_expired_chunk_is_the_first_to_leave_ddr(kv):
+    """Expired chunks leave DDR before any other, also one that a store gave a shorter TTL
+    when it was held already (and made the most recent)."""
+    a, b, c = tokens_for(256, 70), tokens_for(256, 71), tokens_for(256, 72)
+    with TierManager(ddr_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(a, kv[:, :, :256])
+        assert tm.flush(30)
+        size = tm.ddr.allocator.used_bytes
+    with TierManager(ddr_bytes=int(size * 2.5), namespace=NS) as tm:
+        tm.store(a, kv[:, :, :256])
+        tm.store(b, kv[:, :, :256])
+        assert tm.flush(30) and tm.store(a, kv[:, :, :256], ttl=0.3) == 0 and tm.flush(30)
+        time.sleep(0.4)
+        tm.store(c, kv[:, :, :256])  # one must leave: a, expired, although b is older
+        assert tm.flush(30)
+        assert [tm.keys(t)[0].digest in tm.ddr for t in (a, b, c)] == [False, True, True]
+
+
 def test_evict_demotes_and_clear(tmp_path, kv):
     toks = tokens_for(1024, 13)
     with TierManager(ddr_bytes=64 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:

@@ -2,6 +2,7 @@
 
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -132,6 +133,24 @@ def test_eviction_takes_a_sequence_tail_first(tmp_path, chunks):
         assert t.read(k.digest) is not None  # chunk 0 is now the least recent
     assert t.write(b"o" * 16, blobs[2], ns_tag="ns")  # the room of one chunk
     assert [t.contains(k.digest) for k in keys[:3]] == [True, True, False]
+
+
+def test_eviction_follows_the_callers_levels_and_takes_expired_files_first(tmp_path, chunks):
+    """The SSD tier ignored priorities (set_priority) and expiry: a chunk of a high level, or
+    of none, left before an expired one or one of a lower level."""
+    kv, keys, blobs = chunks
+    blob = blobs[0]
+    levels = {b"h" * 16: 1, b"l" * 16: -1}
+    t = SSDTier(tmp_path, len(blob) * 3 + 10, levels=lambda: levels)
+    for key in (b"h" * 16, b"l" * 16, b"0" * 16):
+        assert t.write(key, blob, ns_tag="ns")
+    assert t.write(b"1" * 16, blob, ns_tag="ns")  # the lowest level leaves
+    assert set(t.index) == {b"h" * 16, b"0" * 16, b"1" * 16}
+    assert t.write(b"x" * 16, blob, ns_tag="ns", expires_ms=int(time.time() * 1000) + 300)
+    assert set(t.index) == {b"h" * 16, b"1" * 16, b"x" * 16}  # the oldest of level 0
+    time.sleep(0.4)
+    assert t.write(b"2" * 16, blob, ns_tag="ns")  # the expired file leaves, not the oldest
+    assert set(t.index) == {b"h" * 16, b"1" * 16, b"2" * 16}
 
 
 def test_restart_with_smaller_capacity_trims(tmp_path, chunks):

@@ -234,7 +234,8 @@ class TierManager:
             try:
                 self.ssd = SSDTier(config.ssd_dir, config.ssd_bytes, direct_io=config.direct_io,
                                    fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
-                                   evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
+                                   evictable=self._ssd_evictable, levels=self._levels.current,
+                                   on_evict=self._ssd_evicted)
             except OSError as e:
                 raise KVIOError(f"cannot use ssd_dir {config.ssd_dir!r}: {e}") from e
         # pins and priorities outlive the process beside the SSD tier (hot_cold.py)

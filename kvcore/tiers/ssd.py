@@ -7,9 +7,10 @@
 - Reads go into reusable page-aligned buffers as 2 MiB O_DIRECT segments, several in
   flight (``direct_io="auto"``, the default: where the filesystem allows it; no page-cache
   copy or pollution); ``direct_io=False`` reads through the page cache.
-- A byte capacity: policy victims are removed to make room (a chunk only after the
-  chunks held here that extend it: see ``kvcore/tiers/policy.py``); a write that cannot
-  fit, or that fails (ENOSPC, EIO), is skipped cleanly and counted.
+- A byte capacity: policy victims are removed to make room (expired files first, then
+  by the caller's levels, a chunk only after the chunks held here that extend it: see
+  ``kvcore/tiers/policy.py``); a write that cannot fit, or that fails (ENOSPC, EIO), is
+  skipped cleanly and counted.
 - The index is rebuilt from the directory at start, so a restart keeps the cache.
 - Several processes may open one directory (engine replicas on one machine): they see
   each other's chunks, keep the directory as a whole within the capacity and never
@@ -34,6 +35,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import ctypes
 import errno
+import heapq
 import mmap
 import os
 import re
@@ -43,13 +45,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 from ..errors import CorruptFrameError, InvalidArgumentError
 from .blob import BlobHeader, NewerBlobError, StreamingChecksum, body_size
 from .codecs import can_decode
 from .metrics import Metrics
-from .policy import LRUPolicy, Policy
+from .policy import EXPIRED_LEVEL, LRUPolicy, Policy
 from .ssd_journal import ADD, CAP, DEL, LEFT, OWNERS_DIR, REL, RES, TMP_DIR, TOUCH, DirJournal, Record
 
 LAYOUT_DIR = "kvcore-v1"
@@ -102,6 +104,7 @@ class SSDTier:
                  direct_io: Union[bool, str] = "auto", fsync: bool = True, drop_cache: bool = True,
                  policy: Optional[Policy] = None, metrics: Optional[Metrics] = None,
                  evictable: Optional[Callable[[bytes], bool]] = None,
+                 levels: Optional[Callable[[], Mapping[bytes, int]]] = None,
                  on_evict: Optional[Callable[[bytes, "SSDEntry"], None]] = None):
         if capacity_bytes < 0:
             raise InvalidArgumentError("capacity_bytes must be >= 0")
@@ -115,6 +118,9 @@ class SSDTier:
         self.policy = policy or LRUPolicy()
         self.metrics = metrics or Metrics()
         self.evictable = evictable
+        # the eviction levels of the keys whose level is not 0 (Policy.victims; the
+        # manager's priorities and expiries), asked for at each eviction
+        self.levels = levels
         # called with a victim before its file is removed (a copy may be taken from
         # entry.path), after the tier's locks are released. The victim has left the index
         # by then: until the copy lands elsewhere, a lookup or read of it misses (the
@@ -123,6 +129,7 @@ class SSDTier:
         # transit, which other processes (they apply the DEL at once) would not see anyway.
         self.on_evict = on_evict
         self.index: dict[bytes, SSDEntry] = {}
+        self._expiring: list[tuple[int, bytes]] = []  # heap of (expires_ms, key); stale ones stay until compacted
         self.last_error: Optional[str] = None
         self._indexed_bytes = 0  # sizes of the files in the index
         self._own_reserved: dict[bytes, int] = {}  # reservation id -> bytes (this tier's writes)
@@ -278,6 +285,32 @@ class SSDTier:
         self.index[key] = e
         self._indexed_bytes += e.size
         self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens, parent=e.parent)
+        if e.expires_ms:
+            if len(self._expiring) > 2 * len(self.index) + 64:
+                self._expiring = [(x.expires_ms, k) for k, x in self.index.items() if x.expires_ms]
+                heapq.heapify(self._expiring)
+            heapq.heappush(self._expiring, (e.expires_ms, key))
+
+    def _expired_keys(self, now_ms: int) -> list[bytes]:
+        """The indexed keys past their expiry: a walk of the heap's expired top only."""
+        heap, out, todo = self._expiring, [], [0]
+        while todo:
+            i = todo.pop()
+            if i < len(heap) and heap[i][0] <= now_ms:
+                expires_ms, key = heap[i]
+                e = self.index.get(key)
+                if e is not None and e.expires_ms == expires_ms:
+                    out.append(key)
+                todo += (2 * i + 1, 2 * i + 2)
+        return out
+
+    def _eviction_levels(self) -> dict[bytes, int]:
+        """The caller's levels (the manager's priorities and expiries), with every file past
+        its own expiry (maybe another process's) at EXPIRED_LEVEL."""
+        levels = dict(self.levels()) if self.levels is not None else {}
+        for key in self._expired_keys(int(time.time() * 1000)):
+            levels[key] = EXPIRED_LEVEL
+        return levels
 
     def _index_pop(self, key: bytes) -> Optional[SSDEntry]:
         e = self.index.pop(key, None)
@@ -343,6 +376,7 @@ class SSDTier:
             for key in list(self.index):
                 self._index_pop(key)
             self.policy.clear()
+            self._expiring.clear()
             for _, key, e in found:
                 self._index_put(key, e)
             # reservations of owners still alive stay (their files are still being written)
@@ -390,7 +424,7 @@ class SSDTier:
         if self._drop_dead_reservations() and self._used() + nbytes <= self._capacity():
             return True, victims
         leaving = 0  # bytes of victims still on disk
-        for key in self.policy.victims(evictable=self.evictable):
+        for key in self.policy.victims(evictable=self.evictable, levels=self._eviction_levels()):
             e = self._index_pop(key)
             if e is None:
                 continue
