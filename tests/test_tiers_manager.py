@@ -128,8 +128,8 @@ def test_demotion_chain_ddr_ssd_remote(tmp_path, redis_server, kv):
                      remote_url=redis_server.url, remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
         tm.store(toks, kv)
         tm.flush()
-        tiers = tm.lookup(toks).tiers  # chunk 0 stays in DDR: the chunks after it need it
-        assert tiers[0] == "ddr" and sorted(tiers) == ["ddr", "remote", "remote", "ssd"], tiers
+        tiers = tm.lookup(toks).tiers  # the prefix in the fastest tiers: the chunks after it need it
+        assert tiers == ["ddr", "ssd", "remote", "remote"], tiers
         out = torch.zeros_like(kv)
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
 

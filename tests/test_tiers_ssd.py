@@ -135,6 +135,20 @@ def test_eviction_takes_a_sequence_tail_first(tmp_path, chunks):
     assert [t.contains(k.digest) for k in keys[:3]] == [True, True, False]
 
 
+def test_a_write_does_not_evict_its_own_prefix(tmp_path, chunks):
+    """A sequence longer than the room evicted its own prefix for its tail (chunk 2's write
+    took chunk 1, a leaf until chunk 2 came). keep (the nearest chunk of the written one's
+    prefix held here) is not evicted for it: the write is refused and goes elsewhere."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, sum(len(b) for b in blobs[:2]) + 10)
+    for k, b in zip(keys[:2], blobs[:2]):
+        assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens, parent=k.parent)
+    assert not t.write(keys[2].digest, blobs[2], ns_tag="ns", parent=keys[2].parent, keep=keys[1].digest)
+    assert [t.contains(k.digest) for k in keys[:3]] == [True, True, False]
+    assert t.write(b"o" * 16, blobs[1], ns_tag="ns")  # another sequence's chunk: the tail leaves
+    assert [t.contains(k.digest) for k in keys[:2]] == [True, False]
+
+
 def test_eviction_follows_the_callers_levels_and_takes_expired_files_first(tmp_path, chunks):
     """The SSD tier ignored priorities (set_priority) and expiry: a chunk of a high level, or
     of none, left before an expired one or one of a lower level."""

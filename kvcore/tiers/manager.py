@@ -475,7 +475,7 @@ class TierManager:
         holder: dict = {}
         try:
             view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
-                                alloc=lambda n: self._alloc_blob(n, holder, ck.parent),
+                                alloc=lambda n: self._alloc_blob(n, holder, ck),
                                 frame_bytes=self.config.frame_bytes)
         except BaseException:
             if "block" in holder:
@@ -525,7 +525,8 @@ class TierManager:
         self._writes.acquire()
         buf = self._scratch.get(bound + 4096)
         sw = self.ssd.begin_write(ck.digest, buf, ns_tag=self._ns_tag, reserve=reserve, start=ck.start,
-                                  ntokens=ck.ntokens, expires_ms=int(expires * 1000), parent=ck.parent)
+                                  ntokens=ck.ntokens, expires_ms=int(expires * 1000), parent=ck.parent,
+                                  keep=self._nearest_of_prefix(ck, self.ssd.index))
         if sw is None:
             self._scratch.put(buf)
             self._writes.release()
@@ -607,21 +608,23 @@ class TierManager:
         except (cf.TimeoutError, RuntimeError):
             return False
 
-    def _alloc_blob(self, nbytes: int, holder: dict, extends: Optional[bytes]) -> memoryview:
-        block = self._make_room(nbytes, extends)
+    def _alloc_blob(self, nbytes: int, holder: dict, ck: ChunkKey) -> memoryview:
+        block = self._make_room(nbytes, ck)
         if block is None:  # not in DDR: a reusable staging buffer for the write below
             return memoryview(self._scratch.get(nbytes))[:nbytes]
         holder["block"] = block
         return block.view
 
-    def _make_room(self, nbytes: int, extends: Optional[bytes] = None):
+    def _make_room(self, nbytes: int, ck: Optional[ChunkKey] = None):
         """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only).
         None, with nothing evicted, when nbytes cannot fit even once every evictable chunk
-        has left (pinned chunks, chunks being read, the capacity itself). extends: the
-        parent of the chunk the room is for: the room is not made by evicting its prefix
-        (_needed_in_ddr)."""
+        has left (pinned chunks, chunks being read, the capacity itself). ck: the chunk
+        the room is for, whose prefix is not evicted for it (_nearest_of_prefix): kept,
+        the nearest chunk of the prefix in DDR keeps the rest (the leaves rule). Else, a
+        leaf until its child comes, a chunk would be the victim of the next chunk of its
+        own store, and a store longer than DDR would push its prefix out for its tail."""
         with self._lock:
-            needed = self._needed_in_ddr(extends)
+            needed = self._nearest_of_prefix(ck, self.ddr.entries) if ck is not None else None
 
         def evictable(key: bytes) -> bool:
             return key != needed and self._ddr_evictable(key)
@@ -660,18 +663,16 @@ class TierManager:
                         self.ddr_policy.remove(victim)
                         self.metrics.inc("ddr", "evictions")
 
-    def _needed_in_ddr(self, parent: Optional[bytes]) -> Optional[bytes]:
-        """The nearest chunk in DDR of the prefix that a chunk extending parent needs:
-        parent, or while they are being written or below, their own parents (as this
-        process's store queue and SSD writes know them). Kept while that chunk is placed,
-        it keeps its prefix too (the leaves rule): else, a leaf until its child comes, it
-        would be the victim of the next chunk of its own store, or a sequence longer than
-        DDR would push its own prefix out for its tail (lock held)."""
-        while parent is not None and parent not in self.ddr:
-            queued = self._pending.get(parent)
-            below = self.ssd.index.get(parent) if queued is None and self.ssd is not None else None
-            parent = queued[0].parent if queued is not None else below.parent if below is not None else None
-        return parent
+    @staticmethod
+    def _nearest_of_prefix(ck: ChunkKey, held) -> Optional[bytes]:
+        """The nearest chunk of ck's prefix that is in held (a tier's keys), through the
+        chain of keys from chunk_keys; only ck's parent for a key without it."""
+        k = ck.prev
+        while k is not None:
+            if k.digest in held:
+                return k.digest
+            k = k.prev
+        return ck.parent if ck.parent is not None and ck.prev is None and ck.parent in held else None
 
     def _victims_to_fit(self, nbytes: int, evictable: Callable[[bytes], bool]) -> Optional[list[bytes]]:
         """The policy's victims, in order, whose leaving makes room for nbytes in DDR, or
@@ -703,7 +704,8 @@ class TierManager:
         placed = still_read = False
         if self.ssd is not None:
             placed = self.ssd.write(ck.digest, view, ns_tag=self._ns_tag, start=ck.start, ntokens=ck.ntokens,
-                                    expires_ms=int(expires * 1000), verify_blob=False, parent=ck.parent)
+                                    expires_ms=int(expires * 1000), verify_blob=False, parent=ck.parent,
+                                    keep=self._nearest_of_prefix(ck, self.ssd.index))
         if self.remote is not None and (both or not placed):
             ttl = max(0.001, expires - time.time()) if expires else None
             sent = self.remote.put(self._ns_tag, ck.digest, view, ttl_s=ttl)
@@ -739,7 +741,7 @@ class TierManager:
         with self._lock:
             if ck.digest in self.ddr or self._expired(ck.digest):
                 return
-        block = self._make_room(view.nbytes, ck.parent)
+        block = self._make_room(view.nbytes, ck)
         if block is None:
             return
         block.view[:] = view

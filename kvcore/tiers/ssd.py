@@ -410,8 +410,9 @@ class SSDTier:
             return [k for k, e in self.index.items() if ns_tag is None or e.ns_tag == ns_tag]
 
     # ---- capacity ----
-    def _make_room(self, nbytes: int) -> tuple[bool, list]:
-        """(fits, victims) (inside _changing): evicts until nbytes more fit. Without
+    def _make_room(self, nbytes: int, keep: Optional[bytes] = None) -> tuple[bool, list]:
+        """(fits, victims) (inside _changing): evicts until nbytes more fit (never keep,
+        nor what keep extends: see write()). Without
         on_evict a victim's file is removed at once. With it, the file is moved into this
         owner's temporaries and stays reserved until _finish_evictions (after the locks
         are released) has offered it to on_evict and removed it: fits is then False and
@@ -424,7 +425,10 @@ class SSDTier:
         if self._drop_dead_reservations() and self._used() + nbytes <= self._capacity():
             return True, victims
         leaving = 0  # bytes of victims still on disk
-        for key in self.policy.victims(evictable=self.evictable, levels=self._eviction_levels()):
+        def evictable(key: bytes) -> bool:
+            return key != keep and (self.evictable is None or self.evictable(key))
+
+        for key in self.policy.victims(evictable=evictable, levels=self._eviction_levels()):
             e = self._index_pop(key)
             if e is None:
                 continue
@@ -445,16 +449,17 @@ class SSDTier:
                 break
         return not victims and self._used() + nbytes <= self._capacity(), victims
 
-    def _with_room(self, nbytes: int, then: Callable[[], None], first: Optional[Callable[[], None]] = None) -> bool:
-        """Runs then() inside _changing once nbytes more fit (first() before, once);
-        False (counted as rejected) when they cannot be made free."""
+    def _with_room(self, nbytes: int, then: Callable[[], None], first: Optional[Callable[[], None]] = None,
+                   keep: Optional[bytes] = None) -> bool:
+        """Runs then() inside _changing once nbytes more fit (first() before, once; keep:
+        see _make_room); False (counted as rejected) when they cannot be made free."""
         for attempt in range(ROOM_ATTEMPTS):
             with self._changing():
                 if self._journal.left:  # closed: without its lock and journal, nothing may change
                     break
                 if first is not None and attempt == 0:
                     first()
-                fits, victims = self._make_room(nbytes)
+                fits, victims = self._make_room(nbytes, keep)
                 if fits:
                     then()
             self._finish_evictions(victims)
@@ -493,7 +498,7 @@ class SSDTier:
                 self._drop_hold(rid)
 
     # ---- write ----
-    def _reserve(self, key: bytes, size: int) -> Optional[bytes]:
+    def _reserve(self, key: bytes, size: int, keep: Optional[bytes] = None) -> Optional[bytes]:
         """Drops key's old file and holds size bytes of capacity for its new one: the
         reservation id, or None (counted as rejected) when they cannot be made free."""
         held: list[bytes] = []
@@ -504,7 +509,7 @@ class SSDTier:
                 self._record(DEL, key)
                 _unlink(old.path)
 
-        return held[0] if self._with_room(size, lambda: held.append(self._hold(size)), drop_old) else None
+        return held[0] if self._with_room(size, lambda: held.append(self._hold(size)), drop_old, keep) else None
 
     def _commit(self, key: bytes, tmp: Path, entry: SSDEntry, rid: bytes, extra: int = 0) -> bool:
         """Moves a written temporary file into place and indexes it, with extra bytes more
@@ -523,16 +528,19 @@ class SSDTier:
         return self._with_room(max(0, extra), publish)
 
     def write(self, key: bytes, blob, *, ns_tag: str, start: int = 0, ntokens: int = 0,
-              expires_ms: int = 0, verify_blob: bool = True, parent: Optional[bytes] = None) -> bool:
+              expires_ms: int = 0, verify_blob: bool = True, parent: Optional[bytes] = None,
+              keep: Optional[bytes] = None) -> bool:
         """Stores blob under key durably (parent: the key of the chunk it extends, when
-        known: it is not evicted before this one). Returns False (and counts why) when it
-        was skipped."""
+        known: it is not evicted before this one; keep: the nearest chunk of its prefix
+        held here, which its room is not made by evicting, so that a sequence longer than
+        the room does not push its own prefix out). Returns False (and counts why) when
+        it was skipped."""
         _check_ns_tag(ns_tag)
         view = memoryview(blob).cast("B")
         size = view.nbytes
         if verify_blob:
             BlobHeader.parse(view)  # refuse to persist garbage
-        rid = self._reserve(key, size)  # held while the file is written
+        rid = self._reserve(key, size, keep)  # held while the file is written
         if rid is None:
             return False
         t0 = time.perf_counter()
@@ -567,15 +575,16 @@ class SSDTier:
         return True
 
     def begin_write(self, key: bytes, buffer, *, ns_tag: str, reserve: int, start: int = 0, ntokens: int = 0,
-                    expires_ms: int = 0, parent: Optional[bytes] = None) -> Optional["StreamWrite"]:
+                    expires_ms: int = 0, parent: Optional[bytes] = None,
+                    keep: Optional[bytes] = None) -> Optional["StreamWrite"]:
         """Starts writing key's file while its blob is still being produced in buffer (a
         page-aligned writable buffer, e.g. from a ScratchPool, longer than the blob
         rounded up to 4 KiB). reserve: bytes to hold for it now (the blob's expected
-        size; commit() settles the difference); parent: as for write(). None when it cannot
-        fit (counted).
+        size; commit() settles the difference); parent, keep: as for write(). None when it
+        cannot fit (counted).
         """
         _check_ns_tag(ns_tag)
-        rid = self._reserve(key, reserve)
+        rid = self._reserve(key, reserve, keep)
         if rid is None:
             return None
         try:
