@@ -180,6 +180,44 @@ def test_kvcore_ddr_sequence(chunk, benchmark):
     tm.close()
 
 
+MANY_SEQUENCES, MANY_CHUNKS, MANY_TOKENS = 2560, 16, 16  # 40,960 small chunks in DDR
+
+
+@pytest.mark.parametrize("policy", ["lru", "cost"])
+def test_kvcore_ddr_eviction_with_many_chunks(benchmark, policy):
+    """Choosing DDR victims with 40,960 chunks held (2,560 sequences of 16 chunks of 16
+    tokens, bf16 [1, 2, 16, 1, 8] random values, raw codec), every chunk with a TTL (its
+    expiry is one of the eviction levels): evict(count=1) on a full DDR, and the store of
+    a 16-chunk sequence into it (16 victims chosen). Victims come from the policy's
+    ordered leaves, not a sort of every chunk (docs/TIERS.md, Policies)."""
+    gen = torch.Generator().manual_seed(0)
+    kv = torch.randn(1, 2, MANY_CHUNKS * MANY_TOKENS, 1, 8, generator=gen).to(torch.bfloat16)
+    seqs = [[(i * 1_000_003 + k * 7919) % 151_936 for k in range(MANY_CHUNKS * MANY_TOKENS)]
+            for i in range(MANY_SEQUENCES + ROUNDS)]
+    with TierManager(ddr_bytes=1 << 30, chunk_tokens=MANY_TOKENS, namespace="many", codec="raw",
+                     allocator="bytes", policy=policy, ttl_s=3600) as tm:
+        for seq in seqs[:MANY_SEQUENCES]:
+            tm.store(seq, kv)
+        assert tm.flush(600) and len(tm.ddr.entries) == MANY_SEQUENCES * MANY_CHUNKS
+        tm.ddr.allocator.capacity_bytes = tm.ddr.allocator.used_bytes  # full from here on
+
+        def evict_one() -> float:
+            t0 = time.perf_counter()
+            assert tm.evict(count=1) == 1
+            return time.perf_counter() - t0
+
+        def store_one(seq) -> float:
+            t0 = time.perf_counter()
+            tm.store(seq, kv)
+            assert tm.flush(60)
+            return time.perf_counter() - t0
+
+        evict_s = _timed(benchmark, evict_one)
+        store_s = min(store_one(seq) for seq in seqs[MANY_SEQUENCES:])
+    record("kvcore", f"ddr_{policy}_40960_chunks", "evict_one_ms", evict_s * 1e3)
+    record("kvcore", f"ddr_{policy}_40960_chunks", "store_16_chunks_full_ms", store_s * 1e3)
+
+
 @pytest.mark.parametrize("codec", ["auto", "dense"])
 def test_kvcore_ddr_density(chunk, codec):
     tier = "ddr" if codec == "auto" else f"ddr_{codec}"

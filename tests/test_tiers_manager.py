@@ -65,13 +65,13 @@ def test_round_trip_ssd_only_and_demotion(tmp_path, kv):
     with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path / "b"), ssd_bytes=1 << 30, namespace=NS) as tm:
         tm.store(toks, kv)
         tm.flush()
-        tiers = tm.lookup(toks).tiers
-        assert "ssd" in tiers and "ddr" in tiers and len(tiers) == 4
+        # DDR holds one chunk: chunk 0, which the others need, stays; they go below
+        assert tm.lookup(toks).tiers == ["ddr", "ssd", "ssd", "ssd"]
         assert tm.ddr.allocator.used_bytes <= 3 << 20
         out = torch.zeros_like(kv)
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
         st = tm.status()["tiers"]
-        assert st["ddr"]["evictions"] >= 2 and st["ssd"]["hits"] >= 2
+        assert st["ddr"]["evictions"] == 0 and st["ssd"]["hits"] >= 2
 
 
 def test_round_trip_remote(redis_server, kv):
@@ -128,8 +128,8 @@ def test_demotion_chain_ddr_ssd_remote(tmp_path, redis_server, kv):
                      remote_url=redis_server.url, remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
         tm.store(toks, kv)
         tm.flush()
-        tiers = tm.lookup(toks).tiers
-        assert tiers[0] == "remote" and tiers[-1] == "ddr", tiers
+        tiers = tm.lookup(toks).tiers  # the prefix in the fastest tiers: the chunks after it need it
+        assert tiers == ["ddr", "ssd", "remote", "remote"], tiers
         out = torch.zeros_like(kv)
         assert tm.retrieve(toks, out) == 1024 and same(out, kv)
 
@@ -606,6 +606,80 @@ def test_a_sequence_loses_its_tail_first(kv, again):
         tm.store(b, kv[:, :, :512])  # room for two more chunks: two of a's leave
         assert tm.flush(30)
         assert tm.lookup(a).tokens == 512 and tm.lookup(b).tokens == 512
+
+
+def test_the_cost_policy_keeps_a_sequence_prefix(kv):
+    """The cost policy valued a sequence's early chunks least (cheapest to recompute), so
+    pressure took chunk 0 first: a's prefix lookup then found nothing while its later
+    chunks still held the memory (and b lost its chunk 0 to b's own chunk 1). A chunk now
+    leaves only after the chunks that extend it."""
+    a, b = tokens_for(1024, 63), tokens_for(512, 64)
+    with TierManager(ddr_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(a, kv)
+        assert tm.flush(30)
+        size = tm.ddr.allocator.used_bytes // 4
+    with TierManager(ddr_bytes=int(size * 4.5), namespace=NS, policy="cost") as tm:
+        tm.store(a, kv)
+        assert tm.flush(30)
+        tm.store(b, kv[:, :, :512])  # room for two more chunks: two of a's leave, its tail
+        assert tm.flush(30)
+        assert tm.lookup(a).tokens == 512 and tm.lookup(b).tokens == 512
+
+
+def test_a_shared_prefix_stays_while_a_higher_priority_sequence_extends_it(kv):
+    """A prefix of a lower level than a sequence that extends it (a shared system prompt
+    set to -1, b to 5) left first, and took a and b with it: their chunks stayed,
+    unreachable. The prefix now stays while b does; a's own chunk leaves instead."""
+    p = tokens_for(256, 65)
+    a, b, c = p + tokens_for(256, 66), p + tokens_for(256, 67), tokens_for(256, 68)
+    with TierManager(ddr_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(a, kv[:, :, :512])
+        assert tm.flush(30)
+        size = tm.ddr.allocator.used_bytes // 2
+    with TierManager(ddr_bytes=int(size * 3.5), namespace=NS, policy="cost") as tm:
+        tm.set_priority(b, 5)
+        tm.set_priority(p, -1)
+        tm.store(a, kv[:, :, :512])
+        tm.store(b, kv[:, :, :512])
+        assert tm.flush(30)
+        tm.store(c, kv[:, :, 256:512])  # one chunk must leave: a's own, not the prefix b needs
+        assert tm.flush(30)
+        assert tm.lookup(b).tokens == 512 and tm.lookup(c).tokens == 256 and tm.lookup(a).tokens == 256
+
+
+def test_ssd_eviction_follows_priorities(tmp_path, kv):
+    """The SSD tier chose its victims by its own order alone: a chunk given a high priority
+    left before one of the default level. The manager now gives it the levels DDR uses."""
+    a, b, c = tokens_for(256, 60), tokens_for(256, 61), tokens_for(256, 62)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path / "probe"), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(a, kv[:, :, :256])
+        assert tm.flush(30)
+        size = tm.ssd.used_bytes
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path / "d"), ssd_bytes=int(size * 2.5), namespace=NS) as tm:
+        tm.set_priority(a, 5)
+        for toks in (a, b, c):  # c needs the room of one: b leaves, although a is older
+            tm.store(toks, kv[:, :, :256])
+            assert tm.flush(30)
+        assert tm.lookup(a).tiers == ["ssd"] and tm.lookup(b).tokens == 0 and tm.lookup(c).tiers == ["ssd"]
+        assert tm.status()["tiers"]["ssd"]["evictions"] == 1
+
+
+def test_an_expired_chunk_is_the_first_to_leave_ddr(kv):
+    """Expired chunks leave DDR before any other, also one that a store gave a shorter TTL
+    when it was held already (and made the most recent)."""
+    a, b, c = tokens_for(256, 70), tokens_for(256, 71), tokens_for(256, 72)
+    with TierManager(ddr_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(a, kv[:, :, :256])
+        assert tm.flush(30)
+        size = tm.ddr.allocator.used_bytes
+    with TierManager(ddr_bytes=int(size * 2.5), namespace=NS) as tm:
+        tm.store(a, kv[:, :, :256])
+        tm.store(b, kv[:, :, :256])
+        assert tm.flush(30) and tm.store(a, kv[:, :, :256], ttl=0.3) == 0 and tm.flush(30)
+        time.sleep(0.4)
+        tm.store(c, kv[:, :, :256])  # one must leave: a, expired, although b is older
+        assert tm.flush(30)
+        assert [tm.keys(t)[0].digest in tm.ddr for t in (a, b, c)] == [False, True, True]
 
 
 def test_evict_demotes_and_clear(tmp_path, kv):

@@ -2,6 +2,7 @@
 
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -163,6 +164,52 @@ def test_capacity_under_concurrent_writers(tmp_path, chunks):
     assert not errors
     assert peak[0] <= cap
     assert sum(f.stat().st_size for f in (tmp_path / "kvcore-v1" / "ns").iterdir()) <= cap
+
+
+def test_eviction_takes_a_sequence_tail_first(tmp_path, chunks):
+    """A retrieve reads a prefix from chunk 0 on, so under LRU chunk 0 was the first victim
+    and the chunks after it were unreachable. A chunk written with its parent leaves only
+    after the chunks held here that extend it."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, sum(len(b) for b in blobs[:3]) + 10)
+    for k, b in zip(keys[:3], blobs[:3]):
+        assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens, parent=k.parent)
+    for k in keys[:3]:
+        assert t.read(k.digest) is not None  # chunk 0 is now the least recent
+    assert t.write(b"o" * 16, blobs[2], ns_tag="ns")  # the room of one chunk
+    assert [t.contains(k.digest) for k in keys[:3]] == [True, True, False]
+
+
+def test_a_write_does_not_evict_its_own_prefix(tmp_path, chunks):
+    """A sequence longer than the room evicted its own prefix for its tail (chunk 2's write
+    took chunk 1, a leaf until chunk 2 came). keep (the nearest chunk of the written one's
+    prefix held here) is not evicted for it: the write is refused and goes elsewhere."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, sum(len(b) for b in blobs[:2]) + 10)
+    for k, b in zip(keys[:2], blobs[:2]):
+        assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens, parent=k.parent)
+    assert not t.write(keys[2].digest, blobs[2], ns_tag="ns", parent=keys[2].parent, keep=keys[1].digest)
+    assert [t.contains(k.digest) for k in keys[:3]] == [True, True, False]
+    assert t.write(b"o" * 16, blobs[1], ns_tag="ns")  # another sequence's chunk: the tail leaves
+    assert [t.contains(k.digest) for k in keys[:2]] == [True, False]
+
+
+def test_eviction_follows_the_callers_levels_and_takes_expired_files_first(tmp_path, chunks):
+    """The SSD tier ignored priorities (set_priority) and expiry: a chunk of a high level, or
+    of none, left before an expired one or one of a lower level."""
+    kv, keys, blobs = chunks
+    blob = blobs[0]
+    levels = {b"h" * 16: 1, b"l" * 16: -1}
+    t = SSDTier(tmp_path, len(blob) * 3 + 10, levels=lambda: levels)
+    for key in (b"h" * 16, b"l" * 16, b"0" * 16):
+        assert t.write(key, blob, ns_tag="ns")
+    assert t.write(b"1" * 16, blob, ns_tag="ns")  # the lowest level leaves
+    assert set(t.index) == {b"h" * 16, b"0" * 16, b"1" * 16}
+    assert t.write(b"x" * 16, blob, ns_tag="ns", expires_ms=int(time.time() * 1000) + 300)
+    assert set(t.index) == {b"h" * 16, b"1" * 16, b"x" * 16}  # the oldest of level 0
+    time.sleep(0.4)
+    assert t.write(b"2" * 16, blob, ns_tag="ns")  # the expired file leaves, not the oldest
+    assert set(t.index) == {b"h" * 16, b"1" * 16, b"2" * 16}
 
 
 def test_restart_with_smaller_capacity_trims(tmp_path, chunks):

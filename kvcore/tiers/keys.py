@@ -18,8 +18,8 @@ True
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Sequence, Union
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import xxhash
@@ -97,12 +97,18 @@ def as_namespace(namespace: NamespaceLike) -> Namespace:
 
 @dataclass(frozen=True)
 class ChunkKey:
-    """One chunk's key: its 16-byte digest, position in the sequence and length."""
+    """One chunk's key: its 16-byte digest, position in the sequence and length, and
+    the digest of the chunk it extends (its parent: None for chunk 0, or when unknown).
+    Keys from chunk_keys also hold their parent's key (prev), so a key's whole prefix
+    can be walked. Two keys are equal when their digests and places are: the rest is
+    implied."""
 
     digest: bytes
     index: int  # chunk number in the sequence (0 = first)
     start: int  # first token position
     ntokens: int
+    parent: Optional[bytes] = field(default=None, compare=False, repr=False)
+    prev: Optional["ChunkKey"] = field(default=None, compare=False, repr=False)
 
     @property
     def hex(self) -> str:
@@ -150,6 +156,7 @@ def chunk_keys(
     arr = tokens_array(tokens)
     out: list[ChunkKey] = []
     prev = b"\x00" * 16
+    parent: Optional[ChunkKey] = None
     n = arr.size
     stop = (n // chunk_tokens) * chunk_tokens if full_only else n
     for index, start in enumerate(range(0, stop, chunk_tokens)):
@@ -160,5 +167,6 @@ def chunk_keys(
         h.update(struct.pack("<I", part.size))
         h.update(part.tobytes())
         prev = h.digest()
-        out.append(ChunkKey(prev, index, start, int(part.size)))
+        out.append(ChunkKey(prev, index, start, int(part.size), parent.digest if parent else None, parent))
+        parent = out[-1]
     return out

@@ -35,7 +35,7 @@ from .ddr import DDRTier, footprint, make_allocator
 from .hot_cold import HotCold, HotColdFile
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
 from .metrics import Metrics
-from .policy import make_policy
+from .policy import LevelIndex, make_policy
 from .remote import RemoteConfig, RemoteTier, redact_url
 from .ssd import ScratchPool, SSDTier
 
@@ -253,6 +253,7 @@ class TierManager:
 
         self.ddr = DDRTier(make_allocator(config.ddr_bytes, config.allocator))
         self.ddr_policy = make_policy(config.policy)
+        self._levels = LevelIndex(self._settings_of)  # priorities and expiries, for eviction
         # The remote tier first: it may refuse its url, and the SSD tier joins a shared
         # directory that a half-built manager would not leave.
         self.remote: Optional[RemoteTier] = None
@@ -266,7 +267,8 @@ class TierManager:
             try:
                 self.ssd = SSDTier(config.ssd_dir, config.ssd_bytes, direct_io=config.direct_io,
                                    fsync=config.fsync, policy=make_policy(config.policy), metrics=self.metrics,
-                                   evictable=self._ssd_evictable, on_evict=self._ssd_evicted)
+                                   evictable=self._ssd_evictable, levels=self._levels.current,
+                                   on_evict=self._ssd_evicted)
             except OSError as e:
                 raise KVIOError(f"cannot use ssd_dir {config.ssd_dir!r}: {e}") from e
         # pins and priorities outlive the process beside the SSD tier (hot_cold.py)
@@ -317,11 +319,11 @@ class TierManager:
         m = self._meta.get(key)
         return m is None or not m.pinned or key in self.ddr
 
-    def _priority(self, key: bytes) -> int:
+    def _settings_of(self, key: bytes) -> Optional[tuple[int, float]]:
+        """(priority, expiry) of key, for the LevelIndex (read without the lock: the SSD
+        tier's eviction asks under its own lock)."""
         m = self._meta.get(key)
-        if m is None:
-            return 0
-        return -(1 << 30) if m.expired(time.time()) else m.priority
+        return (m.priority, m.expires) if m is not None else None
 
     # ------------------------------------------------------------------ store
     def store(self, tokens: Sequence[int], kv: torch.Tensor, *, ttl: Optional[float] = None,
@@ -381,8 +383,7 @@ class TierManager:
         if queued:
             self._put(("arrange", last_first))
         else:
-            with self._lock:
-                self.ddr_policy.arrange(last_first)
+            self._job_arrange(last_first)
         self.metrics.observe("store", time.perf_counter() - t0)
         return queued
 
@@ -487,8 +488,11 @@ class TierManager:
         event.set()
 
     def _job_arrange(self, keys: list) -> None:
+        """Puts keys, in this order, at the recent end of DDR's order; their expiries (a
+        store sets them) go to the eviction levels."""
         with self._lock:
             self.ddr_policy.arrange(keys)
+        self._levels.note(keys)
 
     def _job_call(self, fn: Callable, box: list, event: threading.Event) -> None:
         try:
@@ -545,7 +549,7 @@ class TierManager:
         holder: dict = {}
         try:
             view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
-                                alloc=lambda n: self._alloc_blob(n, holder),
+                                alloc=lambda n: self._alloc_blob(n, holder, ck),
                                 frame_bytes=self.config.frame_bytes)
         except BaseException:
             if "block" in holder:
@@ -556,7 +560,9 @@ class TierManager:
         with self._lock:
             if block is not None:
                 self.ddr.insert(ck.digest, block, view.nbytes)
-                self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
+                self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens,
+                                    parent=ck.parent)
+                self._levels.note([ck.digest])
                 self.metrics.inc("ddr", "stores")
                 self.metrics.inc("ddr", "bytes_in", view.nbytes)
         if block is None or self.config.write_through:
@@ -593,7 +599,8 @@ class TierManager:
         self._writes.acquire()
         buf = self._scratch.get(bound + 4096)
         sw = self.ssd.begin_write(ck.digest, buf, ns_tag=self._ns_tag, reserve=reserve, start=ck.start,
-                                  ntokens=ck.ntokens, expires_ms=int(expires * 1000))
+                                  ntokens=ck.ntokens, expires_ms=int(expires * 1000), parent=ck.parent,
+                                  keep=self._nearest_of_prefix(ck, self.ssd.index))
         if sw is None:
             self._scratch.put(buf)
             self._writes.release()
@@ -675,17 +682,27 @@ class TierManager:
         except (cf.TimeoutError, RuntimeError):
             return False
 
-    def _alloc_blob(self, nbytes: int, holder: dict) -> memoryview:
-        block = self._make_room(nbytes)
+    def _alloc_blob(self, nbytes: int, holder: dict, ck: ChunkKey) -> memoryview:
+        block = self._make_room(nbytes, ck)
         if block is None:  # not in DDR: a reusable staging buffer for the write below
             return memoryview(self._scratch.get(nbytes))[:nbytes]
         holder["block"] = block
         return block.view
 
-    def _make_room(self, nbytes: int):
+    def _make_room(self, nbytes: int, ck: Optional[ChunkKey] = None):
         """Allocates nbytes in DDR, demoting policy victims as needed (worker thread only).
         None, with nothing evicted, when nbytes cannot fit even once every evictable chunk
-        has left (pinned chunks, chunks being read, the capacity itself)."""
+        has left (pinned chunks, chunks being read, the capacity itself). ck: the chunk
+        the room is for, whose prefix is not evicted for it (_nearest_of_prefix): kept,
+        the nearest chunk of the prefix in DDR keeps the rest (the leaves rule). Else, a
+        leaf until its child comes, a chunk would be the victim of the next chunk of its
+        own store, and a store longer than DDR would push its prefix out for its tail."""
+        with self._lock:
+            needed = self._nearest_of_prefix(ck, self.ddr.entries) if ck is not None else None
+
+        def evictable(key: bytes) -> bool:
+            return key != needed and self._ddr_evictable(key)
+
         planned: Optional[Iterator[bytes]] = None
         while True:
             with self._lock:
@@ -694,16 +711,15 @@ class TierManager:
                 except PoolExhausted:
                     pass
                 if planned is None:
-                    plan = self._victims_to_fit(nbytes)
+                    plan = self._victims_to_fit(nbytes, evictable)
                     if plan is None:
                         return None
                     planned = iter(plan)
                 # The plan's victims first (each still evictable now); then, should the
                 # allocator still refuse (its size classes), the policy's next ones.
-                victim = next((k for k in planned if self._ddr_evictable(k)), None)
+                victim = next((k for k in planned if evictable(k)), None)
                 if victim is None:
-                    victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
-                                  None)
+                    victim = next(self.ddr_policy.victims(evictable=evictable, levels=self._levels.current()), None)
                 if victim is None:
                     return None
                 entry = self.ddr.acquire(victim)
@@ -721,14 +737,25 @@ class TierManager:
                         self.ddr_policy.remove(victim)
                         self.metrics.inc("ddr", "evictions")
 
-    def _victims_to_fit(self, nbytes: int) -> Optional[list[bytes]]:
+    @staticmethod
+    def _nearest_of_prefix(ck: ChunkKey, held) -> Optional[bytes]:
+        """The nearest chunk of ck's prefix that is in held (a tier's keys), through the
+        chain of keys from chunk_keys; only ck's parent for a key without it."""
+        k = ck.prev
+        while k is not None:
+            if k.digest in held:
+                return k.digest
+            k = k.prev
+        return ck.parent if ck.parent is not None and ck.prev is None and ck.parent in held else None
+
+    def _victims_to_fit(self, nbytes: int, evictable: Callable[[bytes], bool]) -> Optional[list[bytes]]:
         """The policy's victims, in order, whose leaving makes room for nbytes in DDR, or
         None when even every evictable chunk leaving would not (lock held). One pass over
-        the policy's order (a sort of every chunk), stopping as soon as they are enough."""
+        the policy's ordered leaves, stopping as soon as they are enough."""
         alloc = self.ddr.allocator
         short = alloc.used_bytes + footprint(alloc, nbytes) - alloc.capacity_bytes
         plan: list[bytes] = []
-        for key in self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority):
+        for key in self.ddr_policy.victims(evictable=evictable, levels=self._levels.current()):
             if short <= 0:
                 break
             e = self.ddr.get(key)
@@ -741,7 +768,7 @@ class TierManager:
         if self.ssd is not None and self.ssd.contains(key):
             return
         h = BlobHeader.parse(entry.view)
-        ck = ChunkKey(key, h.index, h.index * self.chunk_tokens, h.ntokens)
+        ck = ChunkKey(key, h.index, h.index * self.chunk_tokens, h.ntokens, self.ddr_policy.parent_of(key))
         m = self._meta.get(key)
         self._write_below(ck, entry.view, m.expires if m else 0.0)
 
@@ -751,7 +778,8 @@ class TierManager:
         placed = still_read = False
         if self.ssd is not None:
             placed = self.ssd.write(ck.digest, view, ns_tag=self._ns_tag, start=ck.start, ntokens=ck.ntokens,
-                                    expires_ms=int(expires * 1000), verify_blob=False)
+                                    expires_ms=int(expires * 1000), verify_blob=False, parent=ck.parent,
+                                    keep=self._nearest_of_prefix(ck, self.ssd.index))
         if self.remote is not None and (both or not placed):
             ttl = _ttl_left(expires)
             sent = self.remote.put(self._ns_tag, ck.digest, view, ttl_s=ttl)
@@ -788,7 +816,7 @@ class TierManager:
         with self._lock:
             if ck.digest in self.ddr or self._expired(ck.digest):
                 return
-        block = self._make_room(view.nbytes)
+        block = self._make_room(view.nbytes, ck)
         if block is None:
             return
         block.view[:] = view
@@ -800,7 +828,9 @@ class TierManager:
                 m = self._meta.setdefault(ck.digest, _Meta())
                 m.expires = m.expires or on_ssd.expires_ms / 1000
             self.ddr.insert(ck.digest, block, view.nbytes)
-            self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens)
+            self.ddr_policy.add(ck.digest, size=view.nbytes, start=ck.start, ntokens=ck.ntokens,
+                                parent=ck.parent)
+            self._levels.note([ck.digest])  # (the expiry its SSD file had)
         self.metrics.inc("ddr", "bytes_in", view.nbytes)
 
     def _job_prefetch(self, keys: list) -> None:
@@ -1190,6 +1220,7 @@ class TierManager:
                 m = self._meta.setdefault(ck.digest, _Meta())
                 fn(m)
                 m.start, m.ntokens = ck.start, ck.ntokens
+        self._levels.note([ck.digest for ck in keys])
         if persisted:
             self._save_hot(touched=[ck.digest for ck in keys])
         return len(keys)
@@ -1237,6 +1268,7 @@ class TierManager:
                 m = self._meta.get(k)
                 if m is not None:
                     m.pinned, m.priority = False, 0
+        self._levels.note(changed)
         self._hot_saved = saved
         return [ChunkKey(k, e.start // self.chunk_tokens, e.start, e.ntokens) for k, e in changed.items()
                 if e.pinned and k not in self.ddr]
@@ -1325,7 +1357,8 @@ class TierManager:
                 ok = True
                 if self.ssd is not None and not self.ssd.contains(ck.digest):
                     ok = self.ssd.write(ck.digest, entry.view, ns_tag=self._ns_tag, start=ck.start,
-                                        ntokens=ck.ntokens, expires_ms=int(expires * 1000), verify_blob=False)
+                                        ntokens=ck.ntokens, expires_ms=int(expires * 1000), verify_blob=False,
+                                        parent=ck.parent)
                 if self.remote is not None:
                     ttl = _ttl_left(expires)
                     ok = self.remote.put(self._ns_tag, ck.digest, entry.view, ttl_s=ttl) or (
@@ -1371,7 +1404,7 @@ class TierManager:
         n = freed = 0
         while (count is None or n < count) and (nbytes is None or freed < nbytes):
             with self._lock:
-                victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, priority=self._priority),
+                victim = next(self.ddr_policy.victims(evictable=self._ddr_evictable, levels=self._levels.current()),
                               None)
                 if victim is None:
                     break

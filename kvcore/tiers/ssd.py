@@ -7,8 +7,10 @@
 - Reads go into reusable page-aligned buffers as 2 MiB O_DIRECT segments, several in
   flight (``direct_io="auto"``, the default: where the filesystem allows it; no page-cache
   copy or pollution); ``direct_io=False`` reads through the page cache.
-- A byte capacity: the oldest (policy order) files are removed to make room; a write
-  that cannot fit, or that fails (ENOSPC, EIO), is skipped cleanly and counted.
+- A byte capacity: policy victims are removed to make room (expired files first, then
+  by the caller's levels, a chunk only after the chunks held here that extend it: see
+  ``kvcore/tiers/policy.py``); a write that cannot fit, or that fails (ENOSPC, EIO), is
+  skipped cleanly and counted.
 - The index is rebuilt from the directory at start, so a restart keeps the cache.
 - Several processes may open one directory (engine replicas on one machine): they see
   each other's chunks, keep the directory as a whole within the capacity and never
@@ -33,6 +35,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import ctypes
 import errno
+import heapq
 import mmap
 import os
 import re
@@ -42,13 +45,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 from ..errors import CorruptFrameError, InvalidArgumentError
 from .blob import BlobHeader, NewerBlobError, StreamingChecksum, body_size
 from .codecs import can_decode
 from .metrics import Metrics
-from .policy import LRUPolicy, Policy
+from .policy import EXPIRED_LEVEL, LRUPolicy, Policy
 from .ssd_journal import ADD, CAP, DEL, LEFT, OWNERS_DIR, REL, RES, TMP_DIR, TOUCH, DirJournal, Record
 
 LAYOUT_DIR = "kvcore-v1"
@@ -80,6 +83,9 @@ class SSDEntry:
     start: int
     ntokens: int
     expires_ms: int
+    # the key of the chunk this one extends, when this process wrote it (file names and
+    # journal records do not carry it: other processes' files and a restart's have none)
+    parent: Optional[bytes] = None
 
     def expired(self, now_ms: Optional[int] = None) -> bool:
         return bool(self.expires_ms) and (now_ms or int(time.time() * 1000)) >= self.expires_ms
@@ -98,6 +104,7 @@ class SSDTier:
                  direct_io: Union[bool, str] = "auto", fsync: bool = True, drop_cache: bool = True,
                  policy: Optional[Policy] = None, metrics: Optional[Metrics] = None,
                  evictable: Optional[Callable[[bytes], bool]] = None,
+                 levels: Optional[Callable[[], Mapping[bytes, int]]] = None,
                  on_evict: Optional[Callable[[bytes, "SSDEntry"], None]] = None):
         if capacity_bytes < 0:
             raise InvalidArgumentError("capacity_bytes must be >= 0")
@@ -111,6 +118,9 @@ class SSDTier:
         self.policy = policy or LRUPolicy()
         self.metrics = metrics or Metrics()
         self.evictable = evictable
+        # the eviction levels of the keys whose level is not 0 (Policy.victims; the
+        # manager's priorities and expiries), asked for at each eviction
+        self.levels = levels
         # called with a victim before its file is removed (a copy may be taken from
         # entry.path), after the tier's locks are released. The victim has left the index
         # by then, but stays in _leaving until on_evict returns: this process's lookups and
@@ -120,6 +130,7 @@ class SSDTier:
         self.index: dict[bytes, SSDEntry] = {}
         self._leaving: dict[bytes, SSDEntry] = {}  # victims offered to on_evict, not yet removed
         self._evicting = 0  # sections taking victims out of the index (see _find)
+        self._expiring: list[tuple[int, bytes]] = []  # heap of (expires_ms, key); stale ones stay until compacted
         self.last_error: Optional[str] = None
         self._indexed_bytes = 0  # sizes of the files in the index
         self._own_reserved: dict[bytes, int] = {}  # reservation id -> bytes (this tier's writes)
@@ -269,10 +280,38 @@ class SSDTier:
         return self._entry(r.key, r.ns_tag, r.size, r.start, r.ntokens, r.expires_ms)
 
     def _index_put(self, key: bytes, e: SSDEntry) -> None:
-        self._index_pop(key)
+        old = self._index_pop(key)
+        if e.parent is None and old is not None:  # rewritten (a new expiry): the same chunk
+            e.parent = old.parent
         self.index[key] = e
         self._indexed_bytes += e.size
-        self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens)
+        self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens, parent=e.parent)
+        if e.expires_ms:
+            if len(self._expiring) > 2 * len(self.index) + 64:
+                self._expiring = [(x.expires_ms, k) for k, x in self.index.items() if x.expires_ms]
+                heapq.heapify(self._expiring)
+            heapq.heappush(self._expiring, (e.expires_ms, key))
+
+    def _expired_keys(self, now_ms: int) -> list[bytes]:
+        """The indexed keys past their expiry: a walk of the heap's expired top only."""
+        heap, out, todo = self._expiring, [], [0]
+        while todo:
+            i = todo.pop()
+            if i < len(heap) and heap[i][0] <= now_ms:
+                expires_ms, key = heap[i]
+                e = self.index.get(key)
+                if e is not None and e.expires_ms == expires_ms:
+                    out.append(key)
+                todo += (2 * i + 1, 2 * i + 2)
+        return out
+
+    def _eviction_levels(self) -> dict[bytes, int]:
+        """The caller's levels (the manager's priorities and expiries), with every file past
+        its own expiry (maybe another process's) at EXPIRED_LEVEL."""
+        levels = dict(self.levels()) if self.levels is not None else {}
+        for key in self._expired_keys(int(time.time() * 1000)):
+            levels[key] = EXPIRED_LEVEL
+        return levels
 
     def _index_pop(self, key: bytes) -> Optional[SSDEntry]:
         e = self.index.pop(key, None)
@@ -338,6 +377,7 @@ class SSDTier:
             for key in list(self.index):
                 self._index_pop(key)
             self.policy.clear()
+            self._expiring.clear()
             for _, key, e in found:
                 self._index_put(key, e)
             # reservations of owners still alive stay (their files are still being written)
@@ -383,8 +423,9 @@ class SSDTier:
             return [k for k, e in self.index.items() if ns_tag is None or e.ns_tag == ns_tag]
 
     # ---- capacity ----
-    def _make_room(self, nbytes: int) -> tuple[bool, list]:
-        """(fits, victims) (inside _changing): evicts until nbytes more fit. Without
+    def _make_room(self, nbytes: int, keep: Optional[bytes] = None) -> tuple[bool, list]:
+        """(fits, victims) (inside _changing): evicts until nbytes more fit (never keep,
+        nor what keep extends: see write()). Without
         on_evict a victim's file is removed at once. With it, the file is moved into this
         owner's temporaries and stays reserved until _finish_evictions (after the locks
         are released) has offered it to on_evict and removed it: fits is then False and
@@ -397,7 +438,10 @@ class SSDTier:
         if self._drop_dead_reservations() and self._used() + nbytes <= self._capacity():
             return True, victims
         leaving = 0  # bytes of victims still on disk
-        for key in self.policy.victims(evictable=self.evictable):
+        def evictable(key: bytes) -> bool:
+            return key != keep and (self.evictable is None or self.evictable(key))
+
+        for key in self.policy.victims(evictable=evictable, levels=self._eviction_levels()):
             e = self._index_pop(key)
             if e is None:
                 continue
@@ -418,27 +462,28 @@ class SSDTier:
                 break
         return not victims and self._used() + nbytes <= self._capacity(), victims
 
-    def _take_room(self, nbytes: int) -> tuple[bool, list]:
+    def _take_room(self, nbytes: int, keep: Optional[bytes] = None) -> tuple[bool, list]:
         """_make_room (inside _changing), its victims kept findable (_leaving) until
         _finish_evictions has offered them to on_evict."""
         self._evicting += 1
         try:
-            fits, victims = self._make_room(nbytes)
+            fits, victims = self._make_room(nbytes, keep)
             self._leaving.update((key, e) for key, e, _ in victims)
         finally:
             self._evicting -= 1
         return fits, victims
 
-    def _with_room(self, nbytes: int, then: Callable[[], None], first: Optional[Callable[[], None]] = None) -> bool:
-        """Runs then() inside _changing once nbytes more fit (first() before, once);
-        False (counted as rejected) when they cannot be made free."""
+    def _with_room(self, nbytes: int, then: Callable[[], None], first: Optional[Callable[[], None]] = None,
+                   keep: Optional[bytes] = None) -> bool:
+        """Runs then() inside _changing once nbytes more fit (first() before, once; keep:
+        see _make_room); False (counted as rejected) when they cannot be made free."""
         for attempt in range(ROOM_ATTEMPTS):
             with self._changing():
                 if self._journal.left:  # closed: without its lock and journal, nothing may change
                     break
                 if first is not None and attempt == 0:
                     first()
-                fits, victims = self._take_room(nbytes)
+                fits, victims = self._take_room(nbytes, keep)
                 if fits:
                     then()
             self._finish_evictions(victims)
@@ -480,7 +525,7 @@ class SSDTier:
                 self._drop_hold(rid)
 
     # ---- write ----
-    def _reserve(self, key: bytes, size: int) -> Optional[bytes]:
+    def _reserve(self, key: bytes, size: int, keep: Optional[bytes] = None) -> Optional[bytes]:
         """Drops key's old file and holds size bytes of capacity for its new one: the
         reservation id, or None (counted as rejected) when they cannot be made free."""
         held: list[bytes] = []
@@ -491,7 +536,7 @@ class SSDTier:
                 self._record(DEL, key)
                 _unlink(old.path)
 
-        return held[0] if self._with_room(size, lambda: held.append(self._hold(size)), drop_old) else None
+        return held[0] if self._with_room(size, lambda: held.append(self._hold(size)), drop_old, keep) else None
 
     def _commit(self, key: bytes, tmp: Path, entry: SSDEntry, rid: bytes, extra: int = 0) -> bool:
         """Moves a written temporary file into place and indexes it, with extra bytes more
@@ -510,18 +555,23 @@ class SSDTier:
         return self._with_room(max(0, extra), publish)
 
     def write(self, key: bytes, blob, *, ns_tag: str, start: int = 0, ntokens: int = 0,
-              expires_ms: int = 0, verify_blob: bool = True) -> bool:
-        """Stores blob under key durably. Returns False (and counts why) when it was skipped."""
+              expires_ms: int = 0, verify_blob: bool = True, parent: Optional[bytes] = None,
+              keep: Optional[bytes] = None) -> bool:
+        """Stores blob under key durably (parent: the key of the chunk it extends, when
+        known: it is not evicted before this one; keep: the nearest chunk of its prefix
+        held here, which its room is not made by evicting, so that a sequence longer than
+        the room does not push its own prefix out). Returns False (and counts why) when
+        it was skipped."""
         _check_ns_tag(ns_tag)
         view = memoryview(blob).cast("B")
         size = view.nbytes
         if verify_blob:
             BlobHeader.parse(view)  # refuse to persist garbage
-        rid = self._reserve(key, size)  # held while the file is written
+        rid = self._reserve(key, size, keep)  # held while the file is written
         if rid is None:
             return False
         t0 = time.perf_counter()
-        entry = self._entry(key, ns_tag, size, start, ntokens, expires_ms)
+        entry = replace(self._entry(key, ns_tag, size, start, ntokens, expires_ms), parent=parent)
         tmp = self._tmp / f"{key.hex()}.{threading.get_ident()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -552,19 +602,21 @@ class SSDTier:
         return True
 
     def begin_write(self, key: bytes, buffer, *, ns_tag: str, reserve: int, start: int = 0, ntokens: int = 0,
-                    expires_ms: int = 0) -> Optional["StreamWrite"]:
+                    expires_ms: int = 0, parent: Optional[bytes] = None,
+                    keep: Optional[bytes] = None) -> Optional["StreamWrite"]:
         """Starts writing key's file while its blob is still being produced in buffer (a
         page-aligned writable buffer, e.g. from a ScratchPool, longer than the blob
         rounded up to 4 KiB). reserve: bytes to hold for it now (the blob's expected
-        size; commit() settles the difference). None when it cannot fit (counted).
+        size; commit() settles the difference); parent, keep: as for write(). None when it
+        cannot fit (counted).
         """
         _check_ns_tag(ns_tag)
-        rid = self._reserve(key, reserve)
+        rid = self._reserve(key, reserve, keep)
         if rid is None:
             return None
         try:
             return StreamWrite(self, key, buffer, rid, ns_tag=ns_tag, reserve=reserve, start=start, ntokens=ntokens,
-                               expires_ms=expires_ms)
+                               expires_ms=expires_ms, parent=parent)
         except OSError as exc:
             self._release(rid)
             self._failed(exc)
@@ -794,10 +846,11 @@ class StreamWrite:
     """
 
     def __init__(self, tier: SSDTier, key: bytes, buffer, rid: bytes, *, ns_tag: str, reserve: int, start: int,
-                 ntokens: int, expires_ms: int):
+                 ntokens: int, expires_ms: int, parent: Optional[bytes] = None):
         self.tier, self.key, self.rid = tier, key, rid
         self.buf = memoryview(buffer).cast("B")
         self.ns_tag, self.start, self.ntokens, self.expires_ms = ns_tag, start, ntokens, expires_ms
+        self.parent = parent
         self.reserved = reserve
         self._t0 = time.perf_counter()
         self._futures: list = []
@@ -900,7 +953,8 @@ class StreamWrite:
                 os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(self._fd)
             self._fd = -1
-            entry = t._entry(self.key, self.ns_tag, total, self.start, self.ntokens, self.expires_ms)
+            entry = replace(t._entry(self.key, self.ns_tag, total, self.start, self.ntokens, self.expires_ms),
+                            parent=self.parent)
             if not t._commit(self.key, self.tmp, entry, self.rid, extra=total - self.reserved):
                 self.abort()
                 return False
