@@ -286,6 +286,10 @@ class SSDTier:
         self.index[key] = e
         self._indexed_bytes += e.size
         self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens, parent=e.parent)
+        self._note_expiry(key, e)
+
+    def _note_expiry(self, key: bytes, e: SSDEntry) -> None:
+        """Puts an indexed entry's expiry on the heap _expired_keys walks (lock held)."""
         if e.expires_ms:
             if len(self._expiring) > 2 * len(self.index) + 64:
                 self._expiring = [(x.expires_ms, k) for k, x in self.index.items() if x.expires_ms]
@@ -646,13 +650,14 @@ class SSDTier:
                 return False
             if e.expires_ms == expires_ms:
                 return True
-            moved = self._entry(key, e.ns_tag, e.size, e.start, e.ntokens, expires_ms)
+            moved = replace(self._entry(key, e.ns_tag, e.size, e.start, e.ntokens, expires_ms), parent=e.parent)
             try:
                 os.rename(e.path, moved.path)
             except OSError as exc:
                 self._failed(exc)
                 return False
             self.index[key] = moved  # same size; its place in the eviction order stays
+            self._note_expiry(key, moved)  # (expired, it leaves first)
             self._record(DEL, key)
             self._record(ADD, key, moved)
         if self.fsync:
