@@ -966,6 +966,40 @@ def test_an_ssd_victim_is_found_while_it_is_demoted_to_redis(tmp_path, redis_ser
         assert not leftover_temporaries(tmp_path) and tm.ssd.used_bytes == tm.ssd.entry(tm.keys(second)[0].digest).size
 
 
+def test_a_chunk_evicted_while_it_is_demoted_to_redis_stays_gone(tmp_path, redis_server, kv, monkeypatch):
+    """evict(tokens) of an SSD victim whose send to Redis was under way removed nothing
+    (SSDTier.remove missed a victim being demoted) and deleted from Redis before the send
+    landed: the chunk came back as a remote hit after evict() had deleted it everywhere.
+    Now the SSD tier drops it at once and the send that lands after is deleted."""
+    first, second = tokens_for(256, 66), tokens_for(256, 67)
+    one = int(blob_size(kv) * 1.5)
+    with TierManager(ddr_bytes=one, allocator="bytes", ssd_dir=str(tmp_path), ssd_bytes=one,
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
+        tm.store(first, kv[:, :, :256])
+        tm.store(second, kv[:, :, 256:512])  # first is demoted to SSD
+        assert tm.flush(30) and tm.lookup(first).tiers == ["ssd"] and tm.lookup(second).tiers == ["ddr"]
+        entered, release = threading.Event(), threading.Event()
+        put, victim = tm.remote.put, tm.keys(first)[0].digest
+
+        def gated_put(ns_tag, key, *args, **kwargs):
+            if key == victim:
+                entered.set()
+                assert release.wait(30)
+            return put(ns_tag, key, *args, **kwargs)
+
+        monkeypatch.setattr(tm.remote, "put", gated_put)
+        persisting = threading.Thread(target=tm.persist, args=(second,))
+        persisting.start()  # writes second to SSD: first is the victim, sent to Redis
+        try:
+            assert entered.wait(30)
+            assert tm.evict(first) == 1
+        finally:
+            release.set()
+            persisting.join(30)
+        assert tm.lookup(first).tiers == []
+        assert not tm.remote.exists_many(tm.namespace.tag, [victim])[0]
+
+
 def test_restore_vs_recompute(tmp_path, kv):
     toks = tokens_for(1024, 15)
     with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:

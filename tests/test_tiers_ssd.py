@@ -237,6 +237,27 @@ def test_set_expiry_keeps_the_parent_link(tmp_path, chunks):
     assert t.entry(keys[1].digest).parent == keys[0].digest
 
 
+@pytest.mark.parametrize("how", ["remove", "clear"])
+def test_a_victim_removed_while_it_is_demoted_is_gone(tmp_path, chunks, how):
+    """remove() (and clear()) of a chunk being demoted (on_evict still running) returned
+    False and left it findable: contains() and read() still found it until the demotion
+    ended, and its caller (the manager's evict/clear) could not tell that its copy was on its
+    way to Redis. It is now gone at once, and leaving() says so to on_evict."""
+    kv, keys, blobs = chunks
+    seen = []
+
+    def on_evict(key, e):
+        removed = t.remove(key) if how == "remove" else t.clear("ns")
+        seen.append((removed, t.contains(key), t.read(key), t.leaving(key, e)))
+
+    t = SSDTier(tmp_path, max(len(b) for b in blobs) + 10, on_evict=on_evict)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns", start=0, ntokens=256)
+    assert t.write(keys[1].digest, blobs[1], ns_tag="other", start=256, ntokens=256)  # evicts chunk 0
+    assert seen == [(1, False, None, False)]
+    assert not t.contains(keys[0].digest) and t.contains(keys[1].digest)
+    assert not leftover_temporaries(tmp_path) and t.used_bytes == len(blobs[1])
+
+
 def test_restart_with_smaller_capacity_trims(tmp_path, chunks):
     kv, keys, blobs = chunks
     t = SSDTier(tmp_path, 1 << 30)

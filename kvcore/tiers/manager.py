@@ -791,7 +791,8 @@ class TierManager:
         """SSD victim: demote to remote when one is configured (called outside the SSD tier's locks,
         before the file is removed). Until this returns, the SSD tier still finds the chunk
         (lookups say "ssd", reads read its file: see SSDTier.on_evict); a send that fails
-        leaves it dropped, as an eviction without a remote tier does."""
+        leaves it dropped, as an eviction without a remote tier does, and a chunk removed
+        during the send (SSDTier.leaving) is deleted from Redis again once it landed."""
         if self.remote is None or not self.config.demote_on_pressure or not self.remote.available:
             return
         if e.expired():
@@ -803,7 +804,10 @@ class TierManager:
         except Exception:
             return
         ttl = _ttl_left(e.expires_ms / 1000)
-        self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
+        if self.remote.put(e.ns_tag, key, data, ttl_s=ttl) and not self.ssd.leaving(key, e):
+            # evict(tokens), clear() or an expiry removed it during the send, and deleted
+            # from Redis before the send landed: the copy just sent would bring it back.
+            self.remote.delete(e.ns_tag, [key])
 
     def _job_promote(self, ck: ChunkKey, blob) -> None:
         try:
