@@ -914,6 +914,23 @@ def test_chunks_another_instance_put_in_redis_are_not_stored_again(redis_server,
         assert b.retrieve(toks, out) == 768 and same(out, kv[:, :, :768])
 
 
+def test_a_pinned_chunk_that_redis_holds_is_still_stored_into_ddr(redis_server, kv):
+    """pin() keeps a tokens' chunks in DDR, those stored later too; but a store of pinned
+    chunks that another instance had put in Redis meanwhile skipped them (the worker's
+    look for chunks Redis holds): pinned, they were in no DDR. Pinned chunks are now
+    stored as before."""
+    toks = tokens_for(512, 68)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS,
+                     promote_on_hit=False) as b:
+        assert b.pin(toks) == 2  # nothing stored yet: nothing to pull in
+        with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
+            a.store(toks, kv[:, :, :512])
+            assert a.flush(30)
+        assert b.store(toks, kv[:, :, :512]) == 2
+        assert b.flush(30) and b.lookup(toks).tiers == ["ddr", "ddr"]
+
+
 def test_a_hung_redis_delays_no_store(redis_server, kv):
     """The look for chunks Redis holds runs on the worker, bounded by lookup_timeout_s: with
     a hung server, store() returns at once and the chunks are stored as without Redis."""

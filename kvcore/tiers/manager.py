@@ -310,6 +310,10 @@ class TierManager:
         m = self._meta.get(key)
         return m is not None and m.expired(now or time.time())
 
+    def _pinned(self, key: bytes) -> bool:
+        m = self._meta.get(key)
+        return m is not None and m.pinned
+
     def _ddr_evictable(self, key: bytes) -> bool:
         m = self._meta.get(key)
         e = self.ddr.get(key)
@@ -332,7 +336,8 @@ class TierManager:
 
         Returns the number of chunks queued (chunks already stored are skipped; so are
         queued chunks the worker then finds in Redis, stored by another instance or an
-        earlier run: one pipelined EXISTS per call, at most lookup_timeout_s, on the worker).
+        earlier run, unless pinned: one pipelined EXISTS per call, at most lookup_timeout_s,
+        on the worker).
         A ttl moves the expiry of chunks already stored, in every tier (their data is not
         written again; see EXPIRY_SLACK). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
@@ -507,8 +512,10 @@ class TierManager:
         try:
             if self._expired(ck.digest):  # expired while queued
                 return
-            if probe is not None and probe.held(self.remote, self._ns_tag, ck.digest):
-                return  # neither encoded nor sent again (a ttl reaches it through _job_expire)
+            # neither encoded nor sent again (a ttl reaches it through _job_expire); a pinned
+            # chunk is: pin() keeps it in DDR
+            if probe is not None and not self._pinned(ck.digest) and probe.held(self.remote, self._ns_tag, ck.digest):
+                return
             handed_off = self._stream_store(ck, part, expires, t0) or self._encode_store(ck, part, expires, t0)
         finally:
             if not handed_off:
