@@ -1017,6 +1017,20 @@ def test_a_chunk_evicted_while_it_is_demoted_to_redis_stays_gone(tmp_path, redis
         assert not tm.remote.exists_many(tm.namespace.tag, [victim])[0]
 
 
+def test_ssd_victims_of_a_smaller_reopen_are_demoted_to_redis(tmp_path, redis_server, kv):
+    """A manager that reopens an SSD directory with a smaller ssd_bytes evicts at start,
+    while it is being built: those victims go to Redis as any SSD victim does, without an
+    error."""
+    toks = tokens_for(512, 69)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.lookup(toks).tiers == ["ssd", "ssd"]
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=int(blob_size(kv) * 1.5),
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS) as tm:
+        assert sorted(tm.lookup(toks).tiers) == ["remote", "ssd"]
+        assert tm.status()["tiers"]["ssd"].get("errors", 0) == 0
+
+
 def test_restore_vs_recompute(tmp_path, kv):
     toks = tokens_for(1024, 15)
     with TierManager(ddr_bytes=3 << 20, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:

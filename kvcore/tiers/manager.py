@@ -811,7 +811,9 @@ class TierManager:
         except Exception:
             return
         ttl = _ttl_left(e.expires_ms / 1000)
-        if self.remote.put(e.ns_tag, key, data, ttl_s=ttl) and not self.ssd.leaving(key, e):
+        sent = self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
+        # (self.ssd is None while the SSD tier is being built: its start trims the directory)
+        if sent and self.ssd is not None and not self.ssd.leaving(key, e):
             # evict(tokens), clear() or an expiry removed it during the send, and deleted
             # from Redis before the send landed: the copy just sent would bring it back.
             self.remote.delete(e.ns_tag, [key])
