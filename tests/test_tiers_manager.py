@@ -914,6 +914,23 @@ def test_chunks_another_instance_put_in_redis_are_not_stored_again(redis_server,
         assert b.retrieve(toks, out) == 768 and same(out, kv[:, :, :768])
 
 
+def test_a_pinned_chunk_that_redis_holds_is_still_stored_into_ddr(redis_server, kv):
+    """pin() keeps a tokens' chunks in DDR, those stored later too; but a store of pinned
+    chunks that another instance had put in Redis meanwhile skipped them (the worker's
+    look for chunks Redis holds): pinned, they were in no DDR. Pinned chunks are now
+    stored as before."""
+    toks = tokens_for(512, 68)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS,
+                     promote_on_hit=False) as b:
+        assert b.pin(toks) == 2  # nothing stored yet: nothing to pull in
+        with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
+            a.store(toks, kv[:, :, :512])
+            assert a.flush(30)
+        assert b.store(toks, kv[:, :, :512]) == 2
+        assert b.flush(30) and b.lookup(toks).tiers == ["ddr", "ddr"]
+
+
 def test_a_hung_redis_delays_no_store(redis_server, kv):
     """The look for chunks Redis holds runs on the worker, bounded by lookup_timeout_s: with
     a hung server, store() returns at once and the chunks are stored as without Redis."""
@@ -964,6 +981,54 @@ def test_an_ssd_victim_is_found_while_it_is_demoted_to_redis(tmp_path, redis_ser
         assert tm.lookup(first).tiers == (["remote"] if sent else [])
         assert tm.lookup(second).tiers == ["ssd"]
         assert not leftover_temporaries(tmp_path) and tm.ssd.used_bytes == tm.ssd.entry(tm.keys(second)[0].digest).size
+
+
+def test_a_chunk_evicted_while_it_is_demoted_to_redis_stays_gone(tmp_path, redis_server, kv, monkeypatch):
+    """evict(tokens) of an SSD victim whose send to Redis was under way removed nothing
+    (SSDTier.remove missed a victim being demoted) and deleted from Redis before the send
+    landed: the chunk came back as a remote hit after evict() had deleted it everywhere.
+    Now the SSD tier drops it at once and the send that lands after is deleted."""
+    first, second = tokens_for(256, 66), tokens_for(256, 67)
+    one = int(blob_size(kv) * 1.5)
+    with TierManager(ddr_bytes=one, allocator="bytes", ssd_dir=str(tmp_path), ssd_bytes=one,
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
+        tm.store(first, kv[:, :, :256])
+        tm.store(second, kv[:, :, 256:512])  # first is demoted to SSD
+        assert tm.flush(30) and tm.lookup(first).tiers == ["ssd"] and tm.lookup(second).tiers == ["ddr"]
+        entered, release = threading.Event(), threading.Event()
+        put, victim = tm.remote.put, tm.keys(first)[0].digest
+
+        def gated_put(ns_tag, key, *args, **kwargs):
+            if key == victim:
+                entered.set()
+                assert release.wait(30)
+            return put(ns_tag, key, *args, **kwargs)
+
+        monkeypatch.setattr(tm.remote, "put", gated_put)
+        persisting = threading.Thread(target=tm.persist, args=(second,))
+        persisting.start()  # writes second to SSD: first is the victim, sent to Redis
+        try:
+            assert entered.wait(30)
+            assert tm.evict(first) == 1
+        finally:
+            release.set()
+            persisting.join(30)
+        assert tm.lookup(first).tiers == []
+        assert not tm.remote.exists_many(tm.namespace.tag, [victim])[0]
+
+
+def test_ssd_victims_of_a_smaller_reopen_are_demoted_to_redis(tmp_path, redis_server, kv):
+    """A manager that reopens an SSD directory with a smaller ssd_bytes evicts at start,
+    while it is being built: those victims go to Redis as any SSD victim does, without an
+    error."""
+    toks = tokens_for(512, 69)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :512])
+        assert tm.flush(30) and tm.lookup(toks).tiers == ["ssd", "ssd"]
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=int(blob_size(kv) * 1.5),
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS) as tm:
+        assert sorted(tm.lookup(toks).tiers) == ["remote", "ssd"]
+        assert tm.status()["tiers"]["ssd"].get("errors", 0) == 0
 
 
 def test_restore_vs_recompute(tmp_path, kv):

@@ -212,6 +212,52 @@ def test_eviction_follows_the_callers_levels_and_takes_expired_files_first(tmp_p
     assert set(t.index) == {b"h" * 16, b"1" * 16, b"2" * 16}
 
 
+def test_a_file_given_an_expiry_by_set_expiry_leaves_first_once_expired(tmp_path, chunks):
+    """set_expiry renamed the file but did not tell the tier's heap of expiries: a file
+    given an expiry (or a shorter one) that then passed still left in policy order, after
+    files that had not expired."""
+    kv, keys, blobs = chunks
+    blob = blobs[0]
+    t = SSDTier(tmp_path, len(blob) * 2 + 10)
+    assert t.write(b"a" * 16, blob, ns_tag="ns")
+    assert t.write(b"b" * 16, blob, ns_tag="ns", expires_ms=int(time.time() * 1000) + 600_000)
+    assert t.set_expiry(b"b" * 16, int(time.time() * 1000) + 300)
+    time.sleep(0.4)
+    assert t.write(b"c" * 16, blob, ns_tag="ns")  # the expired file leaves, not the oldest
+    assert set(t.index) == {b"a" * 16, b"c" * 16}
+
+
+def test_set_expiry_keeps_the_parent_link(tmp_path, chunks):
+    """set_expiry replaced the index entry by one without its parent: a later rewrite of the
+    file (same chunk) then lost the link, and the parent could leave before its child."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.write(keys[1].digest, blobs[1], ns_tag="ns", start=256, ntokens=256, parent=keys[0].digest)
+    assert t.set_expiry(keys[1].digest, 5_000_000_000_000)
+    assert t.entry(keys[1].digest).parent == keys[0].digest
+
+
+@pytest.mark.parametrize("how", ["remove", "clear"])
+def test_a_victim_removed_while_it_is_demoted_is_gone(tmp_path, chunks, how):
+    """remove() (and clear()) of a chunk being demoted (on_evict still running) returned
+    False and left it findable: contains() and read() still found it until the demotion
+    ended, and its caller (the manager's evict/clear) could not tell that its copy was on its
+    way to Redis. It is now gone at once, and leaving() says so to on_evict."""
+    kv, keys, blobs = chunks
+    seen = []
+
+    def on_evict(key, e):
+        removed = t.remove(key) if how == "remove" else t.clear("ns")
+        seen.append((removed, t.contains(key), t.read(key), t.leaving(key, e)))
+
+    t = SSDTier(tmp_path, max(len(b) for b in blobs) + 10, on_evict=on_evict)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns", start=0, ntokens=256)
+    assert t.write(keys[1].digest, blobs[1], ns_tag="other", start=256, ntokens=256)  # evicts chunk 0
+    assert seen == [(1, False, None, False)]
+    assert not t.contains(keys[0].digest) and t.contains(keys[1].digest)
+    assert not leftover_temporaries(tmp_path) and t.used_bytes == len(blobs[1])
+
+
 def test_restart_with_smaller_capacity_trims(tmp_path, chunks):
     kv, keys, blobs = chunks
     t = SSDTier(tmp_path, 1 << 30)

@@ -310,6 +310,10 @@ class TierManager:
         m = self._meta.get(key)
         return m is not None and m.expired(now or time.time())
 
+    def _pinned(self, key: bytes) -> bool:
+        m = self._meta.get(key)
+        return m is not None and m.pinned
+
     def _ddr_evictable(self, key: bytes) -> bool:
         m = self._meta.get(key)
         e = self.ddr.get(key)
@@ -332,7 +336,8 @@ class TierManager:
 
         Returns the number of chunks queued (chunks already stored are skipped; so are
         queued chunks the worker then finds in Redis, stored by another instance or an
-        earlier run: one pipelined EXISTS per call, at most lookup_timeout_s, on the worker).
+        earlier run, unless pinned: one pipelined EXISTS per call, at most lookup_timeout_s,
+        on the worker).
         A ttl moves the expiry of chunks already stored, in every tier (their data is not
         written again; see EXPIRY_SLACK). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
@@ -507,8 +512,10 @@ class TierManager:
         try:
             if self._expired(ck.digest):  # expired while queued
                 return
-            if probe is not None and probe.held(self.remote, self._ns_tag, ck.digest):
-                return  # neither encoded nor sent again (a ttl reaches it through _job_expire)
+            # neither encoded nor sent again (a ttl reaches it through _job_expire); a pinned
+            # chunk is: pin() keeps it in DDR
+            if probe is not None and not self._pinned(ck.digest) and probe.held(self.remote, self._ns_tag, ck.digest):
+                return
             handed_off = self._stream_store(ck, part, expires, t0) or self._encode_store(ck, part, expires, t0)
         finally:
             if not handed_off:
@@ -791,7 +798,8 @@ class TierManager:
         """SSD victim: demote to remote when one is configured (called outside the SSD tier's locks,
         before the file is removed). Until this returns, the SSD tier still finds the chunk
         (lookups say "ssd", reads read its file: see SSDTier.on_evict); a send that fails
-        leaves it dropped, as an eviction without a remote tier does."""
+        leaves it dropped, as an eviction without a remote tier does, and a chunk removed
+        during the send (SSDTier.leaving) is deleted from Redis again once it landed."""
         if self.remote is None or not self.config.demote_on_pressure or not self.remote.available:
             return
         if e.expired():
@@ -803,7 +811,12 @@ class TierManager:
         except Exception:
             return
         ttl = _ttl_left(e.expires_ms / 1000)
-        self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
+        sent = self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
+        # (self.ssd is None while the SSD tier is being built: its start trims the directory)
+        if sent and self.ssd is not None and not self.ssd.leaving(key, e):
+            # evict(tokens), clear() or an expiry removed it during the send, and deleted
+            # from Redis before the send landed: the copy just sent would bring it back.
+            self.remote.delete(e.ns_tag, [key])
 
     def _job_promote(self, ck: ChunkKey, blob) -> None:
         try:

@@ -125,7 +125,8 @@ class SSDTier:
         # entry.path), after the tier's locks are released. The victim has left the index
         # by then, but stays in _leaving until on_evict returns: this process's lookups and
         # reads still find it (its file, moved into this owner's temporaries) while the
-        # copy is on its way. Other processes applied its DEL record: they miss it then.
+        # copy is on its way, unless remove() drops it first (leaving() then says so: the
+        # copy is to be deleted). Other processes applied its DEL record: they miss it then.
         self.on_evict = on_evict
         self.index: dict[bytes, SSDEntry] = {}
         self._leaving: dict[bytes, SSDEntry] = {}  # victims offered to on_evict, not yet removed
@@ -286,6 +287,10 @@ class SSDTier:
         self.index[key] = e
         self._indexed_bytes += e.size
         self.policy.add(key, size=e.size, start=e.start, ntokens=e.ntokens, parent=e.parent)
+        self._note_expiry(key, e)
+
+    def _note_expiry(self, key: bytes, e: SSDEntry) -> None:
+        """Puts an indexed entry's expiry on the heap _expired_keys walks (lock held)."""
         if e.expires_ms:
             if len(self._expiring) > 2 * len(self.index) + 64:
                 self._expiring = [(x.expires_ms, k) for k, x in self.index.items() if x.expires_ms]
@@ -646,13 +651,14 @@ class SSDTier:
                 return False
             if e.expires_ms == expires_ms:
                 return True
-            moved = self._entry(key, e.ns_tag, e.size, e.start, e.ntokens, expires_ms)
+            moved = replace(self._entry(key, e.ns_tag, e.size, e.start, e.ntokens, expires_ms), parent=e.parent)
             try:
                 os.rename(e.path, moved.path)
             except OSError as exc:
                 self._failed(exc)
                 return False
             self.index[key] = moved  # same size; its place in the eviction order stays
+            self._note_expiry(key, moved)  # (expired, it leaves first)
             self._record(DEL, key)
             self._record(ADD, key, moved)
         if self.fsync:
@@ -755,13 +761,34 @@ class SSDTier:
             return True
 
     def remove(self, key: bytes) -> bool:
+        """Removes key's file; a victim being demoted (on_evict running) is a miss from now
+        on, and leaving() tells on_evict so."""
         e = self.entry(key)
         if e is None:
             return False
-        return self._forget(key, e)
+        return self._forget(key, e) or self._cancel_leaving(key, e)
+
+    def _cancel_leaving(self, key: bytes, e: SSDEntry) -> bool:
+        """Drops e from the victims being demoted (its file goes when on_evict returns)."""
+        with self._lock:
+            if self._leaving.get(key) is not e:
+                return False
+            del self._leaving[key]
+            return True
+
+    def leaving(self, key: bytes, e: SSDEntry) -> bool:
+        """Whether e, a victim offered to on_evict, is still being demoted: False once a
+        remove() or clear() removed it meanwhile (then a copy on_evict made elsewhere is one
+        the caller deleted: it is to be deleted too)."""
+        with self._lock:
+            return self._leaving.get(key) is e
 
     def clear(self, ns_tag: Optional[str] = None) -> int:
-        return sum(self.remove(k) for k in self.keys(ns_tag))
+        """Removes every file of a namespace (all when ns_tag is None), the victims being
+        demoted included; returns how many."""
+        with self._lock:
+            leaving = [k for k, e in self._leaving.items() if ns_tag is None or e.ns_tag == ns_tag]
+        return sum(self.remove(k) for k in dict.fromkeys([*self.keys(ns_tag), *leaving]))
 
     def drop_page_cache(self) -> None:
         """Drops every indexed file from the page cache (so the next reads are cold)."""
