@@ -914,6 +914,40 @@ def test_chunks_another_instance_put_in_redis_are_not_stored_again(redis_server,
         assert b.retrieve(toks, out) == 768 and same(out, kv[:, :, :768])
 
 
+@pytest.mark.parametrize("default_ttl", [None, 900])
+def test_a_store_without_ttl_of_chunks_redis_holds_gives_them_the_default_ttl(redis_server, kv, default_ttl):
+    """A store that finds its chunks in Redis does not send them again; before that check,
+    the send gave them the store's TTL, without one the remote tier's default. Skipped,
+    they kept the short TTL another instance gave them, and left Redis soon after being
+    stored. They now get the TTL the send would have given them."""
+    toks = tokens_for(512, 69)
+    rc = local_redis(part_bytes=1 << 19, ttl_s=default_ttl)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
+        a.store(toks, kv[:, :, :512], ttl=30)
+        assert a.flush(30)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS) as b:
+        assert b.store(toks, kv[:, :, :512]) == 2
+        assert b.flush(30) and b.metrics.raw_bytes == 0  # not encoded again
+        ttls = redis_pttls(b, toks, redis_server.url)
+        assert ttls and (all(t == -1 for t in ttls) if default_ttl is None else within(default_ttl, ttls))
+
+
+def test_write_through_stores_chunks_redis_holds_in_every_tier(tmp_path, redis_server, kv):
+    """write_through asks for a copy of every stored chunk in every tier; the look for
+    chunks Redis holds skipped them, so they reached neither DDR nor SSD."""
+    toks = tokens_for(512, 70)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
+        a.store(toks, kv[:, :, :512])
+        assert a.flush(30)
+    with TierManager(ddr_bytes=64 << 20, ssd_dir=tmp_path / "ssd", ssd_bytes=64 << 20, write_through=True,
+                     remote_url=redis_server.url, remote=rc, namespace=NS) as b:
+        assert b.store(toks, kv[:, :, :512]) == 2
+        assert b.flush(30)
+        assert b.lookup(toks).tiers == ["ddr", "ddr"]
+        assert all(b.ssd.contains(ck.digest) for ck in b.keys(toks))
+
+
 def test_a_pinned_chunk_that_redis_holds_is_still_stored_into_ddr(redis_server, kv):
     """pin() keeps a tokens' chunks in DDR, those stored later too; but a store of pinned
     chunks that another instance had put in Redis meanwhile skipped them (the worker's

@@ -336,8 +336,8 @@ class TierManager:
 
         Returns the number of chunks queued (chunks already stored are skipped; so are
         queued chunks the worker then finds in Redis, stored by another instance or an
-        earlier run, unless pinned: one pipelined EXISTS per call, at most lookup_timeout_s,
-        on the worker).
+        earlier run, unless pinned or write_through is set: one pipelined EXISTS per call,
+        at most lookup_timeout_s, on the worker; they get the TTL a send would have given).
         A ttl moves the expiry of chunks already stored, in every tier (their data is not
         written again; see EXPIRY_SLACK). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
@@ -366,7 +366,9 @@ class TierManager:
                     todo.append(ck)
                 elif moved:
                     retimed.append(ck.digest)
-        probe = _RemoteProbe([ck.digest for ck in todo]) if self.remote is not None and todo else None
+        # write_through asks for a copy in every tier: no chunk is skipped for Redis holding it
+        ask_remote = self.remote is not None and todo and not self.config.write_through
+        probe = _RemoteProbe([ck.digest for ck in todo]) if ask_remote else None
         queued = 0
         for ck in todo:
             part = kv[:, :, ck.start:ck.end]
@@ -379,7 +381,7 @@ class TierManager:
                 self._pending[ck.digest] = (ck, part)
             self._put(("store", ck, part, expires, probe))
             queued += 1
-        if expires and (retimed or probe is not None):  # after the stores: their writes land first
+        if retimed or probe is not None:  # after the stores: their writes land first
             self._put(("expire", retimed, probe, expires))
         # Chunk 0 the most recent, the last chunk the least: a prefix lookup cannot use a
         # chunk whose predecessor left, so a sequence must lose its tail first (the
@@ -522,18 +524,23 @@ class TierManager:
                 with self._lock:
                     self._pending.pop(ck.digest, None)
 
-    def _job_expire(self, keys: list, probe: Optional["_RemoteProbe"], expires: float) -> None:
-        """A store's new expiry for its chunks stored already (keys) and those the worker
-        found in Redis: set below on the writer thread, after the writes queued before."""
-        keys = keys + (probe.found if probe is not None else [])
-        if keys:
-            self._submit_write(lambda: None, self._set_expiry_below, keys, expires)
+    def _job_expire(self, retimed: list, probe: Optional["_RemoteProbe"], expires: float) -> None:
+        """A store's expiry for its chunks stored already under another one (retimed) and
+        for those the worker found in Redis: set below on the writer thread, after the
+        writes queued before. A chunk found in Redis gets the TTL the store would have sent
+        it with (without a ttl: the remote tier's default), as the send it saved would have:
+        a chunk that one instance keeps storing does not expire in Redis under it."""
+        found = probe.found if probe is not None else []
+        if retimed or found:
+            # (found chunks are on no SSD here; retimed ones only exist with an expiry)
+            self._submit_write(lambda: None, self._set_expiry_below, retimed + found, expires, bool(retimed))
 
-    def _set_expiry_below(self, keys: list, expires: float) -> None:
-        """Gives the SSD and remote copies of keys the expiry expires (0: none) without
-        moving their data: SSD files are renamed, Redis values get a new TTL."""
+    def _set_expiry_below(self, keys: list, expires: float, on_ssd: bool = True) -> None:
+        """Gives the SSD (unless on_ssd is False) and remote copies of keys the expiry
+        expires (0: none) without moving their data: SSD files are renamed, Redis values
+        get a new TTL (none: the remote tier's default)."""
         try:
-            if self.ssd is not None:
+            if self.ssd is not None and on_ssd:
                 for key in keys:
                     self.ssd.set_expiry(key, int(expires * 1000))
             if self.remote is not None:
