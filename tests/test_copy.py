@@ -527,33 +527,45 @@ class _CountingGate(_Gate):
         return super().query()
 
 
-@pytest.mark.parametrize("devices", [("cuda:0", "cuda:1"), (None, None)])
-def test_a_finished_cuda_copy_is_reported_while_another_device_still_copies(devices):
+def test_a_finished_cuda_copy_is_reported_while_another_device_still_copies():
     """The CUDA watcher waited for the events of all devices in one order: a finished copy on
     device 1 was not reported (no callback, no await, its buffers kept) while it waited for an
-    unfinished copy of device 0. Devices are now polled independently (and events of no
-    known device each on their own)."""
-    slow, quick, after_slow = _Gate(), _Gate(), _Gate()
-    reported, reported_after_slow = threading.Event(), threading.Event()
+    unfinished copy of device 0. Every pending event is now polled."""
+    slow, quick = _Gate(), _Gate()
+    reported = threading.Event()
     try:
-        kvcore.Future(cuda_events=[slow], cuda_device=devices[0])
-        kvcore.Future(cuda_events=[after_slow], cuda_device=devices[0]).add_done_callback(
-            lambda f: reported_after_slow.set())
-        kvcore.Future(cuda_events=[quick], cuda_device=devices[1]).add_done_callback(lambda f: reported.set())
-        time.sleep(0.05)  # the watcher is waiting for `slow` by now
+        kvcore.Future(cuda_events=[slow])
+        kvcore.Future(cuda_events=[quick]).add_done_callback(lambda f: reported.set())
+        time.sleep(0.05)  # the watcher is polling `slow` by now
         quick.opened.set()
-        after_slow.opened.set()  # (its device's copy stream has not reached it: not reported)
         assert reported.wait(10), "a finished copy waited for another device's copy"
     finally:
         slow.opened.set()
-    assert reported_after_slow.wait(10)
+
+
+def test_a_finished_cuda_copy_is_reported_though_watched_after_a_later_one():
+    """The watcher asked only the oldest watched event of a device, assuming the device's
+    copy stream finishes them in the order watched. Events are recorded in one order and
+    watched (Future made) in another when two threads copy to one GPU at once: thread A
+    records its event, thread B records its own (its copy stream waits for B's compute
+    first) and makes its Future before A does. A's finished copy then went unreported (no
+    callback, no await, buffers kept) until B's copy, behind B's compute, ended."""
+    recorded_later, recorded_first = _Gate(), _Gate()
+    reported = threading.Event()
+    try:
+        kvcore.Future(cuda_events=[recorded_later])  # thread B's, watched first
+        kvcore.Future(cuda_events=[recorded_first]).add_done_callback(lambda f: reported.set())
+        recorded_first.opened.set()
+        assert reported.wait(10), "a finished copy waited for a later one of its device"
+    finally:
+        recorded_later.opened.set()
 
 
 def test_the_cuda_watcher_naps_while_a_copy_runs():
     """Polling the events instead of waiting on one must not spin a core: between sweeps
     that find nothing finished the watcher naps (up to 2 ms)."""
     copy = _CountingGate()
-    fut = kvcore.Future(cuda_events=[copy], cuda_device="cuda:0")
+    fut = kvcore.Future(cuda_events=[copy])
     try:
         time.sleep(0.5)
         queries = copy.queries
