@@ -30,11 +30,14 @@ __all__ = ["Future"]
 # Bumped in each forked child: a Future made under another value was started by
 # an ancestor process, whose threads (native and CUDA) do not exist here.
 _fork_generation = 0
+# Taken while a Future replaces its lock in a forked child (Future._lock_here).
+_lock_renewal = threading.Lock()
 
 
 def _count_fork_in_child() -> None:
-    global _fork_generation
+    global _fork_generation, _lock_renewal
     _fork_generation += 1
+    _lock_renewal = threading.Lock()  # a parent's thread may have held it at fork()
 
 
 class _Notifier:
@@ -263,6 +266,7 @@ class Future:
         self._result_fn = result
         self._value = value
         self._lock = threading.Lock()
+        self._lock_generation = _fork_generation
         self._callbacks: list[Callable[["Future"], None]] = []
         self._remaining = len(self._parts)
         self._fired = False
@@ -282,15 +286,26 @@ class Future:
                 _cuda_watcher.watch(self, part)
 
     # -- completion bookkeeping -------------------------------------------------
+    def _lock_here(self) -> threading.Lock:
+        """The Future's lock, a fresh one the first time it is used in a forked child: a
+        thread of the parent (kvcore's notifier finishing it, a caller adding a callback)
+        may have held the old one at fork(), and that thread never releases it here."""
+        if self._lock_generation != _fork_generation:
+            with _lock_renewal:
+                if self._lock_generation != _fork_generation:
+                    self._lock = threading.Lock()
+                    self._lock_generation = _fork_generation
+        return self._lock
+
     def _part_finished(self) -> None:
-        with self._lock:
+        with self._lock_here():
             self._remaining -= 1
             last = self._remaining == 0
         if last:
             self._fire()
 
     def _fire(self) -> None:
-        with self._lock:
+        with self._lock_here():
             if self._fired:
                 return
             self._fired = True
@@ -359,7 +374,7 @@ class Future:
         for part in self._parts:
             part.check()
         if self._result_fn is not None and not self._value_ready:
-            with self._lock:
+            with self._lock_here():
                 if not self._value_ready:
                     self._value = self._result_fn()
                     self._value_ready = True
@@ -389,7 +404,7 @@ class Future:
         or at once if it already has)."""
         if not callable(fn):
             raise InvalidArgumentError(f"add_done_callback needs a callable, got {fn!r}")
-        with self._lock:
+        with self._lock_here():
             if not self._fired and not self.done():
                 self._callbacks.append(fn)
                 fn = None  # type: ignore[assignment]
