@@ -543,18 +543,25 @@ def test_a_finished_cuda_copy_is_reported_while_another_device_still_copies():
         slow.opened.set()
 
 
-def test_a_finished_cuda_copy_is_reported_though_watched_after_a_later_one():
+def test_a_finished_cuda_copy_is_reported_though_watched_after_a_later_one(monkeypatch):
     """The watcher asked only the oldest watched event of a device, assuming the device's
     copy stream finishes them in the order watched. Events are recorded in one order and
     watched (Future made) in another when two threads copy to one GPU at once: thread A
     records its event, thread B records its own (its copy stream waits for B's compute
     first) and makes its Future before A does. A's finished copy then went unreported (no
-    callback, no await, buffers kept) until B's copy, behind B's compute, ended."""
+    callback, no await, buffers kept) until B's copy, behind B's compute, ended. The CUDA
+    side is stood in for here; the two Futures come in thread B's order."""
+    from kvcore.mover import copy as mover_copy
+
     recorded_later, recorded_first = _Gate(), _Gate()
+    events = iter([recorded_later, recorded_first])
+    on_device = _stand_in_for_device_memory(monkeypatch)
+    monkeypatch.setattr(mover_copy._cuda, "device_of", lambda tensors: torch.device("cuda", 0))
+    monkeypatch.setattr(mover_copy._cuda, "submit", lambda device, work, tensors: next(events))
     reported = threading.Event()
     try:
-        kvcore.Future(cuda_events=[recorded_later])  # thread B's, watched first
-        kvcore.Future(cuda_events=[recorded_first]).add_done_callback(lambda f: reported.set())
+        kvcore.copy_many([(on_device, np.ones(16, np.uint8))])  # thread B's, watched first
+        kvcore.copy_many([(on_device, np.ones(16, np.uint8))]).add_done_callback(lambda f: reported.set())
         recorded_first.opened.set()
         assert reported.wait(10), "a finished copy waited for a later one of its device"
     finally:
