@@ -582,6 +582,36 @@ def test_the_cuda_watcher_naps_while_a_copy_runs():
     assert 0 < queries < 2000, queries  # about 260 at 2 ms naps; a busy loop asks 100 000s of times
 
 
+class _EndsSoon(_Gate):
+    """A copy that ends 50 ms after it starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.ends = time.monotonic() + 0.05
+
+    def query(self):
+        return time.monotonic() >= self.ends
+
+
+def test_a_new_cuda_copy_is_asked_again_soon_though_an_older_one_runs_long(monkeypatch):
+    """The watcher's nap kept doubling while an old copy ran (on another GPU, say): a new
+    copy woke it, was not finished at once, and was asked again only after the longest nap
+    (2 ms; 1 s here, so the test can tell: reported after 1 s, not 50 ms). A new event
+    starts the naps over."""
+    from kvcore.mover.future import _CudaWatcher
+
+    monkeypatch.setattr(_CudaWatcher, "_LONGEST_NAP_S", 1.0)
+    long_copy = _Gate()
+    reported = threading.Event()
+    try:
+        kvcore.Future(cuda_events=[long_copy])
+        time.sleep(2.5)  # 100 us doubling: the nap is at its longest by now
+        kvcore.Future(cuda_events=[_EndsSoon()]).add_done_callback(lambda f: reported.set())
+        assert reported.wait(0.6), "a new copy waited for the watcher's longest nap"
+    finally:
+        long_copy.opened.set()
+
+
 def test_errors_in_async_work_propagate():
     """A native task that fails (a null destination) raises from result()/await."""
     native = _native.mover_copy_segments(

@@ -104,7 +104,8 @@ class _CudaWatcher:
     sweep: the events of one device's copy stream finish in the order they were recorded,
     but two threads copying at once can record in one order and make their Futures (watch)
     in the other. A sweep that finds nothing finished is followed by a nap, 100 us doubling
-    up to 2 ms, so the thread never spins a core however long a copy takes."""
+    up to 2 ms, so the thread never spins a core however long a copy takes; a new event
+    starts the naps over."""
 
     _FIRST_NAP_S = 100e-6
     _LONGEST_NAP_S = 2e-3
@@ -112,11 +113,13 @@ class _CudaWatcher:
     def __init__(self) -> None:
         self._ready = threading.Condition(threading.Lock())
         self._pending: list[tuple["Future", "_CudaPart"]] = []
+        self._added = False  # watch() added an event since the thread last napped
         self._thread: Optional[threading.Thread] = None
 
     def watch(self, fut: "Future", part: "_CudaPart") -> None:
         with self._ready:
             self._pending.append((fut, part))
+            self._added = True
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kvcore-cuda-watch", daemon=True)
                 self._thread.start()
@@ -135,10 +138,11 @@ class _CudaWatcher:
             with self._ready:
                 if not self._pending:
                     self._ready.wait()
-                    nap = self._FIRST_NAP_S
-                    continue
-                self._ready.wait(nap)  # watch() wakes it early
-            nap = min(nap * 2, self._LONGEST_NAP_S)
+                elif not self._added:
+                    self._ready.wait(nap)  # watch() wakes it early
+                added, self._added = self._added, False
+            # a new copy may be a short one: it is asked again after the shortest nap
+            nap = self._FIRST_NAP_S if added else min(nap * 2, self._LONGEST_NAP_S)
 
     def _collect_finished(self) -> list["Future"]:
         """Takes the parts that finished off the pending list; returns their Futures."""
@@ -155,6 +159,7 @@ class _CudaWatcher:
         """As the notifier's: no thread in the child, and the parent's copies are not its own."""
         self._ready = threading.Condition(threading.Lock())
         self._pending = []
+        self._added = False
         self._thread = None
 
 
