@@ -527,33 +527,52 @@ class _CountingGate(_Gate):
         return super().query()
 
 
-@pytest.mark.parametrize("devices", [("cuda:0", "cuda:1"), (None, None)])
-def test_a_finished_cuda_copy_is_reported_while_another_device_still_copies(devices):
+def test_a_finished_cuda_copy_is_reported_while_another_device_still_copies():
     """The CUDA watcher waited for the events of all devices in one order: a finished copy on
     device 1 was not reported (no callback, no await, its buffers kept) while it waited for an
-    unfinished copy of device 0. Devices are now polled independently (and events of no
-    known device each on their own)."""
-    slow, quick, after_slow = _Gate(), _Gate(), _Gate()
-    reported, reported_after_slow = threading.Event(), threading.Event()
+    unfinished copy of device 0. Every pending event is now polled."""
+    slow, quick = _Gate(), _Gate()
+    reported = threading.Event()
     try:
-        kvcore.Future(cuda_events=[slow], cuda_device=devices[0])
-        kvcore.Future(cuda_events=[after_slow], cuda_device=devices[0]).add_done_callback(
-            lambda f: reported_after_slow.set())
-        kvcore.Future(cuda_events=[quick], cuda_device=devices[1]).add_done_callback(lambda f: reported.set())
-        time.sleep(0.05)  # the watcher is waiting for `slow` by now
+        kvcore.Future(cuda_events=[slow])
+        kvcore.Future(cuda_events=[quick]).add_done_callback(lambda f: reported.set())
+        time.sleep(0.05)  # the watcher is polling `slow` by now
         quick.opened.set()
-        after_slow.opened.set()  # (its device's copy stream has not reached it: not reported)
         assert reported.wait(10), "a finished copy waited for another device's copy"
     finally:
         slow.opened.set()
-    assert reported_after_slow.wait(10)
+
+
+def test_a_finished_cuda_copy_is_reported_though_watched_after_a_later_one(monkeypatch):
+    """The watcher asked only the oldest watched event of a device, assuming the device's
+    copy stream finishes them in the order watched. Events are recorded in one order and
+    watched (Future made) in another when two threads copy to one GPU at once: thread A
+    records its event, thread B records its own (its copy stream waits for B's compute
+    first) and makes its Future before A does. A's finished copy then went unreported (no
+    callback, no await, buffers kept) until B's copy, behind B's compute, ended. The CUDA
+    side is stood in for here; the two Futures come in thread B's order."""
+    from kvcore.mover import copy as mover_copy
+
+    recorded_later, recorded_first = _Gate(), _Gate()
+    events = iter([recorded_later, recorded_first])
+    on_device = _stand_in_for_device_memory(monkeypatch)
+    monkeypatch.setattr(mover_copy._cuda, "device_of", lambda tensors: torch.device("cuda", 0))
+    monkeypatch.setattr(mover_copy._cuda, "submit", lambda device, work, tensors: next(events))
+    reported = threading.Event()
+    try:
+        kvcore.copy_many([(on_device, np.ones(16, np.uint8))])  # thread B's, watched first
+        kvcore.copy_many([(on_device, np.ones(16, np.uint8))]).add_done_callback(lambda f: reported.set())
+        recorded_first.opened.set()
+        assert reported.wait(10), "a finished copy waited for a later one of its device"
+    finally:
+        recorded_later.opened.set()
 
 
 def test_the_cuda_watcher_naps_while_a_copy_runs():
     """Polling the events instead of waiting on one must not spin a core: between sweeps
     that find nothing finished the watcher naps (up to 2 ms)."""
     copy = _CountingGate()
-    fut = kvcore.Future(cuda_events=[copy], cuda_device="cuda:0")
+    fut = kvcore.Future(cuda_events=[copy])
     try:
         time.sleep(0.5)
         queries = copy.queries
@@ -561,6 +580,36 @@ def test_the_cuda_watcher_naps_while_a_copy_runs():
         copy.opened.set()
     assert fut.wait(10)
     assert 0 < queries < 2000, queries  # about 260 at 2 ms naps; a busy loop asks 100 000s of times
+
+
+class _EndsSoon(_Gate):
+    """A copy that ends 50 ms after it starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.ends = time.monotonic() + 0.05
+
+    def query(self):
+        return time.monotonic() >= self.ends
+
+
+def test_a_new_cuda_copy_is_asked_again_soon_though_an_older_one_runs_long(monkeypatch):
+    """The watcher's nap kept doubling while an old copy ran (on another GPU, say): a new
+    copy woke it, was not finished at once, and was asked again only after the longest nap
+    (2 ms; 1 s here, so the test can tell: reported after 1 s, not 50 ms). A new event
+    starts the naps over."""
+    from kvcore.mover.future import _CudaWatcher
+
+    monkeypatch.setattr(_CudaWatcher, "_LONGEST_NAP_S", 1.0)
+    long_copy = _Gate()
+    reported = threading.Event()
+    try:
+        kvcore.Future(cuda_events=[long_copy])
+        time.sleep(2.5)  # 100 us doubling: the nap is at its longest by now
+        kvcore.Future(cuda_events=[_EndsSoon()]).add_done_callback(lambda f: reported.set())
+        assert reported.wait(0.6), "a new copy waited for the watcher's longest nap"
+    finally:
+        long_copy.opened.set()
 
 
 def test_errors_in_async_work_propagate():

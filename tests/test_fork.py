@@ -183,3 +183,47 @@ def test_the_parents_futures_raise_in_a_forked_child_instead_of_hanging():
     assert "in flight at fork True" in run.stdout, out  # else the test proves nothing
     assert "child ok" in run.stdout and "child exit 0" in run.stdout, out
     assert run.returncode == 0 and "parent ok" in run.stdout, out
+
+
+LOCK_HELD_AT_FORK = textwrap.dedent("""
+    import os, signal, sys, threading
+    import numpy as np
+    import kvcore
+
+    data = np.random.default_rng(0).integers(0, 200, 1 << 20, dtype=np.uint8)
+    finished = kvcore.compress_async(data, threads=1)
+    finished.wait(60)
+    # What kvcore's notifier thread does in _part_finished/_fire: hold the Future's lock a
+    # moment. fork() by another thread in that moment leaves it held for good in the child.
+    held, let_go = threading.Event(), threading.Event()
+
+    def notifier_in_fire():
+        with finished._lock:
+            held.set()
+            let_go.wait()
+
+    threading.Thread(target=notifier_in_fire, daemon=True).start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a hang kills the child (SIGALRM) instead of the test run
+        seen = []
+        finished.add_done_callback(lambda f: seen.append(f.done()))
+        assert seen == [True], seen
+        assert kvcore.decompress(finished.result(timeout=5)).numpy().tobytes() == data.tobytes()
+        print("child ok", flush=True)
+        os._exit(0)
+    let_go.set()
+    _, status = os.waitpid(pid, 0)
+    print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+""")
+
+
+def test_a_futures_lock_held_by_another_thread_at_fork_does_not_hang_the_child():
+    """A Future's lock held by a thread of the parent at fork() (kvcore's notifier finishing
+    it, or a caller adding a callback) stayed held for good in the child, where that thread
+    does not exist: add_done_callback and result() hung there. A Future takes a fresh lock
+    the first time it is used in a forked child."""
+    run = subprocess.run([sys.executable, "-c", LOCK_HELD_AT_FORK], capture_output=True, text=True, timeout=240)
+    out = run.stdout + run.stderr[-3000:]
+    assert "child ok" in run.stdout and "child exit 0" in run.stdout, out

@@ -197,7 +197,7 @@ def copy_many(
         for native in natives:
             native.wait(-1.0)
         raise
-    return Future(native=natives, cuda_events=[event], cuda_device=dev, keep=keep, value=_result)
+    return Future(native=natives, cuda_events=[event], keep=keep, value=_result)
 
 
 def _indices(indices: Any, n_blocks: int, *, unique: bool) -> np.ndarray:
@@ -383,12 +383,7 @@ def _cuda_blocks(staging_obj: Any, staging: Region, blocks: _Blocks, idx: np.nda
 
     tensors = [kv] + ([staged] if staged.is_cuda else [])
     event = _cuda.submit(kv.device, work, tensors)
-    return Future(
-        cuda_events=[event],
-        cuda_device=kv.device,
-        keep=[staging.keep, kv, staged, index],
-        value=staging_obj if gather else blocks.obj,
-    )
+    return Future(cuda_events=[event], keep=[staging.keep, kv, staged, index], value=staging_obj if gather else blocks.obj)
 
 
 def copy_engines() -> dict[str, Any]:

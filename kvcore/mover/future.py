@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import itertools
 import os
 import threading
@@ -31,11 +30,14 @@ __all__ = ["Future"]
 # Bumped in each forked child: a Future made under another value was started by
 # an ancestor process, whose threads (native and CUDA) do not exist here.
 _fork_generation = 0
+# Taken while a Future replaces its lock in a forked child (Future._lock_here).
+_lock_renewal = threading.Lock()
 
 
 def _count_fork_in_child() -> None:
-    global _fork_generation
+    global _fork_generation, _lock_renewal
     _fork_generation += 1
+    _lock_renewal = threading.Lock()  # a parent's thread may have held it at fork()
 
 
 class _Notifier:
@@ -98,24 +100,26 @@ class _CudaWatcher:
     it: the device may still be copying into or out of them.
 
     Events are polled (``event.query()``), never waited on: waiting for one device's copy
-    kept a finished copy of another device unreported. A device's copy stream runs its
-    copies in order, so only the oldest pending event of each device is asked. A sweep that
-    finds nothing finished is followed by a nap, 100 us doubling up to 2 ms, so the thread
-    never spins a core however long a copy takes."""
+    kept a finished copy of another device unreported. Every pending event is asked on each
+    sweep: the events of one device's copy stream finish in the order they were recorded,
+    but two threads copying at once can record in one order and make their Futures (watch)
+    in the other. A sweep that finds nothing finished is followed by a nap, 100 us doubling
+    up to 2 ms, so the thread never spins a core however long a copy takes; a new event
+    starts the naps over."""
 
     _FIRST_NAP_S = 100e-6
     _LONGEST_NAP_S = 2e-3
 
     def __init__(self) -> None:
         self._ready = threading.Condition(threading.Lock())
-        self._pending: dict[Any, collections.deque] = {}  # device -> (fut, part) in submission order
+        self._pending: list[tuple["Future", "_CudaPart"]] = []
+        self._added = False  # watch() added an event since the thread last napped
         self._thread: Optional[threading.Thread] = None
 
     def watch(self, fut: "Future", part: "_CudaPart") -> None:
         with self._ready:
-            # an event of no known device is not assumed to be in order with any other
-            key = part if part.device is None else part.device
-            self._pending.setdefault(key, collections.deque()).append((fut, part))
+            self._pending.append((fut, part))
+            self._added = True
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kvcore-cuda-watch", daemon=True)
                 self._thread.start()
@@ -134,32 +138,28 @@ class _CudaWatcher:
             with self._ready:
                 if not self._pending:
                     self._ready.wait()
-                    nap = self._FIRST_NAP_S
-                    continue
-                self._ready.wait(nap)  # watch() wakes it early
-            nap = min(nap * 2, self._LONGEST_NAP_S)
+                elif not self._added:
+                    self._ready.wait(nap)  # watch() wakes it early
+                added, self._added = self._added, False
+            # a new copy may be a short one: it is asked again after the shortest nap
+            nap = self._FIRST_NAP_S if added else min(nap * 2, self._LONGEST_NAP_S)
 
     def _collect_finished(self) -> list["Future"]:
-        """Takes the parts that finished off the queues; returns their Futures."""
+        """Takes the parts that finished off the pending list; returns their Futures."""
         with self._ready:
-            queues = list(self._pending.values())
-        finished = []
-        for queue in queues:  # only this thread takes from a queue; watch() appends
-            while queue:
-                fut, part = queue[0]
-                if not _finished_or_failed(part):
-                    break
-                queue.popleft()
-                finished.append(fut)
-        with self._ready:  # watch() appends under the lock: an empty queue here stays empty
-            for device in [d for d, q in self._pending.items() if not q]:
-                del self._pending[device]
-        return finished
+            pending = list(self._pending)
+        done = [(fut, part) for fut, part in pending if _finished_or_failed(part)]
+        if done:
+            taken = {id(part) for _, part in done}
+            with self._ready:  # watch() may have appended meanwhile: keep those
+                self._pending = [(f, p) for f, p in self._pending if id(p) not in taken]
+        return [fut for fut, _ in done]
 
     def after_fork_in_child(self) -> None:
         """As the notifier's: no thread in the child, and the parent's copies are not its own."""
         self._ready = threading.Condition(threading.Lock())
-        self._pending = {}
+        self._pending = []
+        self._added = False
         self._thread = None
 
 
@@ -197,9 +197,8 @@ class _NativePart:
 
 
 class _CudaPart:
-    def __init__(self, event: Any, device: Any) -> None:
+    def __init__(self, event: Any) -> None:
         self.event = event
-        self.device = device  # whose copy stream recorded the event (None: unknown)
         self.finished = False  # the event completed without error (known without CUDA)
 
     def done(self) -> bool:
@@ -261,18 +260,18 @@ class Future:
         *,
         native: Iterable[Any] = (),
         cuda_events: Iterable[Any] = (),
-        cuda_device: Any = None,
         keep: Iterable[Any] = (),
         result: Callable[[], Any] | None = None,
         value: Any = None,
     ) -> None:
         self._parts: list[Any] = [_NativePart(n) for n in native]
         if cuda_events:
-            self._parts += [_CudaPart(e, cuda_device) for e in cuda_events]
+            self._parts += [_CudaPart(e) for e in cuda_events]
         self._keep: Optional[list[Any]] = list(keep)
         self._result_fn = result
         self._value = value
         self._lock = threading.Lock()
+        self._lock_generation = _fork_generation
         self._callbacks: list[Callable[["Future"], None]] = []
         self._remaining = len(self._parts)
         self._fired = False
@@ -292,15 +291,26 @@ class Future:
                 _cuda_watcher.watch(self, part)
 
     # -- completion bookkeeping -------------------------------------------------
+    def _lock_here(self) -> threading.Lock:
+        """The Future's lock, a fresh one the first time it is used in a forked child: a
+        thread of the parent (kvcore's notifier finishing it, a caller adding a callback)
+        may have held the old one at fork(), and that thread never releases it here."""
+        if self._lock_generation != _fork_generation:
+            with _lock_renewal:
+                if self._lock_generation != _fork_generation:
+                    self._lock = threading.Lock()
+                    self._lock_generation = _fork_generation
+        return self._lock
+
     def _part_finished(self) -> None:
-        with self._lock:
+        with self._lock_here():
             self._remaining -= 1
             last = self._remaining == 0
         if last:
             self._fire()
 
     def _fire(self) -> None:
-        with self._lock:
+        with self._lock_here():
             if self._fired:
                 return
             self._fired = True
@@ -369,7 +379,7 @@ class Future:
         for part in self._parts:
             part.check()
         if self._result_fn is not None and not self._value_ready:
-            with self._lock:
+            with self._lock_here():
                 if not self._value_ready:
                     self._value = self._result_fn()
                     self._value_ready = True
@@ -399,7 +409,7 @@ class Future:
         or at once if it already has)."""
         if not callable(fn):
             raise InvalidArgumentError(f"add_done_callback needs a callable, got {fn!r}")
-        with self._lock:
+        with self._lock_here():
             if not self._fired and not self.done():
                 self._callbacks.append(fn)
                 fn = None  # type: ignore[assignment]
