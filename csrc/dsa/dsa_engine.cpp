@@ -495,11 +495,12 @@ static uint32_t memmove_flags(const Queue& q) {
     return kFlagCompletionAddrValid | kFlagRequestCompletion | (q.info().block_on_fault ? kFlagBlockOnFault : 0);
 }
 
-Queue& Engine::next_queue() { return *queues_[next_.fetch_add(1, std::memory_order_relaxed) % queues_.size()]; }
-
 Queue* Engine::usable_queue() {
+    // One ticket, then every queue from it on: other threads' tickets in between must not
+    // make this one see a wedged queue twice and miss a free one.
+    const size_t first = next_.fetch_add(1, std::memory_order_relaxed);
     for (size_t tried = 0; tried < queues_.size(); ++tried) {
-        Queue& q = next_queue();
+        Queue& q = *queues_[(first + tried) % queues_.size()];
         q.reap();
         if (!q.wedged()) return &q;
     }

@@ -123,7 +123,6 @@ public:
                                                  std::chrono::milliseconds poll_timeout);
 
 private:
-    Queue& next_queue();
     // The next queue not wedged by overdue descriptors; nullptr when none is.
     Queue* usable_queue();
     // Spins until the device writes the record; false (and counted) on timeout.
