@@ -62,6 +62,7 @@ const char* error_class_name(Code code) {
         case Code::kTimeout: return "TimeoutError";
         case Code::kIoError: return "IOError";
         case Code::kBackendError: return "BackendError";
+        case Code::kDeviceTimeout: return "DeviceTimeoutError";
         case Code::kOk: break;
     }
     return "KVCoreError";
@@ -1319,6 +1320,10 @@ PYBIND11_MODULE(_native, m) {
                 return st.is_ok();
             }, py::arg("timeout_s") = -1.0)
             .def("check", [](const km::Completion& c) { check(c.status()); })
+            // Failed because a device did not finish in time (it may still use the buffers).
+            .def("device_timed_out", [](const km::Completion& c) {
+                return c.done() && c.status().code == Code::kDeviceTimeout;
+            })
             .def("result_size", &km::Completion::result_size)
             .def("notify_with", &km::Completion::notify_with)
             .def("take_payload", [](km::Completion& c) {

@@ -43,6 +43,12 @@ class BackendError(KVCoreError):
     """An optional backend (QAT, DSA, CUDA) reported a failure."""
 
 
+class DeviceTimeoutError(BackendError):
+    """A device (DSA) did not finish a copy in time. It may still read the copy's source and
+    write its destination later, so kvcore keeps the copy's buffers for the rest of the
+    process instead of letting them go: do not free or reuse that memory either."""
+
+
 class ForkedOperationError(KVCoreError):
     """An asynchronous operation was waited for in a process forked while it ran: it
     belongs to the parent process and does not run in the child."""
@@ -59,5 +65,6 @@ __all__ = [
     "TimeoutError",
     "IOError",
     "BackendError",
+    "DeviceTimeoutError",
     "ForkedOperationError",
 ]

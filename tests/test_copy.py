@@ -5,6 +5,7 @@ import asyncio
 import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -144,6 +145,76 @@ def test_a_freed_pinned_buffer_is_an_invalid_argument_everywhere():
             call()
             pytest.fail(name)
     assert pool.stats()["used"] == 0
+
+
+class _TimedOutCopy:
+    """A native operation that failed as a DSA copy the device did not finish in time
+    (device_timed_out) or as any other backend failure."""
+
+    def __init__(self, device_timed_out: bool) -> None:
+        self.timed_out = device_timed_out
+
+    def notify_with(self, token):
+        pass  # the test finishes the Future itself
+
+    def done(self):
+        return True
+
+    def wait(self, timeout):
+        return True
+
+    def check(self):
+        error = kvcore.DeviceTimeoutError if self.timed_out else kvcore.BackendError
+        raise error("DSA memmove on wq0.0 did not complete in 5000 ms")
+
+    def device_timed_out(self):
+        return self.timed_out
+
+
+@pytest.mark.parametrize("timed_out", [True, False])
+def test_a_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_out):
+    """A DSA descriptor that timed out may still be run by the device, which then writes the
+    destination (and reads the source). The failed Future let go of its buffers like any
+    other, so a PinnedBuffer could be freed and handed out again, and an array freed, while
+    the device could still write it. A DeviceTimeoutError now keeps them for good; any
+    other failure still lets them go."""
+    from kvcore.mover import copy as mover_copy
+
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(512 * 1024)
+    src = torch.ones(512 * 1024, dtype=torch.uint8)
+    src_alive = weakref.ref(src)
+    monkeypatch.setattr(mover_copy._native, "mover_copy", lambda *args: _TimedOutCopy(timed_out))
+    fut = kvcore.copy_async(buf, src, engine="dsa")
+    del src
+    fut._part_finished()  # as kvcore's notifier does when the operation ends
+    with pytest.raises(kvcore.DeviceTimeoutError if timed_out else kvcore.BackendError):
+        fut.result()
+    del fut
+    gc.collect()
+    assert (buf.exports > 0, src_alive() is not None) == (timed_out, timed_out)
+    if not timed_out:
+        buf.free()
+
+
+def test_an_inline_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch):
+    """A small copy runs inline, and engine="auto" may still give it to DSA: its
+    DeviceTimeoutError, raised by the call itself, released the PinnedBuffer's export
+    (release_exports_on_error) while the device might write it."""
+    from kvcore.mover import copy as mover_copy
+
+    def mover_copy_timing_out(*args):
+        raise kvcore.DeviceTimeoutError("DSA batch on wq0.0 did not complete in 5000 ms")
+
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(128 * 1024)
+    monkeypatch.setattr(mover_copy._native, "mover_copy", mover_copy_timing_out)
+    with pytest.raises(kvcore.DeviceTimeoutError):
+        kvcore.copy_async(buf, np.zeros(128 * 1024, np.uint8))
+    gc.collect()
+    assert buf.exports > 0
+    with pytest.raises(kvcore.InvalidArgumentError):
+        buf.free()
 
 
 def test_overlapping_copy_behaves_like_memmove():

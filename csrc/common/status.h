@@ -18,6 +18,7 @@ enum class Code : int {
     kTimeout,
     kIoError,
     kBackendError,      // an optional backend (QAT, DSA, CUDA) reported a failure
+    kDeviceTimeout,     // a device did not finish in time: it may still read and write the buffers
 };
 
 struct Status {

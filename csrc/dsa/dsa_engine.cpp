@@ -520,7 +520,7 @@ Status Engine::run_one(Slot& slot, Queue& q, uint8_t* dst, const uint8_t* src, s
         KVCORE_RETURN_IF_ERROR(q.submit(&job->desc));
         if (!poll(&job->comp)) {
             slot.park(job, &job->comp);
-            return make_status(Code::kBackendError, "DSA memmove on " + q.info().name + " did not complete in " +
+            return make_status(Code::kDeviceTimeout, "DSA memmove on " + q.info().name + " did not complete in " +
                                                         std::to_string(poll_timeout_.count()) + " ms");
         }
         const uint8_t status = load_status(&job->comp);
@@ -569,7 +569,7 @@ Status Engine::copy_many(const copy::Segment* segs, size_t count) {
     auto finish = [&](BatchJob& job) -> Status {
         const bool ok = poll(&job.batch.comp);
         if (!ok)
-            return make_status(Code::kBackendError, "DSA batch on " + job.queue->info().name + " did not complete in " +
+            return make_status(Code::kDeviceTimeout, "DSA batch on " + job.queue->info().name + " did not complete in " +
                                                         std::to_string(poll_timeout_.count()) + " ms");
         if ((load_status(&job.batch.comp) & kStatusMask) == kStatusSuccess) return Status::ok();
         // Some descriptors failed or never ran: finish each one that did not succeed.

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Optional
 from .. import _native
 from .._args import optional_seconds_arg
 from ..errors import ForkedOperationError, InvalidArgumentError
+from .regions import hold_for_device
 
 __all__ = ["Future"]
 
@@ -191,6 +192,10 @@ class _NativePart:
     def check(self) -> None:
         self.native.check()
 
+    def device_timed_out(self) -> bool:
+        """Failed with DeviceTimeoutError: the device may still use the buffers."""
+        return self.native.device_timed_out()
+
     def settled(self) -> bool:
         """Finished; read in a forked child too (a flag in memory, no thread asked)."""
         return self.native.done()
@@ -230,6 +235,9 @@ class _CudaPart:
     def settled(self) -> bool:
         """Known to have finished, without asking CUDA (unusable in a forked child)."""
         return self.finished
+
+    def device_timed_out(self) -> bool:
+        return False  # a CUDA copy ends (or fails) with its event: its buffers are free then
 
 
 class Future:
@@ -323,6 +331,9 @@ class Future:
 
     def _release_buffers(self) -> None:
         keep, self._keep = self._keep, None
+        if keep and any(p.device_timed_out() for p in self._parts):
+            hold_for_device(keep)  # a device may still write them: never let go
+            return
         for obj in keep or ():
             if isinstance(obj, memoryview):
                 obj.release()

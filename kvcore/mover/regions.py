@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, TypeVar
 import numpy as np
 
 from .._args import check_plain_buffer, check_tensor_memory
-from ..errors import InvalidArgumentError
+from ..errors import DeviceTimeoutError, InvalidArgumentError
 from .pool import PinnedBuffer
 
 
@@ -26,26 +26,43 @@ class Region:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
-_taken = threading.local()  # .exports: the PinnedBuffer exports region() took in this call
+# .exports: the PinnedBuffer exports region() took in this call; .keeps: every region's keep
+_taken = threading.local()
+
+# The buffers of copies that a device did not finish in time (DeviceTimeoutError): it may
+# still write them, so they stay alive (PinnedBuffer exports unreleased: free() is refused)
+# for the rest of the process. Only a sick device times out; features()["dsa"] counts it.
+_held_for_devices: list = []
+_held_lock = threading.Lock()
+
+
+def hold_for_device(objs: Any) -> None:
+    """Keeps objs, the buffers of a copy a device may still be running, alive for good."""
+    with _held_lock:
+        _held_for_devices.append(list(objs))
 
 
 def release_exports_on_error(fn: F) -> F:
     """Wraps an operation that takes regions: when it raises, the exports of PinnedBuffers
     that region() took are released at once. The exception's traceback holds the frames
-    that hold them, so a caller that kept the exception could not free() those buffers."""
+    that hold them, so a caller that kept the exception could not free() those buffers.
+    A DeviceTimeoutError instead keeps every region it took alive (hold_for_device)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        outer = getattr(_taken, "exports", None)
-        _taken.exports = exports = []
+        outer = getattr(_taken, "exports", None), getattr(_taken, "keeps", None)
+        _taken.exports, _taken.keeps = exports, keeps = [], []
         try:
             return fn(*args, **kwargs)
+        except DeviceTimeoutError:
+            hold_for_device(keeps)
+            raise
         except BaseException:
             for mv in exports:
                 mv.release()
             raise
         finally:
-            _taken.exports = outer
+            _taken.exports, _taken.keeps = outer
 
     return wrapper  # type: ignore[return-value]
 
@@ -62,6 +79,14 @@ def is_tensor(obj: Any) -> bool:
 def region(obj: Any, *, writable: bool, what: str) -> Region:
     """The bytes of ``obj``: a PinnedBuffer, a contiguous torch tensor (CPU or
     CUDA), or any C-contiguous buffer-protocol object (numpy, bytearray...)."""
+    r = _region_of(obj, writable=writable, what=what)
+    keeps = getattr(_taken, "keeps", None)
+    if keeps is not None:
+        keeps.append(r.keep)
+    return r
+
+
+def _region_of(obj: Any, *, writable: bool, what: str) -> Region:
     if type(obj) is np.ndarray:  # fast path for the most common host buffer
         check_plain_buffer(obj, what)
         if not obj.flags.c_contiguous:
