@@ -556,6 +556,38 @@ def test_pin_priority_evict(tmp_path, kv):
             tm.set_priority(c, 1.5)
 
 
+def test_priorities_stay_above_the_expired_level(kv):
+    """Eviction gives expired chunks a level below every priority (EXPIRED_LEVEL, -2**30),
+    where they leave whatever extends them; set_priority took that level too (and bools, and
+    any int), so a live chunk set to it was evicted as if expired, before the chunks that
+    extend it."""
+    from kvcore.tiers.policy import EXPIRED_LEVEL, MAX_PRIORITY
+
+    toks = tokens_for(256, 71)
+    with TierManager(ddr_bytes=64 << 20, namespace=NS) as tm:
+        tm.store(toks, kv[:, :, :256])
+        assert tm.flush(30)
+        for level in (EXPIRED_LEVEL, -MAX_PRIORITY - 1, MAX_PRIORITY + 1, 1 << 64, True):
+            with pytest.raises(InvalidArgumentError, match="level must be an int"):
+                tm.set_priority(toks, level)
+        assert tm.set_priority(toks, -MAX_PRIORITY) == 1 and tm.set_priority(toks, MAX_PRIORITY) == 1
+
+
+def test_a_pins_file_with_a_priority_at_the_expired_level_is_damaged(tmp_path):
+    """The pins file's priorities are checked as set_priority checks them: one at the expired
+    level (or a bool) makes the file damaged (read as empty, rewritten), not a live chunk
+    that eviction takes for an expired one."""
+    from kvcore.tiers.hot_cold import HotCold, HotColdFile
+    from kvcore.tiers.policy import EXPIRED_LEVEL
+
+    f = HotColdFile(tmp_path, "ns")
+    f.update({b"a" * 16: HotCold(pinned=False, priority=3, start=0, ntokens=256)})
+    assert f.load() and not f.damaged
+    for bad in (EXPIRED_LEVEL, True):
+        f._write({b"a" * 16: HotCold(pinned=False, priority=bad, start=0, ntokens=256)})
+        assert f.load() == {} and f.damaged
+
+
 @pytest.mark.parametrize("allocator", ["bytes", "pinned"])
 def test_a_chunk_that_cannot_fit_evicts_nothing(kv, allocator):
     """A chunk that does not fit in DDR even once every evictable chunk has left (the rest

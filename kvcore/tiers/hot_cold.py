@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 
+from .policy import is_priority
 from .ssd_journal import NO_FLOCK
 
 HOT_DIR = "kvcore-hot"
@@ -84,7 +85,7 @@ class HotColdFile:
             out = {}
             for hex_key, (pinned, priority, start, ntokens) in doc["chunks"].items():
                 key = bytes.fromhex(hex_key)
-                if len(key) != 16 or not all(isinstance(v, int) for v in (priority, start, ntokens)):
+                if len(key) != 16 or not is_priority(priority) or not all(isinstance(v, int) for v in (start, ntokens)):
                     raise ValueError("bad entry")
                 out[key] = HotCold(bool(pinned), priority, start, ntokens)
             return out

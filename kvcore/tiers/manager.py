@@ -35,7 +35,7 @@ from .ddr import DDRTier, footprint, make_allocator
 from .hot_cold import HotCold, HotColdFile
 from .keys import ChunkKey, Namespace, NamespaceLike, as_namespace, chunk_keys
 from .metrics import Metrics
-from .policy import LevelIndex, make_policy
+from .policy import MAX_PRIORITY, LevelIndex, is_priority, make_policy
 from .remote import RemoteConfig, RemoteTier, redact_url
 from .ssd import ScratchPool, SSDTier
 
@@ -1326,10 +1326,11 @@ class TierManager:
         return self._set_meta(tokens, lambda m: setattr(m, "pinned", False))
 
     def set_priority(self, tokens: Sequence[int], level: int) -> int:
-        """Eviction priority of the chunks of tokens: lower levels leave first (default 0)."""
+        """Eviction priority of the chunks of tokens: lower levels leave first (default 0;
+        an int within +-MAX_PRIORITY, 2**30 - 1: expired chunks leave before every level)."""
         self._check_open()
-        if not isinstance(level, int):
-            raise InvalidArgumentError("level must be an int")
+        if not is_priority(level):
+            raise InvalidArgumentError(f"level must be an int from {-MAX_PRIORITY} to {MAX_PRIORITY}, got {level!r}")
         return self._set_meta(tokens, lambda m: setattr(m, "priority", level))
 
     def set_ttl(self, tokens: Sequence[int], seconds: Optional[float]) -> int:

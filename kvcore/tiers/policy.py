@@ -41,8 +41,15 @@ from typing import Callable, Hashable, Iterator, Mapping, Optional
 
 from ..errors import InvalidArgumentError
 
-# The level of an expired chunk: below every priority a caller can set in practice.
+# The level of an expired chunk: below every priority a caller can set.
 EXPIRED_LEVEL = -(1 << 30)
+MAX_PRIORITY = (1 << 30) - 1  # priorities are -MAX_PRIORITY..MAX_PRIORITY
+
+
+def is_priority(level: object) -> bool:
+    """Whether level is a priority a caller may set (an int, not a bool, within
+    +-MAX_PRIORITY: EXPIRED_LEVEL stays below every one)."""
+    return isinstance(level, int) and not isinstance(level, bool) and -MAX_PRIORITY <= level <= MAX_PRIORITY
 
 
 @dataclass
