@@ -588,6 +588,46 @@ def test_a_pins_file_with_a_priority_at_the_expired_level_is_damaged(tmp_path):
         assert f.load() == {} and f.damaged
 
 
+def test_a_planned_victim_that_a_read_keeps_keeps_its_prefix(kv):
+    """Room in DDR is made from a plan of victims, leaves first (a2, then a1). When a read
+    began on a2 after the plan was made (during an earlier victim's demotion), a2 was
+    skipped and a1, its parent, was still evicted: a2 stayed in DDR, unreachable.
+    A planned victim that is no longer evictable now makes a new plan, which keeps the
+    prefix of what the read keeps."""
+    from kvcore.tiers.ddr import footprint
+
+    a = tokens_for(768, 72)
+    flat = torch.zeros_like(kv[:, :, :768])  # compresses to almost nothing
+    with TierManager(ddr_bytes=64 << 20, namespace=NS, demote_on_pressure=False) as tm:
+        asked = []  # the room each chunk asks for
+        alloc = tm._alloc_blob
+        tm._alloc_blob = lambda n, *args: asked.append(n) or alloc(n, *args)
+        tm.store(tokens_for(256, 73), kv[:, :, :256])
+        tm.store(a, flat)
+        assert tm.flush(30)
+        room = footprint(tm.ddr.allocator, max(asked))
+        small = tm.ddr.allocator.used_bytes - room  # what the three chunks of a take
+    # room for the new chunk once two of a's three chunks left
+    with TierManager(ddr_bytes=room + small // 2, namespace=NS, demote_on_pressure=False) as tm:
+        tm.store(a, flat)
+        assert tm.flush(30) and tm.lookup(a).tiers == ["ddr"] * 3
+        a2 = tm.keys(a)[2].digest
+        plan = tm._victims_to_fit
+        reads = []
+
+        def plan_then_a_read_begins(*args):
+            victims = plan(*args)
+            if victims and not reads:
+                reads.append(tm.ddr.acquire(a2))  # as a retrieve does, between two evictions
+            return victims
+
+        tm._victims_to_fit = plan_then_a_read_begins
+        tm.store(tokens_for(256, 73), kv[:, :, :256])  # needs the room of all of a
+        assert tm.flush(30) and reads
+        tm.ddr.release(reads[0])
+        assert tm.lookup(a).tiers == ["ddr"] * 3
+
+
 @pytest.mark.parametrize("allocator", ["bytes", "pinned"])
 def test_a_chunk_that_cannot_fit_evicts_nothing(kv, allocator):
     """A chunk that does not fit in DDR even once every evictable chunk has left (the rest

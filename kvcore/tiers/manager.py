@@ -729,9 +729,14 @@ class TierManager:
                     if plan is None:
                         return None
                     planned = iter(plan)
-                # The plan's victims first (each still evictable now); then, should the
-                # allocator still refuse (its size classes), the policy's next ones.
-                victim = next((k for k in planned if evictable(k)), None)
+                # The plan's victims first; then, should the allocator still refuse (its
+                # size classes), the policy's next ones. A planned victim that is no longer
+                # evictable (a read began during an earlier victim's demotion) keeps its
+                # prefix, which may come later in the plan: then plan again.
+                victim = next(planned, None)
+                if victim is not None and not evictable(victim):
+                    planned = None
+                    continue
                 if victim is None:
                     victim = next(self.ddr_policy.victims(evictable=evictable, levels=self._levels.current()), None)
                 if victim is None:
