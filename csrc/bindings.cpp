@@ -373,6 +373,19 @@ std::vector<kvcore::copy::Segment> address_segments(const py::buffer& dsts, cons
     return segs;
 }
 
+// The emulated queue's options that both emulation bindings take.
+kvcore::dsa::EmulationOptions emulation_options(uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every,
+                                                uint32_t fault_after, bool dedicated, uint32_t wq_size) {
+    kvcore::dsa::EmulationOptions o;
+    o.max_batch = max_batch;
+    o.max_transfer = max_transfer;
+    o.fault_every = fault_every;
+    o.fault_after = fault_after;
+    o.dedicated = dedicated;
+    o.wq_size = wq_size;
+    return o;
+}
+
 py::dict emulation_stats_dict(const kvcore::dsa::EmulationStats& stats) {
     py::dict r;
     r["descriptors"] = stats.descriptors;
@@ -1440,13 +1453,8 @@ PYBIND11_MODULE(_native, m) {
             .def(py::init([](uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every, uint32_t fault_after,
                              bool dedicated, uint32_t wq_size, uint32_t stall_first, uint32_t stall_ms,
                              uint32_t timeout_ms) {
-                     kd::EmulationOptions o;
-                     o.max_batch = max_batch;
-                     o.max_transfer = max_transfer;
-                     o.fault_every = fault_every;
-                     o.fault_after = fault_after;
-                     o.dedicated = dedicated;
-                     o.wq_size = wq_size;
+                     kd::EmulationOptions o =
+                         emulation_options(max_batch, max_transfer, fault_every, fault_after, dedicated, wq_size);
                      o.stall_first = stall_first;
                      o.stall_ms = stall_ms;
                      o.timeout_ms = timeout_ms;
@@ -1478,13 +1486,8 @@ PYBIND11_MODULE(_native, m) {
                                        uint32_t max_batch, uint64_t max_transfer, uint32_t fault_every,
                                        uint32_t fault_after, bool dedicated, uint32_t wq_size) {
             const std::vector<kc::Segment> segs = address_segments(dsts, srcs, sizes);
-            kd::EmulationOptions o;
-            o.max_batch = max_batch;
-            o.max_transfer = max_transfer;
-            o.fault_every = fault_every;
-            o.fault_after = fault_after;
-            o.dedicated = dedicated;
-            o.wq_size = wq_size;
+            const kd::EmulationOptions o =
+                emulation_options(max_batch, max_transfer, fault_every, fault_after, dedicated, wq_size);
             kd::EmulationStats stats;
             Status st;
             {

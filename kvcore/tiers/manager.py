@@ -315,13 +315,11 @@ class TierManager:
         return m is not None and m.pinned
 
     def _ddr_evictable(self, key: bytes) -> bool:
-        m = self._meta.get(key)
         e = self.ddr.get(key)
-        return (m is None or not m.pinned) and (e is None or e.readers == 0)
+        return not self._pinned(key) and (e is None or e.readers == 0)
 
     def _ssd_evictable(self, key: bytes) -> bool:
-        m = self._meta.get(key)
-        return m is None or not m.pinned or key in self.ddr
+        return not self._pinned(key) or key in self.ddr
 
     def _settings_of(self, key: bytes) -> Optional[tuple[int, float]]:
         """(priority, expiry) of key, for the LevelIndex (read without the lock: the SSD

@@ -43,7 +43,7 @@ from ..errors import InvalidArgumentError
 
 # The level of an expired chunk: below every priority a caller can set.
 EXPIRED_LEVEL = -(1 << 30)
-MAX_PRIORITY = (1 << 30) - 1  # priorities are -MAX_PRIORITY..MAX_PRIORITY
+MAX_PRIORITY = -EXPIRED_LEVEL - 1  # priorities are -MAX_PRIORITY..MAX_PRIORITY
 
 
 def is_priority(level: object) -> bool:

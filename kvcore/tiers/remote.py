@@ -406,8 +406,7 @@ class RemoteTier:
         total = view.nbytes
         pb = self.config.part_bytes
         nparts = max(1, (total + pb - 1) // pb)
-        ttl = ttl_s if ttl_s is not None else self.config.ttl_s
-        px = max(1, int(ttl * 1000)) if ttl else None
+        px = self._px(ttl_s)
         t0 = time.perf_counter()
 
         def put_part(i):
@@ -453,6 +452,11 @@ class RemoteTier:
         except (_Skipped, *self._errors):
             return 0
 
+    def _px(self, ttl_s: Optional[float]) -> Optional[int]:
+        """The PX (ms) of a value given ttl_s (None: the config's ttl_s); None: no expiry."""
+        ttl = ttl_s if ttl_s is not None else self.config.ttl_s
+        return max(1, int(ttl * 1000)) if ttl else None
+
     def _parts_of(self, first: bytes) -> int:
         """How many parts the value whose part 0 begins with first has (1 when first is no
         blob header; a damaged size may claim millions: no value has more than max_parts)."""
@@ -471,8 +475,7 @@ class RemoteTier:
         after a failure or a timeout); waits at most timeout seconds (default op_timeout_s)."""
         if not keys:
             return []
-        ttl = ttl_s if ttl_s is not None else self.config.ttl_s
-        px = max(1, int(ttl * 1000)) if ttl else None
+        px = self._px(ttl_s)
 
         def op():
             pipe = self.client.pipeline(transaction=False)
