@@ -118,6 +118,30 @@ MutableView write_view(const py::buffer& b, py::buffer_info& keep) {
     return {static_cast<uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
 }
 
+// A buffer export held for one call (released on scope exit), or none where the object
+// refuses it: the error is cleared, and the caller falls back to a path that reports it.
+struct BufferView {
+    Py_buffer view{};
+    bool held = false;
+
+    BufferView(py::handle obj, int flags) {
+        held = PyObject_GetBuffer(obj.ptr(), &view, flags) == 0;
+        if (!held) PyErr_Clear();
+    }
+    BufferView(const BufferView&) = delete;
+    BufferView& operator=(const BufferView&) = delete;
+    ~BufferView() {
+        if (held) PyBuffer_Release(&view);
+    }
+
+    // Held, C-contiguous, and of plain items (bytes written over Python object
+    // pointers crash the process later).
+    bool plain_contiguous() const {
+        return held && PyBuffer_IsContiguous(&view, 'C') &&
+               (view.format == nullptr || std::strchr(view.format, 'O') == nullptr);
+    }
+};
+
 // A tensor's bytes by address: the Python layer passes data_ptr() and nbytes of a
 // contiguous CPU tensor it holds for the whole call. Going through the buffer
 // protocol instead (tensor -> uint8 view -> numpy) costs more than decoding a
@@ -1382,6 +1406,31 @@ PYBIND11_MODULE(_native, m) {
             }
             return run_or_submit(chosen, std::move(segs), o, async);
         }, py::arg("dst"), py::arg("src"), py::arg("n"), py::arg("engine") = 0, py::arg("threads") = 0, py::arg("async_") = false);
+        // copy_async's fast path: one small copy between two host buffer objects, run on
+        // the calling thread, without the Python layer's regions and checks (they cost
+        // several times the copy). Returns False, having copied nothing, unless both are
+        // C-contiguous buffers of plain items (no 'O' in their formats), dst writable and
+        // at least src's size, src below `limit` bytes, and the copy would run on the CPU
+        // engine (a DSA copy can time out, which keeps its buffers: the Python path does
+        // that); the caller then takes the general path, which raises the matching error.
+        m.def("mover_copy_small", [](py::handle dst, py::handle src, int engine, unsigned threads, size_t limit) {
+            const BufferView s(src, PyBUF_RECORDS_RO);
+            if (!s.plain_contiguous() || size_t(s.view.len) >= limit) return false;
+            const BufferView d(dst, PyBUF_RECORDS);
+            if (!d.plain_contiguous() || d.view.len < s.view.len) return false;
+            const size_t n = size_t(s.view.len);
+            std::vector<kc::Segment> segs{{static_cast<uint8_t*>(d.view.buf), static_cast<const uint8_t*>(s.view.buf), n}};
+            if (n == 0) return true;
+            if (pick_engine(engine, segs) != Engine::kCpu) return false;
+            kc::CopyOptions o;
+            o.threads = threads;
+            if (n <= (64u << 10)) {  // too short to be worth releasing the GIL
+                check(kc::copy(segs[0].dst, segs[0].src, n, o));
+            } else {
+                run_or_submit(Engine::kCpu, std::move(segs), o, false);  // the views stay held meanwhile
+            }
+            return true;
+        }, py::arg("dst"), py::arg("src"), py::arg("engine"), py::arg("threads"), py::arg("limit"));
         // Asynchronous codec: the same frame::compress/decompress on the mover's threads.
         py::class_<FrameOut>(m, "FrameOut")
             .def(py::init<size_t>())

@@ -200,7 +200,8 @@ def test_a_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_ou
 def test_an_inline_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch):
     """A small copy runs inline, and engine="auto" may still give it to DSA: its
     DeviceTimeoutError, raised by the call itself, released the PinnedBuffer's export
-    (release_exports_on_error) while the device might write it."""
+    (release_exports_on_error) while the device might write it. (copy_async's native
+    fast path declines a copy that auto gives to DSA, as stood in for here.)"""
     from kvcore.mover import copy as mover_copy
 
     def mover_copy_timing_out(*args):
@@ -208,6 +209,7 @@ def test_an_inline_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch):
 
     pool = make_pool(MiB, huge_pages=False)
     buf = pool.alloc(128 * 1024)
+    monkeypatch.setattr(mover_copy._native, "mover_copy_small", lambda *args: False)
     monkeypatch.setattr(mover_copy._native, "mover_copy", mover_copy_timing_out)
     with pytest.raises(kvcore.DeviceTimeoutError):
         kvcore.copy_async(buf, np.zeros(128 * 1024, np.uint8))
@@ -300,6 +302,165 @@ def test_bad_arguments():
         kvcore.copy_async(np.zeros(4), np.zeros(4), threads=0)
     with pytest.raises(kvcore.InvalidArgumentError):
         kvcore.copy_many([(np.zeros(4),)])
+
+
+# ---- copy_async's inline fast path (small host copies, checked and run natively) ----
+INLINE = 256 * 1024  # kvcore.mover.copy.INLINE_BYTES
+
+
+def test_a_small_host_copy_takes_the_native_fast_path(monkeypatch):
+    """A 4 KiB copy_async(...).result() cost about 7.7 us, nearly all of it Python (regions,
+    the checks, a Future's set-up): its copy is now checked and run by one native call,
+    without region(); a larger one, or one with a CUDA side, still takes the general path."""
+    from kvcore.mover import regions
+
+    def no_region(obj, **kwargs):
+        raise AssertionError("the general path ran")
+
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(8192)
+    monkeypatch.setattr(regions, "_region_of", no_region)
+    src = rand_bytes(4096)
+    for dst, source in ((np.zeros(4096, np.uint8), src), (bytearray(4096), memoryview(src)), (buf, src),
+                        (np.zeros(8192, np.uint8), buf), (np.zeros((64, 16), np.float32), src.reshape(4, -1))):
+        fut = kvcore.copy_async(dst, source, threads=1)
+        assert fut.done() and fut.result() is dst
+        assert bytes(memoryview(dst).cast("B")[:4096]) == src.tobytes()
+    with pytest.raises(AssertionError, match="general path"):
+        kvcore.copy_async(np.zeros(INLINE, np.uint8), np.zeros(INLINE, np.uint8))
+    assert buf.exports == 0
+    buf.free()
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 63, 4095, 4097, 65535, 65537, INLINE - 1])
+@pytest.mark.parametrize("offsets", [(0, 0), (1, 3), (31, 17)])
+def test_the_fast_path_copies_odd_sizes_at_odd_addresses(size, offsets):
+    do, so = offsets
+    src_buf = rand_bytes(size + 64, size)
+    dst_buf = np.zeros(size + 128, np.uint8)
+    dst, src = dst_buf[do : do + size + 32], src_buf[so : so + size]  # dst larger than src
+    assert kvcore.copy_async(dst, src, engine="cpu").result() is dst
+    assert np.array_equal(dst[:size], src)
+    assert not dst_buf[:do].any() and not dst_buf[do + size :].any()  # nothing written outside
+
+
+def test_the_fast_path_keeps_memmove_semantics():
+    for shift in (1, 1000, -7):
+        a = np.arange(100_000, dtype=np.uint8)
+        expect = a.copy()
+        if shift > 0:
+            expect[shift:] = a[:-shift].copy()
+            kvcore.copy_async(a[shift:], a[:-shift]).result()
+        else:
+            expect[:shift] = a[-shift:].copy()
+            kvcore.copy_async(a[:shift], a[-shift:]).result()
+        assert np.array_equal(a, expect)
+
+
+def _bad_small_copies():
+    pool = make_pool(MiB, huge_pages=False)
+    freed = pool.alloc(4096)
+    freed.free()
+    ro = np.zeros(64, np.uint8)
+    ro.flags.writeable = False
+    objects = np.zeros(64, dtype=object)
+    record = np.zeros(8, dtype=[("n", np.int64), ("o", object)])
+    z = np.zeros(64, np.uint8)
+    return {  # name: (dst, src, keyword arguments)
+        "bytes dst": (b"immutable", b"x", {}),
+        "read-only array dst": (ro, z, {}),
+        "read-only memoryview dst": (memoryview(z).toreadonly(), z, {}),
+        "strided src": (z, np.zeros(128, np.uint8)[::2], {}),
+        "strided dst": (np.zeros(128, np.uint8)[::2], z, {}),
+        "Fortran-order dst": (np.zeros((8, 8), np.uint8, order="F"), z, {}),
+        "object dst": (objects, z, {}),
+        "object src": (np.zeros(1024, np.uint8), objects, {}),
+        "object memoryview dst": (memoryview(objects), z, {}),
+        "record with an object field": (record, np.zeros(128, np.uint8), {}),
+        "dst too small": (np.zeros(63, np.uint8), z, {}),
+        "freed PinnedBuffer dst": (freed, z, {}),
+        "freed PinnedBuffer src": (np.zeros(4096, np.uint8), freed, {}),
+        "not a buffer": (z, 3.5, {}),
+        "None dst": (None, z, {}),
+        "engine name": (z, z, {"engine": "gpu"}),
+        "engine cuda": (z, z, {"engine": "cuda"}),
+        "engine list": (z, z, {"engine": ["auto"]}),
+        "engine str subclass": (z, z, {"engine": type("Name", (str,), {})("dsa-ish")}),
+        "threads 0": (z, z, {"threads": 0}),
+        "threads -1": (z, z, {"threads": -1}),
+        "threads bool": (z, z, {"threads": True}),
+        "threads float": (z, z, {"threads": 1.0}),
+        "threads str": (z, z, {"threads": "1"}),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bad_small_copies()))
+def test_the_fast_path_refuses_what_the_general_path_refuses(name):
+    """Bad input to a small copy_async gets the error the general path (copy_many) gives,
+    class and message, and nothing is written."""
+    dst, src, kwargs = _bad_small_copies()[name]
+    before = dst.tobytes() if isinstance(dst, np.ndarray) and not dst.dtype.hasobject else None
+    with pytest.raises(kvcore.KVCoreError) as general:
+        kvcore.copy_many([(dst, src)], **kwargs)
+    with pytest.raises(type(general.value)) as fast:
+        kvcore.copy_async(dst, src, **kwargs)
+    assert str(fast.value) == str(general.value)
+    if before is not None:
+        assert dst.tobytes() == before
+    if isinstance(dst, np.ndarray) and dst.dtype.hasobject:
+        assert all(v == 0 for v in dst.ravel().tolist() if not isinstance(v, tuple))
+
+
+def test_a_finished_futures_state_is_that_of_a_future_made_without_work():
+    """The fast path builds its Future's state directly (Future._completed): it must be the
+    state Future(value=...) gives, and behave the same."""
+    from kvcore.mover.future import Future
+
+    dst = np.zeros(16, np.uint8)
+    made, direct = Future(value=dst), Future._completed(dst)
+    assert made.__dict__.keys() == direct.__dict__.keys()
+    for key in made.__dict__:
+        if key != "_lock":
+            assert made.__dict__[key] is direct.__dict__[key] or made.__dict__[key] == direct.__dict__[key], key
+    fut = kvcore.copy_async(dst, np.ones(16, np.uint8))
+    assert fut.done() and fut.wait() and fut.wait(0) and fut.result(0) is dst and fut.result(1e300) is dst
+    assert fut.exception() is None and fut.exception(0) is None and fut.event is None and "done" in repr(fut)
+    for timeout in (-1, float("nan"), "1", True):
+        with pytest.raises(kvcore.InvalidArgumentError, match="timeout"):
+            fut.result(timeout)
+    seen = []
+    fut.add_done_callback(seen.append)  # already done: called at once
+    assert seen == [fut]
+
+    async def main():
+        return await fut
+
+    assert asyncio.run(main()) is dst
+
+
+def test_fast_path_copies_from_many_threads_at_once():
+    """Small copies run on the calling thread; many threads copying at once each get their
+    own bytes (the GIL is released for those above 64 KiB)."""
+    sizes = [4096, 100_000, 200_000]
+    errors = []
+
+    def worker(seed):
+        try:
+            for i in range(200):
+                n = sizes[i % 3]
+                src = rand_bytes(n, seed * 1000 + i)
+                dst = np.empty(n, np.uint8)
+                kvcore.copy_async(dst, src, threads=1).result()
+                assert np.array_equal(dst, src)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
 
 
 def test_more_threads_than_32_bits_hold_means_all_threads():

@@ -52,6 +52,8 @@ def _threads(threads: Optional[int]) -> int:
 # Host copies smaller than this run inline on the calling thread (a hand-off to
 # the mover's threads costs more than the copy); the Future is already done.
 INLINE_BYTES = 256 << 10
+# The engines a copy may name and still run inline ('dsa' copies are never run inline).
+_INLINE_ENGINES = ("auto", "cpu")
 
 
 def _check_independent(dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray) -> None:
@@ -120,7 +122,24 @@ def copy_async(dst: Any, src: Any, *, engine: str = "auto", threads: Optional[in
     >>> torch.equal(kvcore.copy_async(b, a).result(), a)
     True
     """
+    if _copied_inline(dst, src, engine, threads):
+        return Future._completed(dst)
     return copy_many([(dst, src)], engine=engine, threads=threads, _result=dst)
+
+
+def _copied_inline(dst: Any, src: Any, engine: Any, threads: Any) -> bool:
+    """copy_async's fast path: whether the native layer ran the copy at once, as a small
+    copy between two host buffers with plain arguments. It declines (and copies nothing)
+    for anything else, bad input included: the general path then moves it, or raises."""
+    if type(engine) is not str or engine not in _INLINE_ENGINES:
+        return False
+    if threads is None:
+        nthreads = 0
+    elif type(threads) is int and 1 <= threads < 2**32:
+        nthreads = threads
+    else:
+        return False  # the general path checks it
+    return _native.mover_copy_small(dst, src, _ENGINES[engine], nthreads, INLINE_BYTES)
 
 
 @release_exports_on_error
