@@ -197,6 +197,29 @@ def test_a_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_ou
         buf.free()
 
 
+@pytest.mark.parametrize("timed_out", [True, False])
+def test_a_started_fast_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_out):
+    """The same for a copy copy_async's fast path started (engine="auto" may give it to DSA):
+    a DeviceTimeoutError keeps its exports of both buffers for good."""
+    from kvcore.mover import copy as mover_copy
+
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(512 * 1024)
+    src = np.ones(512 * 1024, np.uint8)
+    src_alive = weakref.ref(src)
+    monkeypatch.setattr(mover_copy._native, "mover_submit_pair", lambda *args: _TimedOutCopy(timed_out))
+    fut = kvcore.copy_async(buf, src)
+    del src
+    fut._part_finished()  # as kvcore's notifier does when the operation ends
+    with pytest.raises(kvcore.DeviceTimeoutError if timed_out else kvcore.BackendError):
+        fut.result()
+    del fut
+    gc.collect()
+    assert (buf.exports > 0, src_alive() is not None) == (timed_out, timed_out)
+    if not timed_out:
+        buf.free()
+
+
 def test_an_inline_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch):
     """A small copy runs inline, and engine="auto" may still give it to DSA: its
     DeviceTimeoutError, raised by the call itself, released the PinnedBuffer's export
@@ -311,13 +334,14 @@ INLINE = 256 * 1024  # kvcore.mover.copy.INLINE_BYTES
 def test_a_small_host_copy_takes_the_native_fast_path(monkeypatch):
     """A 4 KiB copy_async(...).result() cost about 7.7 us, nearly all of it Python (regions,
     the checks, a Future's set-up): its copy is now checked and run by one native call,
-    without region(); a larger one, or one with a CUDA side, still takes the general path."""
+    without region(), and a larger one is started without it; one with a tensor side still
+    takes the general path."""
     from kvcore.mover import regions
 
     def no_region(obj, **kwargs):
         raise AssertionError("the general path ran")
 
-    pool = make_pool(MiB, huge_pages=False)
+    pool = make_pool(4 * MiB, huge_pages=False)
     buf = pool.alloc(8192)
     monkeypatch.setattr(regions, "_region_of", no_region)
     src = rand_bytes(4096)
@@ -326,13 +350,88 @@ def test_a_small_host_copy_takes_the_native_fast_path(monkeypatch):
         fut = kvcore.copy_async(dst, source, threads=1)
         assert fut.done() and fut.result() is dst
         assert bytes(memoryview(dst).cast("B")[:4096]) == src.tobytes()
+    large = pool.alloc(INLINE)
+    src = rand_bytes(INLINE, 1)
+    assert kvcore.copy_async(large, src).result(timeout=30) is large
+    assert bytes(large) == src.tobytes()
     with pytest.raises(AssertionError, match="general path"):
-        kvcore.copy_async(np.zeros(INLINE, np.uint8), np.zeros(INLINE, np.uint8))
+        kvcore.copy_async(np.zeros(4096, np.uint8), torch.zeros(4096, dtype=torch.uint8))
+    assert buf.exports == 0 and large.exports == 0
+    buf.free()
+    large.free()
+
+
+class _HeldCopy:
+    """A native operation that runs until the test lets it end (as kvcore's notifier would)."""
+
+    def __init__(self) -> None:
+        self.finished = False
+
+    def notify_with(self, token):
+        pass
+
+    def done(self):
+        return self.finished
+
+    def wait(self, timeout):
+        return self.finished
+
+    def check(self):
+        pass
+
+    def device_timed_out(self):
+        return False
+
+
+def test_a_started_fast_copy_holds_exports_of_its_buffers_until_it_ends(monkeypatch):
+    """A copy too large to run inline is started by the fast path: until it ends, a
+    PinnedBuffer it uses cannot be freed and a bytearray cannot be resized, even if the
+    caller dropped the Future."""
+    from kvcore.mover import copy as mover_copy
+
+    held = _HeldCopy()
+    monkeypatch.setattr(mover_copy._native, "mover_submit_pair", lambda *args: held)
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(INLINE)
+    grows = bytearray(INLINE)
+    fut = kvcore.copy_async(buf, grows)
+    alive = weakref.ref(fut)
+    del fut
+    gc.collect()
+    assert buf.exports == 1 and alive() is not None  # the notifier holds the pending Future
+    with pytest.raises(kvcore.InvalidArgumentError, match="export"):
+        buf.free()
+    with pytest.raises(BufferError):
+        grows.extend(b"x")
+    held.finished = True
+    alive()._part_finished()  # as kvcore's notifier does when the operation ends
     assert buf.exports == 0
+    grows.extend(b"x")
     buf.free()
 
 
-@pytest.mark.parametrize("size", [0, 1, 7, 63, 4095, 4097, 65535, 65537, INLINE - 1])
+def test_a_fast_copy_that_cannot_start_keeps_no_export(monkeypatch):
+    """Between the native check and the start, another thread may free a PinnedBuffer (its
+    export then fails) or a check may decline: the general path reports it, and no export
+    the fast path took is left behind."""
+    from kvcore.mover import copy as mover_copy
+
+    monkeypatch.setattr(mover_copy._native, "mover_copy_small", lambda *args: 2)  # "checked, too large"
+    pool = make_pool(MiB, huge_pages=False)
+    small = pool.alloc(4096)
+    with pytest.raises(kvcore.BufferTooSmallError):
+        kvcore.copy_async(small, np.zeros(INLINE, np.uint8))  # mover_submit_pair declines
+    assert small.exports == 0
+    freed = pool.alloc(4096)
+    freed.free()
+    for dst, src in ((freed, np.zeros(4096, np.uint8)), (np.zeros(4096, np.uint8), freed), (small, freed)):
+        with pytest.raises(kvcore.InvalidArgumentError, match="freed"):
+            kvcore.copy_async(dst, src)
+    assert small.exports == 0
+    small.free()
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 63, 4095, 4097, 65535, 65537, INLINE - 1, INLINE, INLINE + 1, MiB + 3])
 @pytest.mark.parametrize("offsets", [(0, 0), (1, 3), (31, 17)])
 def test_the_fast_path_copies_odd_sizes_at_odd_addresses(size, offsets):
     do, so = offsets
@@ -345,8 +444,8 @@ def test_the_fast_path_copies_odd_sizes_at_odd_addresses(size, offsets):
 
 
 def test_the_fast_path_keeps_memmove_semantics():
-    for shift in (1, 1000, -7):
-        a = np.arange(100_000, dtype=np.uint8)
+    for n, shift in ((100_000, 1), (100_000, 1000), (100_000, -7), (3 * INLINE, 4096), (3 * INLINE, -1)):
+        a = np.arange(n, dtype=np.uint8)
         expect = a.copy()
         if shift > 0:
             expect[shift:] = a[:-shift].copy()
@@ -357,29 +456,30 @@ def test_the_fast_path_keeps_memmove_semantics():
         assert np.array_equal(a, expect)
 
 
-def _bad_small_copies():
-    pool = make_pool(MiB, huge_pages=False)
-    freed = pool.alloc(4096)
+def _bad_copies(n: int) -> dict:
+    """Bad (dst, src, keyword arguments) of copies of about n bytes."""
+    pool = make_pool(2 * MiB, huge_pages=False)
+    freed = pool.alloc(n)
     freed.free()
-    ro = np.zeros(64, np.uint8)
+    ro = np.zeros(n, np.uint8)
     ro.flags.writeable = False
-    objects = np.zeros(64, dtype=object)
-    record = np.zeros(8, dtype=[("n", np.int64), ("o", object)])
-    z = np.zeros(64, np.uint8)
-    return {  # name: (dst, src, keyword arguments)
-        "bytes dst": (b"immutable", b"x", {}),
+    objects = np.zeros(n // 8, dtype=object)
+    record = np.zeros(n // 16, dtype=[("n", np.int64), ("o", object)])
+    z = np.zeros(n, np.uint8)
+    return {
+        "bytes dst": (bytes(n), z, {}),
         "read-only array dst": (ro, z, {}),
-        "read-only memoryview dst": (memoryview(z).toreadonly(), z, {}),
-        "strided src": (z, np.zeros(128, np.uint8)[::2], {}),
-        "strided dst": (np.zeros(128, np.uint8)[::2], z, {}),
-        "Fortran-order dst": (np.zeros((8, 8), np.uint8, order="F"), z, {}),
+        "read-only memoryview dst": (memoryview(np.zeros(n, np.uint8)).toreadonly(), z, {}),
+        "strided src": (z, np.zeros(2 * n, np.uint8)[::2], {}),
+        "strided dst": (np.zeros(2 * n, np.uint8)[::2], z, {}),
+        "Fortran-order dst": (np.zeros((n // 8, 8), np.uint8, order="F"), z, {}),
         "object dst": (objects, z, {}),
-        "object src": (np.zeros(1024, np.uint8), objects, {}),
+        "object src": (np.zeros(n, np.uint8), objects, {}),
         "object memoryview dst": (memoryview(objects), z, {}),
-        "record with an object field": (record, np.zeros(128, np.uint8), {}),
-        "dst too small": (np.zeros(63, np.uint8), z, {}),
+        "record with an object field": (record, z, {}),
+        "dst too small": (np.zeros(n - 1, np.uint8), z, {}),
         "freed PinnedBuffer dst": (freed, z, {}),
-        "freed PinnedBuffer src": (np.zeros(4096, np.uint8), freed, {}),
+        "freed PinnedBuffer src": (np.zeros(n, np.uint8), freed, {}),
         "not a buffer": (z, 3.5, {}),
         "None dst": (None, z, {}),
         "engine name": (z, z, {"engine": "gpu"}),
@@ -394,11 +494,12 @@ def _bad_small_copies():
     }
 
 
-@pytest.mark.parametrize("name", list(_bad_small_copies()))
-def test_the_fast_path_refuses_what_the_general_path_refuses(name):
-    """Bad input to a small copy_async gets the error the general path (copy_many) gives,
-    class and message, and nothing is written."""
-    dst, src, kwargs = _bad_small_copies()[name]
+@pytest.mark.parametrize("name", list(_bad_copies(64)))
+@pytest.mark.parametrize("size", [64, INLINE + 64], ids=["inline", "started"])
+def test_the_fast_path_refuses_what_the_general_path_refuses(name, size):
+    """Bad input to copy_async gets the error the general path (copy_many) gives, class and
+    message, and nothing is written."""
+    dst, src, kwargs = _bad_copies(size)[name]
     before = dst.tobytes() if isinstance(dst, np.ndarray) and not dst.dtype.hasobject else None
     with pytest.raises(kvcore.KVCoreError) as general:
         kvcore.copy_many([(dst, src)], **kwargs)
