@@ -147,6 +147,36 @@ def test_a_freed_pinned_buffer_is_an_invalid_argument_everywhere():
     assert pool.stats()["used"] == 0
 
 
+def _dead_buffers() -> dict:
+    import mmap
+
+    released = memoryview(bytearray(4096))
+    released.release()
+    closed = mmap.mmap(-1, 4096)
+    closed.close()
+    return {"released memoryview": released, "closed mmap": closed}
+
+
+@pytest.mark.parametrize("kind", ["released memoryview", "closed mmap"])
+def test_a_buffer_that_gives_no_memory_is_an_invalid_argument_everywhere(kind):
+    """A released memoryview or a closed mmap raised Python's ValueError (from memoryview())."""
+    dead = _dead_buffers()[kind]
+    data = np.zeros(4096, np.uint8)
+    calls = {
+        "copy_async dst": lambda: kvcore.copy_async(dead, data),
+        "copy_async src": lambda: kvcore.copy_async(data, dead),
+        "copy_many": lambda: kvcore.copy_many([(data, data[:0]), (data, dead)]),
+        "gather out": lambda: kvcore.gather(np.zeros((4, 1024), np.uint8), [0], out=dead),
+        "gather blocks": lambda: kvcore.gather([dead], [0]),
+        "scatter staging": lambda: kvcore.scatter(dead, np.zeros((4, 4096), np.uint8), [0]),
+        "scatter blocks": lambda: kvcore.scatter(data, [dead], [0]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(kvcore.InvalidArgumentError, match="gives no memory"):
+            call()
+            pytest.fail(name)
+
+
 class _TimedOutCopy:
     """A native operation that failed as a DSA copy the device did not finish in time
     (device_timed_out) or as any other backend failure."""

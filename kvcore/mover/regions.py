@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
-from .._args import check_plain_buffer, check_tensor_memory
+from .._args import DEAD_BUFFER_ERRORS, check_plain_buffer, check_tensor_memory
 from ..errors import DeviceTimeoutError, InvalidArgumentError
 from .pool import PinnedBuffer
 
@@ -119,6 +119,8 @@ def _region_of(obj: Any, *, writable: bool, what: str) -> Region:
         raise InvalidArgumentError(
             f"{what}: expected a tensor, numpy array, PinnedBuffer or buffer object, got {type(obj).__name__}"
         ) from None
+    except DEAD_BUFFER_ERRORS as e:
+        raise InvalidArgumentError(f"{what}: the buffer gives no memory: {e}") from None
     check_plain_buffer(mv, what)
     if not mv.c_contiguous:
         mv.release()
