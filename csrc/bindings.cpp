@@ -1457,6 +1457,14 @@ PYBIND11_MODULE(_native, m) {
             o.threads = threads;
             return run_or_submit(chosen, std::move(segs), o, true);
         }, py::arg("dst"), py::arg("src"), py::arg("engine"), py::arg("threads"));
+        // The address of a buffer object's memory, or None where it refuses an export (numpy
+        // does for some dtypes, datetime64 say). The export is released at once: the caller
+        // holds the object, or an export of it, while it uses the address.
+        m.def("buffer_address", [](py::handle obj) -> py::object {
+            const BufferView v(obj, PyBUF_RECORDS_RO);
+            if (!v.held) return py::none();
+            return py::int_(reinterpret_cast<uintptr_t>(v.view.buf));
+        });
         // Asynchronous codec: the same frame::compress/decompress on the mover's threads.
         py::class_<FrameOut>(m, "FrameOut")
             .def(py::init<size_t>())

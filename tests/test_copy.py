@@ -594,6 +594,31 @@ def test_fast_path_copies_from_many_threads_at_once():
     assert not errors, errors[0]
 
 
+def test_buffer_addresses_are_numpys():
+    """region() and gather/scatter read an array's address from one native export, not
+    numpy's __array_interface__ (a dict built per call: 1-2 us, most of what a copy_many
+    pair cost); numpy's interface still serves what it exports no buffer for."""
+    from kvcore.mover.regions import buffer_address
+
+    base = np.arange(4096, dtype=np.uint8)
+    arrays = [base, base[7:], base[:0], base.reshape(64, 64)[:, 3], base[::-2], base.view(np.float32).reshape(8, -1),
+              np.arange(16).astype("datetime64[s]"), np.zeros(4, dtype=[("a", np.int8), ("b", np.float64)])]
+    for a in arrays:
+        assert buffer_address(a) == a.__array_interface__["data"][0], a.dtype
+    view = memoryview(base.reshape(64, 64))
+    assert buffer_address(view) == base.__array_interface__["data"][0]
+
+
+def test_copy_many_and_gather_of_arrays_numpy_exports_no_buffer_for():
+    dates = np.arange(512).astype("datetime64[s]")
+    out = np.zeros_like(dates)
+    kvcore.copy_many([(out[:256], dates[256:]), (out[256:], dates[:256])]).result()
+    assert np.array_equal(out, np.concatenate([dates[256:], dates[:256]]))
+    assert kvcore.copy_async(out, dates).result() is out and np.array_equal(out, dates)
+    blocks = dates.reshape(16, 32)
+    assert np.array_equal(kvcore.gather(blocks, [3, 1]).result(), blocks[[3, 1]])
+
+
 def test_more_threads_than_32_bits_hold_means_all_threads():
     """threads >= 2**32 is a valid int that passed the checks, then failed with pybind11's
     TypeError (the native count is 32-bit)."""

@@ -24,7 +24,7 @@ from .._args import check_plain_buffer, check_tensor_memory, optional_int_arg
 from ..errors import BufferTooSmallError, InvalidArgumentError
 from . import cuda as _cuda
 from .future import Future
-from .regions import Region, byte_tensor, is_tensor, region, release_exports_on_error
+from .regions import Region, buffer_address, byte_tensor, is_tensor, region, release_exports_on_error
 
 __all__ = ["copy_async", "copy_many", "gather", "scatter", "copy_engines"]
 
@@ -330,7 +330,7 @@ class _Blocks:
                 raise InvalidArgumentError(f"{what}: each block {what}[i] must be C-contiguous")
             self.block_bytes = arr[0].nbytes if self.n else 0
             stride = arr.strides[0]
-            base = arr.__array_interface__["data"][0]
+            base = buffer_address(arr)
             self.keep = [arr]
         self.addrs = np.uint64(base) + np.arange(self.n, dtype=np.uint64) * np.uint64(stride) if stride >= 0 else None
         if self.addrs is None:
