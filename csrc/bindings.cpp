@@ -118,6 +118,45 @@ MutableView write_view(const py::buffer& b, py::buffer_info& keep) {
     return {static_cast<uint8_t*>(keep.ptr), static_cast<size_t>(keep.size * keep.itemsize)};
 }
 
+// A buffer export held for one call (released on scope exit), or none where the object
+// refuses it: the error is cleared, and the caller falls back to a path that reports it.
+struct BufferView {
+    Py_buffer view{};
+    bool held = false;
+
+    BufferView(py::handle obj, int flags) {
+        held = PyObject_GetBuffer(obj.ptr(), &view, flags) == 0;
+        if (!held) PyErr_Clear();
+    }
+    BufferView(const BufferView&) = delete;
+    BufferView& operator=(const BufferView&) = delete;
+    ~BufferView() {
+        if (held) PyBuffer_Release(&view);
+    }
+
+    // Held, C-contiguous, and of plain items (bytes written over Python object
+    // pointers crash the process later).
+    bool plain_contiguous() const {
+        return held && PyBuffer_IsContiguous(&view, 'C') &&
+               (view.format == nullptr || std::strchr(view.format, 'O') == nullptr);
+    }
+};
+
+// The exports of a copy's (dst, src) buffer objects, taken for one call.
+struct HostPair {
+    BufferView src;
+    BufferView dst;
+
+    HostPair(py::handle dst_obj, py::handle src_obj) : src(src_obj, PyBUF_RECORDS_RO), dst(dst_obj, PyBUF_RECORDS) {}
+
+    // Both plain and C-contiguous, dst writable (its export asked for that) and large enough.
+    bool usable() const { return src.plain_contiguous() && dst.plain_contiguous() && dst.view.len >= src.view.len; }
+    size_t size() const { return size_t(src.view.len); }
+    std::vector<kvcore::copy::Segment> segments() const {
+        return {{static_cast<uint8_t*>(dst.view.buf), static_cast<const uint8_t*>(src.view.buf), size()}};
+    }
+};
+
 // A tensor's bytes by address: the Python layer passes data_ptr() and nbytes of a
 // contiguous CPU tensor it holds for the whole call. Going through the buffer
 // protocol instead (tensor -> uint8 view -> numpy) costs more than decoding a
@@ -1382,6 +1421,50 @@ PYBIND11_MODULE(_native, m) {
             }
             return run_or_submit(chosen, std::move(segs), o, async);
         }, py::arg("dst"), py::arg("src"), py::arg("n"), py::arg("engine") = 0, py::arg("threads") = 0, py::arg("async_") = false);
+        // copy_async's fast path: a copy between two host buffer objects, checked here without
+        // the Python layer's regions and checks (for a small copy they cost several times the
+        // copy itself). Both must be C-contiguous buffers of plain items (no 'O' in their
+        // formats), dst writable and at least src's size; anything else is declined, having
+        // copied nothing, and the caller takes the general path, which raises the matching error.
+        // mover_copy_small runs a copy of fewer than `limit` bytes on the calling thread:
+        // 1 = copied, 0 = declined (also a copy that would run on DSA: one that times out
+        // keeps its buffers, which the Python path does), 2 = usable but of `limit` bytes or
+        // more (nothing copied: the caller starts it with mover_submit_pair).
+        m.def("mover_copy_small", [](py::handle dst, py::handle src, int engine, unsigned threads, size_t limit) {
+            const HostPair pair(dst, src);
+            if (!pair.usable()) return 0;
+            if (pair.size() >= limit) return 2;
+            std::vector<kc::Segment> segs = pair.segments();
+            if (pair.size() == 0) return 1;
+            if (pick_engine(engine, segs) != Engine::kCpu) return 0;
+            kc::CopyOptions o;
+            o.threads = threads;
+            if (pair.size() <= (64u << 10)) {  // too short to be worth releasing the GIL
+                check(kc::copy(segs[0].dst, segs[0].src, pair.size(), o));
+            } else {
+                run_or_submit(Engine::kCpu, std::move(segs), o, false);  // the exports stay held meanwhile
+            }
+            return 1;
+        }, py::arg("dst"), py::arg("src"), py::arg("engine"), py::arg("threads"), py::arg("limit"));
+        // Starts the copy of a usable pair (as above) on the mover's threads: a NativeFuture, or
+        // None where declined. The caller holds exports of both (memoryviews) until it ends.
+        m.def("mover_submit_pair", [](py::handle dst, py::handle src, int engine, unsigned threads) -> py::object {
+            const HostPair pair(dst, src);
+            if (!pair.usable()) return py::none();
+            std::vector<kc::Segment> segs = pair.segments();
+            const Engine chosen = pick_engine(engine, segs);
+            kc::CopyOptions o;
+            o.threads = threads;
+            return run_or_submit(chosen, std::move(segs), o, true);
+        }, py::arg("dst"), py::arg("src"), py::arg("engine"), py::arg("threads"));
+        // The address of a buffer object's memory, or None where it refuses an export (numpy
+        // does for some dtypes, datetime64 say). The export is released at once: the caller
+        // holds the object, or an export of it, while it uses the address.
+        m.def("buffer_address", [](py::handle obj) -> py::object {
+            const BufferView v(obj, PyBUF_RECORDS_RO);
+            if (!v.held) return py::none();
+            return py::int_(reinterpret_cast<uintptr_t>(v.view.buf));
+        });
         // Asynchronous codec: the same frame::compress/decompress on the mover's threads.
         py::class_<FrameOut>(m, "FrameOut")
             .def(py::init<size_t>())

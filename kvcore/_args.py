@@ -69,6 +69,11 @@ def decoder_arg(decoder: Any) -> bool:
     return decoder == "avx512"
 
 
+# What memoryview() raises for a buffer object that no longer gives its memory: a released
+# memoryview or closed mmap (ValueError), a freed PinnedBuffer (BufferError).
+DEAD_BUFFER_ERRORS = (ValueError, BufferError)
+
+
 def check_plain_buffer(buf: Any, what: str) -> None:
     """Refuses a buffer of Python object pointers (a numpy object array, or a memoryview
     of one): writing bytes over them corrupts the objects, and the array's cleanup then

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from . import _native
-from ._args import check_plain_buffer, check_tensor_memory, decoder_arg, int_arg, mode_arg, optional_int_arg
+from ._args import (
+    DEAD_BUFFER_ERRORS, check_plain_buffer, check_tensor_memory, decoder_arg, int_arg, mode_arg, optional_int_arg)
 from .dtypes import code_of, code_or_zero, torch_dtype, torch_dtype_of_numpy
 from .errors import CorruptFrameError, InvalidArgumentError, OutOfMemoryError
 from .runs import output_runs
@@ -25,11 +26,6 @@ _BACKENDS = {"auto": 0, "software": 1, "qat": 2}
 
 FrameLike = Union[bytes, bytearray, memoryview, np.ndarray, torch.Tensor, Any]  # C-contiguous bytes
 TensorLike = Union[torch.Tensor, np.ndarray]
-
-
-# What memoryview() raises for a buffer object that no longer gives its memory: a released
-# memoryview or closed mmap (ValueError), a freed PinnedBuffer (BufferError).
-_DEAD_BUFFER_ERRORS = (ValueError, BufferError)
 
 
 def _frame_view(frame: FrameLike) -> Union[bytes, memoryview]:
@@ -48,7 +44,7 @@ def _frame_view(frame: FrameLike) -> Union[bytes, memoryview]:
         raise InvalidArgumentError(
             f"a frame must be bytes, bytearray, memoryview, a numpy array or a CPU tensor, "
             f"not {type(frame).__name__}") from None
-    except _DEAD_BUFFER_ERRORS as e:
+    except DEAD_BUFFER_ERRORS as e:
         raise InvalidArgumentError(f"the frame's buffer gives no memory: {e}") from None
 
 
@@ -268,7 +264,7 @@ def _writable_bytes(out: Any) -> memoryview:
         out = out.reshape(-1).view(torch.uint8).numpy()
     try:
         view = memoryview(out)
-    except (TypeError, *_DEAD_BUFFER_ERRORS) as e:
+    except (TypeError, *DEAD_BUFFER_ERRORS) as e:
         raise InvalidArgumentError(f"out must be a writable C-contiguous buffer: {e}") from None
     check_plain_buffer(view, "out")
     try:

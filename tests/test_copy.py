@@ -147,6 +147,36 @@ def test_a_freed_pinned_buffer_is_an_invalid_argument_everywhere():
     assert pool.stats()["used"] == 0
 
 
+def _dead_buffers() -> dict:
+    import mmap
+
+    released = memoryview(bytearray(4096))
+    released.release()
+    closed = mmap.mmap(-1, 4096)
+    closed.close()
+    return {"released memoryview": released, "closed mmap": closed}
+
+
+@pytest.mark.parametrize("kind", ["released memoryview", "closed mmap"])
+def test_a_buffer_that_gives_no_memory_is_an_invalid_argument_everywhere(kind):
+    """A released memoryview or a closed mmap raised Python's ValueError (from memoryview())."""
+    dead = _dead_buffers()[kind]
+    data = np.zeros(4096, np.uint8)
+    calls = {
+        "copy_async dst": lambda: kvcore.copy_async(dead, data),
+        "copy_async src": lambda: kvcore.copy_async(data, dead),
+        "copy_many": lambda: kvcore.copy_many([(data, data[:0]), (data, dead)]),
+        "gather out": lambda: kvcore.gather(np.zeros((4, 1024), np.uint8), [0], out=dead),
+        "gather blocks": lambda: kvcore.gather([dead], [0]),
+        "scatter staging": lambda: kvcore.scatter(dead, np.zeros((4, 4096), np.uint8), [0]),
+        "scatter blocks": lambda: kvcore.scatter(data, [dead], [0]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(kvcore.InvalidArgumentError, match="gives no memory"):
+            call()
+            pytest.fail(name)
+
+
 class _TimedOutCopy:
     """A native operation that failed as a DSA copy the device did not finish in time
     (device_timed_out) or as any other backend failure."""
@@ -197,10 +227,34 @@ def test_a_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_ou
         buf.free()
 
 
+@pytest.mark.parametrize("timed_out", [True, False])
+def test_a_started_fast_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_out):
+    """The same for a copy copy_async's fast path started (engine="auto" may give it to DSA):
+    a DeviceTimeoutError keeps its exports of both buffers for good."""
+    from kvcore.mover import copy as mover_copy
+
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(512 * 1024)
+    src = np.ones(512 * 1024, np.uint8)
+    src_alive = weakref.ref(src)
+    monkeypatch.setattr(mover_copy._native, "mover_submit_pair", lambda *args: _TimedOutCopy(timed_out))
+    fut = kvcore.copy_async(buf, src)
+    del src
+    fut._part_finished()  # as kvcore's notifier does when the operation ends
+    with pytest.raises(kvcore.DeviceTimeoutError if timed_out else kvcore.BackendError):
+        fut.result()
+    del fut
+    gc.collect()
+    assert (buf.exports > 0, src_alive() is not None) == (timed_out, timed_out)
+    if not timed_out:
+        buf.free()
+
+
 def test_an_inline_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch):
     """A small copy runs inline, and engine="auto" may still give it to DSA: its
     DeviceTimeoutError, raised by the call itself, released the PinnedBuffer's export
-    (release_exports_on_error) while the device might write it."""
+    (release_exports_on_error) while the device might write it. (copy_async's native
+    fast path declines a copy that auto gives to DSA, as stood in for here.)"""
     from kvcore.mover import copy as mover_copy
 
     def mover_copy_timing_out(*args):
@@ -208,6 +262,7 @@ def test_an_inline_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch):
 
     pool = make_pool(MiB, huge_pages=False)
     buf = pool.alloc(128 * 1024)
+    monkeypatch.setattr(mover_copy._native, "mover_copy_small", lambda *args: False)
     monkeypatch.setattr(mover_copy._native, "mover_copy", mover_copy_timing_out)
     with pytest.raises(kvcore.DeviceTimeoutError):
         kvcore.copy_async(buf, np.zeros(128 * 1024, np.uint8))
@@ -300,6 +355,268 @@ def test_bad_arguments():
         kvcore.copy_async(np.zeros(4), np.zeros(4), threads=0)
     with pytest.raises(kvcore.InvalidArgumentError):
         kvcore.copy_many([(np.zeros(4),)])
+
+
+# ---- copy_async's inline fast path (small host copies, checked and run natively) ----
+INLINE = 256 * 1024  # kvcore.mover.copy.INLINE_BYTES
+
+
+def test_a_small_host_copy_takes_the_native_fast_path(monkeypatch):
+    """A 4 KiB copy_async(...).result() cost about 7.7 us, nearly all of it Python (regions,
+    the checks, a Future's set-up): its copy is now checked and run by one native call,
+    without region(), and a larger one is started without it; one with a tensor side still
+    takes the general path."""
+    from kvcore.mover import regions
+
+    def no_region(obj, **kwargs):
+        raise AssertionError("the general path ran")
+
+    pool = make_pool(4 * MiB, huge_pages=False)
+    buf = pool.alloc(8192)
+    monkeypatch.setattr(regions, "_region_of", no_region)
+    src = rand_bytes(4096)
+    for dst, source in ((np.zeros(4096, np.uint8), src), (bytearray(4096), memoryview(src)), (buf, src),
+                        (np.zeros(8192, np.uint8), buf), (np.zeros((64, 16), np.float32), src.reshape(4, -1))):
+        fut = kvcore.copy_async(dst, source, threads=1)
+        assert fut.done() and fut.result() is dst
+        assert bytes(memoryview(dst).cast("B")[:4096]) == src.tobytes()
+    large = pool.alloc(INLINE)
+    src = rand_bytes(INLINE, 1)
+    assert kvcore.copy_async(large, src).result(timeout=30) is large
+    assert bytes(large) == src.tobytes()
+    with pytest.raises(AssertionError, match="general path"):
+        kvcore.copy_async(np.zeros(4096, np.uint8), torch.zeros(4096, dtype=torch.uint8))
+    assert buf.exports == 0 and large.exports == 0
+    buf.free()
+    large.free()
+
+
+class _HeldCopy:
+    """A native operation that runs until the test lets it end (as kvcore's notifier would)."""
+
+    def __init__(self) -> None:
+        self.finished = False
+
+    def notify_with(self, token):
+        pass
+
+    def done(self):
+        return self.finished
+
+    def wait(self, timeout):
+        return self.finished
+
+    def check(self):
+        pass
+
+    def device_timed_out(self):
+        return False
+
+
+def test_a_started_fast_copy_holds_exports_of_its_buffers_until_it_ends(monkeypatch):
+    """A copy too large to run inline is started by the fast path: until it ends, a
+    PinnedBuffer it uses cannot be freed and a bytearray cannot be resized, even if the
+    caller dropped the Future."""
+    from kvcore.mover import copy as mover_copy
+
+    held = _HeldCopy()
+    monkeypatch.setattr(mover_copy._native, "mover_submit_pair", lambda *args: held)
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(INLINE)
+    grows = bytearray(INLINE)
+    fut = kvcore.copy_async(buf, grows)
+    alive = weakref.ref(fut)
+    del fut
+    gc.collect()
+    assert buf.exports == 1 and alive() is not None  # the notifier holds the pending Future
+    with pytest.raises(kvcore.InvalidArgumentError, match="export"):
+        buf.free()
+    with pytest.raises(BufferError):
+        grows.extend(b"x")
+    held.finished = True
+    alive()._part_finished()  # as kvcore's notifier does when the operation ends
+    assert buf.exports == 0
+    grows.extend(b"x")
+    buf.free()
+
+
+def test_a_fast_copy_that_cannot_start_keeps_no_export(monkeypatch):
+    """Between the native check and the start, another thread may free a PinnedBuffer (its
+    export then fails) or a check may decline: the general path reports it, and no export
+    the fast path took is left behind."""
+    from kvcore.mover import copy as mover_copy
+
+    monkeypatch.setattr(mover_copy._native, "mover_copy_small", lambda *args: 2)  # "checked, too large"
+    pool = make_pool(MiB, huge_pages=False)
+    small = pool.alloc(4096)
+    with pytest.raises(kvcore.BufferTooSmallError):
+        kvcore.copy_async(small, np.zeros(INLINE, np.uint8))  # mover_submit_pair declines
+    assert small.exports == 0
+    freed = pool.alloc(4096)
+    freed.free()
+    for dst, src in ((freed, np.zeros(4096, np.uint8)), (np.zeros(4096, np.uint8), freed), (small, freed)):
+        with pytest.raises(kvcore.InvalidArgumentError, match="freed"):
+            kvcore.copy_async(dst, src)
+    assert small.exports == 0
+    small.free()
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 63, 4095, 4097, 65535, 65537, INLINE - 1, INLINE, INLINE + 1, MiB + 3])
+@pytest.mark.parametrize("offsets", [(0, 0), (1, 3), (31, 17)])
+def test_the_fast_path_copies_odd_sizes_at_odd_addresses(size, offsets):
+    do, so = offsets
+    src_buf = rand_bytes(size + 64, size)
+    dst_buf = np.zeros(size + 128, np.uint8)
+    dst, src = dst_buf[do : do + size + 32], src_buf[so : so + size]  # dst larger than src
+    assert kvcore.copy_async(dst, src, engine="cpu").result() is dst
+    assert np.array_equal(dst[:size], src)
+    assert not dst_buf[:do].any() and not dst_buf[do + size :].any()  # nothing written outside
+
+
+def test_the_fast_path_keeps_memmove_semantics():
+    for n, shift in ((100_000, 1), (100_000, 1000), (100_000, -7), (3 * INLINE, 4096), (3 * INLINE, -1)):
+        a = np.arange(n, dtype=np.uint8)
+        expect = a.copy()
+        if shift > 0:
+            expect[shift:] = a[:-shift].copy()
+            kvcore.copy_async(a[shift:], a[:-shift]).result()
+        else:
+            expect[:shift] = a[-shift:].copy()
+            kvcore.copy_async(a[:shift], a[-shift:]).result()
+        assert np.array_equal(a, expect)
+
+
+def _bad_copies(n: int) -> dict:
+    """Bad (dst, src, keyword arguments) of copies of about n bytes."""
+    pool = make_pool(2 * MiB, huge_pages=False)
+    freed = pool.alloc(n)
+    freed.free()
+    ro = np.zeros(n, np.uint8)
+    ro.flags.writeable = False
+    objects = np.zeros(n // 8, dtype=object)
+    record = np.zeros(n // 16, dtype=[("n", np.int64), ("o", object)])
+    z = np.zeros(n, np.uint8)
+    return {
+        "bytes dst": (bytes(n), z, {}),
+        "read-only array dst": (ro, z, {}),
+        "read-only memoryview dst": (memoryview(np.zeros(n, np.uint8)).toreadonly(), z, {}),
+        "strided src": (z, np.zeros(2 * n, np.uint8)[::2], {}),
+        "strided dst": (np.zeros(2 * n, np.uint8)[::2], z, {}),
+        "Fortran-order dst": (np.zeros((n // 8, 8), np.uint8, order="F"), z, {}),
+        "object dst": (objects, z, {}),
+        "object src": (np.zeros(n, np.uint8), objects, {}),
+        "object memoryview dst": (memoryview(objects), z, {}),
+        "record with an object field": (record, z, {}),
+        "dst too small": (np.zeros(n - 1, np.uint8), z, {}),
+        "freed PinnedBuffer dst": (freed, z, {}),
+        "freed PinnedBuffer src": (np.zeros(n, np.uint8), freed, {}),
+        "not a buffer": (z, 3.5, {}),
+        "None dst": (None, z, {}),
+        "engine name": (z, z, {"engine": "gpu"}),
+        "engine cuda": (z, z, {"engine": "cuda"}),
+        "engine list": (z, z, {"engine": ["auto"]}),
+        "engine str subclass": (z, z, {"engine": type("Name", (str,), {})("dsa-ish")}),
+        "threads 0": (z, z, {"threads": 0}),
+        "threads -1": (z, z, {"threads": -1}),
+        "threads bool": (z, z, {"threads": True}),
+        "threads float": (z, z, {"threads": 1.0}),
+        "threads str": (z, z, {"threads": "1"}),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bad_copies(64)))
+@pytest.mark.parametrize("size", [64, INLINE + 64], ids=["inline", "started"])
+def test_the_fast_path_refuses_what_the_general_path_refuses(name, size):
+    """Bad input to copy_async gets the error the general path (copy_many) gives, class and
+    message, and nothing is written."""
+    dst, src, kwargs = _bad_copies(size)[name]
+    before = dst.tobytes() if isinstance(dst, np.ndarray) and not dst.dtype.hasobject else None
+    with pytest.raises(kvcore.KVCoreError) as general:
+        kvcore.copy_many([(dst, src)], **kwargs)
+    with pytest.raises(type(general.value)) as fast:
+        kvcore.copy_async(dst, src, **kwargs)
+    assert str(fast.value) == str(general.value)
+    if before is not None:
+        assert dst.tobytes() == before
+    if isinstance(dst, np.ndarray) and dst.dtype.hasobject:
+        assert all(v == 0 for v in dst.ravel().tolist() if not isinstance(v, tuple))
+
+
+def test_a_finished_futures_state_is_that_of_a_future_made_without_work():
+    """The fast path builds its Future's state directly (Future._completed): it must be the
+    state Future(value=...) gives, and behave the same."""
+    from kvcore.mover.future import Future
+
+    dst = np.zeros(16, np.uint8)
+    made, direct = Future(value=dst), Future._completed(dst)
+    assert made.__dict__.keys() == direct.__dict__.keys()
+    for key in made.__dict__:
+        if key != "_lock":
+            assert made.__dict__[key] is direct.__dict__[key] or made.__dict__[key] == direct.__dict__[key], key
+    fut = kvcore.copy_async(dst, np.ones(16, np.uint8))
+    assert fut.done() and fut.wait() and fut.wait(0) and fut.result(0) is dst and fut.result(1e300) is dst
+    assert fut.exception() is None and fut.exception(0) is None and fut.event is None and "done" in repr(fut)
+    for timeout in (-1, float("nan"), "1", True):
+        with pytest.raises(kvcore.InvalidArgumentError, match="timeout"):
+            fut.result(timeout)
+    seen = []
+    fut.add_done_callback(seen.append)  # already done: called at once
+    assert seen == [fut]
+
+    async def main():
+        return await fut
+
+    assert asyncio.run(main()) is dst
+
+
+def test_fast_path_copies_from_many_threads_at_once():
+    """Small copies run on the calling thread; many threads copying at once each get their
+    own bytes (the GIL is released for those above 64 KiB)."""
+    sizes = [4096, 100_000, 200_000]
+    errors = []
+
+    def worker(seed):
+        try:
+            for i in range(200):
+                n = sizes[i % 3]
+                src = rand_bytes(n, seed * 1000 + i)
+                dst = np.empty(n, np.uint8)
+                kvcore.copy_async(dst, src, threads=1).result()
+                assert np.array_equal(dst, src)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_buffer_addresses_are_numpys():
+    """region() and gather/scatter read an array's address from one native export, not
+    numpy's __array_interface__ (a dict built per call: 1-2 us, most of what a copy_many
+    pair cost); numpy's interface still serves what it exports no buffer for."""
+    from kvcore.mover.regions import buffer_address
+
+    base = np.arange(4096, dtype=np.uint8)
+    arrays = [base, base[7:], base[:0], base.reshape(64, 64)[:, 3], base[::-2], base.view(np.float32).reshape(8, -1),
+              np.arange(16).astype("datetime64[s]"), np.zeros(4, dtype=[("a", np.int8), ("b", np.float64)])]
+    for a in arrays:
+        assert buffer_address(a) == a.__array_interface__["data"][0], a.dtype
+    view = memoryview(base.reshape(64, 64))
+    assert buffer_address(view) == base.__array_interface__["data"][0]
+
+
+def test_copy_many_and_gather_of_arrays_numpy_exports_no_buffer_for():
+    dates = np.arange(512).astype("datetime64[s]")
+    out = np.zeros_like(dates)
+    kvcore.copy_many([(out[:256], dates[256:]), (out[256:], dates[:256])]).result()
+    assert np.array_equal(out, np.concatenate([dates[256:], dates[:256]]))
+    assert kvcore.copy_async(out, dates).result() is out and np.array_equal(out, dates)
+    blocks = dates.reshape(16, 32)
+    assert np.array_equal(kvcore.gather(blocks, [3, 1]).result(), blocks[[3, 1]])
 
 
 def test_more_threads_than_32_bits_hold_means_all_threads():

@@ -227,3 +227,45 @@ def test_a_futures_lock_held_by_another_thread_at_fork_does_not_hang_the_child()
     run = subprocess.run([sys.executable, "-c", LOCK_HELD_AT_FORK], capture_output=True, text=True, timeout=240)
     out = run.stdout + run.stderr[-3000:]
     assert "child ok" in run.stdout and "child exit 0" in run.stdout, out
+
+
+GRANDCHILD = textwrap.dedent("""
+    import os, signal, sys
+    import numpy as np
+    import kvcore
+
+    class NeverDone:  # a CUDA event stand-in whose copy never ends
+        def query(self):
+            return False
+
+        synchronize = query
+
+    src = np.arange(4096, dtype=np.uint8)
+    small = kvcore.copy_async(np.zeros_like(src), src)  # finished inline, before any fork
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a hang kills the child (SIGALRM) instead of the test run
+        child = os.getpid()
+        assert (small.result() == src).all() and small.done()
+        own = kvcore.Future(cuda_events=[NeverDone()])  # started here, in the child
+        grandchild = os.fork()
+        if grandchild == 0:
+            try:
+                own.result()
+            except kvcore.ForkedOperationError as e:
+                print("grandchild names", "the child" if str(child) in str(e) else e, flush=True)
+            os._exit(0)
+        os.waitpid(grandchild, 0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+""")
+
+
+def test_an_operation_started_in_a_forked_child_names_that_child_in_its_grandchild():
+    """The pid a ForkedOperationError names is read once per process (os.getpid() is a system
+    call, a fifth of a small copy's Future): an operation started in a forked child must name
+    that child, not the first process, when the child forks in turn. And a small copy finished
+    inline before fork() gives its result in the child."""
+    run = subprocess.run([sys.executable, "-c", GRANDCHILD], capture_output=True, text=True, timeout=120)
+    out = run.stdout + run.stderr[-3000:]
+    assert "grandchild names the child" in run.stdout, out

@@ -24,7 +24,7 @@ from .._args import check_plain_buffer, check_tensor_memory, optional_int_arg
 from ..errors import BufferTooSmallError, InvalidArgumentError
 from . import cuda as _cuda
 from .future import Future
-from .regions import Region, byte_tensor, is_tensor, region, release_exports_on_error
+from .regions import Region, buffer_address, byte_tensor, is_tensor, region, release_exports_on_error
 
 __all__ = ["copy_async", "copy_many", "gather", "scatter", "copy_engines"]
 
@@ -52,6 +52,10 @@ def _threads(threads: Optional[int]) -> int:
 # Host copies smaller than this run inline on the calling thread (a hand-off to
 # the mover's threads costs more than the copy); the Future is already done.
 INLINE_BYTES = 256 << 10
+# The engines copy_async's fast path takes ('dsa' copies never run inline; the general
+# path checks what DSA can do), and the verdicts of its native check (mover_copy_small).
+_FAST_ENGINES = ("auto", "cpu")
+_COPIED, _TOO_LARGE_TO_RUN_INLINE = 1, 2
 
 
 def _check_independent(dsts: np.ndarray, srcs: np.ndarray, sizes: np.ndarray) -> None:
@@ -120,7 +124,63 @@ def copy_async(dst: Any, src: Any, *, engine: str = "auto", threads: Optional[in
     >>> torch.equal(kvcore.copy_async(b, a).result(), a)
     True
     """
+    fut = _fast_copy(dst, src, engine, threads)
+    if fut is not None:
+        return fut
     return copy_many([(dst, src)], engine=engine, threads=threads, _result=dst)
+
+
+def _fast_copy(dst: Any, src: Any, engine: Any, threads: Any) -> Optional[Future]:
+    """copy_async's fast path for two host buffers and plain arguments: the native layer
+    checks them and runs a small copy at once, or it is started on the mover's threads.
+    None where it declines (and copies nothing), bad input included: the general path then
+    moves it, or raises."""
+    if type(engine) is not str or engine not in _FAST_ENGINES:
+        return None
+    if threads is None:
+        nthreads = 0
+    elif type(threads) is int and 1 <= threads < 2**32:
+        nthreads = threads
+    else:
+        return None  # the general path checks it
+    verdict = _native.mover_copy_small(dst, src, _ENGINES[engine], nthreads, INLINE_BYTES)
+    if verdict == _COPIED:
+        return Future._completed(dst)
+    if verdict == _TOO_LARGE_TO_RUN_INLINE:
+        return _started_copy(dst, src, _ENGINES[engine], nthreads)
+    return None
+
+
+def _started_copy(dst: Any, src: Any, code: int, nthreads: int) -> Optional[Future]:
+    """Starts a checked host copy on the mover's threads. Its Future holds exports of both
+    buffers (memoryviews) until the copy ends (for good if a device timed out on it): a
+    PinnedBuffer cannot be freed, nor a bytearray resized, meanwhile. None where the
+    buffers changed since they were checked (another thread freed one): the general path
+    reports it."""
+    try:
+        dst_view = memoryview(dst)
+    except (TypeError, ValueError, BufferError):
+        return None
+    try:
+        src_view = memoryview(src)
+    except (TypeError, ValueError, BufferError):
+        dst_view.release()
+        return None
+    views = [dst_view, src_view]
+    try:
+        native = _native.mover_submit_pair(dst_view, src_view, code, nthreads)
+    except BaseException:
+        _release(views)
+        raise
+    if native is None:
+        _release(views)
+        return None
+    return Future(native=[native], keep=views, value=dst)
+
+
+def _release(views: list) -> None:
+    for view in views:
+        view.release()
 
 
 @release_exports_on_error
@@ -270,7 +330,7 @@ class _Blocks:
                 raise InvalidArgumentError(f"{what}: each block {what}[i] must be C-contiguous")
             self.block_bytes = arr[0].nbytes if self.n else 0
             stride = arr.strides[0]
-            base = arr.__array_interface__["data"][0]
+            base = buffer_address(arr)
             self.keep = [arr]
         self.addrs = np.uint64(base) + np.arange(self.n, dtype=np.uint64) * np.uint64(stride) if stride >= 0 else None
         if self.addrs is None:

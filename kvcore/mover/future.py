@@ -31,13 +31,17 @@ __all__ = ["Future"]
 # Bumped in each forked child: a Future made under another value was started by
 # an ancestor process, whose threads (native and CUDA) do not exist here.
 _fork_generation = 0
+# This process's pid, renewed with the generation (os.getpid() is a system call: it cost a
+# fifth of a small copy's Future).
+_pid = os.getpid()
 # Taken while a Future replaces its lock in a forked child (Future._lock_here).
 _lock_renewal = threading.Lock()
 
 
 def _count_fork_in_child() -> None:
-    global _fork_generation, _lock_renewal
+    global _fork_generation, _lock_renewal, _pid
     _fork_generation += 1
+    _pid = os.getpid()
     _lock_renewal = threading.Lock()  # a parent's thread may have held it at fork()
 
 
@@ -285,7 +289,7 @@ class Future:
         self._fired = False
         self._value_ready = False
         self._fork_generation = _fork_generation
-        self._pid = os.getpid()
+        self._pid = _pid
         self.event = None
         if not self._parts:  # finished before it was made (inline work)
             self._fired = True
@@ -297,6 +301,26 @@ class Future:
             else:
                 self.event = part.event
                 _cuda_watcher.watch(self, part)
+
+    @classmethod
+    def _completed(cls, value: Any) -> "Future":
+        """A Future of work that finished before it was made (a small copy run inline): the
+        state ``Future(value=value)`` has, set without the general set-up, which costs
+        more than such a copy."""
+        fut = cls.__new__(cls)
+        fut._parts = []
+        fut._keep = None
+        fut._result_fn = None
+        fut._value = value
+        fut._lock = threading.Lock()
+        fut._lock_generation = fut._fork_generation = _fork_generation
+        fut._callbacks = []
+        fut._remaining = 0
+        fut._fired = True
+        fut._value_ready = False
+        fut._pid = _pid
+        fut.event = None
+        return fut
 
     # -- completion bookkeeping -------------------------------------------------
     def _lock_here(self) -> threading.Lock:
@@ -386,6 +410,8 @@ class Future:
 
         Raises kvcore.TimeoutError if it did not finish within ``timeout`` seconds.
         """
+        if not self._parts and timeout is None and self._result_fn is None:
+            return self._value  # finished before it was made: nothing to wait for or check
         self._finish_within(timeout)
         for part in self._parts:
             part.check()
