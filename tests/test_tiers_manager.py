@@ -659,6 +659,20 @@ def test_a_chunk_that_cannot_fit_evicts_nothing(kv, allocator):
             assert tm.lookup(b).tiers == ["ddr"] and tm.lookup(c).tokens == 0
 
 
+def test_a_chunk_whose_prefix_was_lost_takes_no_ddr_room_without_tiers_below(kv):
+    """Without SSD or Redis, a chunk whose parent could not be placed (it did not fit) went
+    into DDR all the same, where no prefix lookup could reach it: its room was lost to the
+    chunks a lookup does find. It is now skipped and counted as rejected, as its parent."""
+    toks = tokens_for(320, 71)  # a full chunk, then a 64-token one
+    half = blob_size(kv) // 2  # the short chunk fits, the full one does not
+    with TierManager(ddr_bytes=half, allocator="bytes", namespace=NS) as tm:
+        assert tm.store(toks, kv[:, :, :320]) == 2
+        assert tm.flush(30)
+        assert tm.lookup(toks).tokens == 0
+        assert len(tm.ddr) == 0 and tm.ddr.allocator.used_bytes == 0
+        assert tm.status()["tiers"]["ddr"]["rejected"] == 2
+
+
 @pytest.mark.parametrize("again", [False, True])
 def test_a_sequence_loses_its_tail_first(kv, again):
     """A store added (or, stored again, touched) its chunks from chunk 0 on, so under LRU

@@ -512,6 +512,9 @@ class TierManager:
         try:
             if self._expired(ck.digest):  # expired while queued
                 return
+            if self._prefix_lost(ck):
+                self.metrics.inc("ddr", "rejected")
+                return
             # neither encoded nor sent again (a ttl reaches it through _job_expire); a pinned
             # chunk is: pin() keeps it in DDR
             if probe is not None and not self._pinned(ck.digest) and probe.held(self.remote, self._ns_tag, ck.digest):
@@ -521,6 +524,16 @@ class TierManager:
             if not handed_off:
                 with self._lock:
                     self._pending.pop(ck.digest, None)
+
+    def _prefix_lost(self, ck: ChunkKey) -> bool:
+        """Whether ck could only go into DDR (no tier below) while its parent is in neither
+        DDR nor the store queue (it did not fit, or expired while queued): a prefix lookup
+        stops at the parent, so ck would hold DDR room that no lookup reaches. (The queue
+        is FIFO: a parent queued before ck has been placed or dropped by now.)"""
+        if self.ssd is not None or self.remote is not None or ck.parent is None:
+            return False
+        with self._lock:
+            return ck.parent not in self.ddr and ck.parent not in self._pending
 
     def _job_expire(self, retimed: list, probe: Optional["_RemoteProbe"], expires: float) -> None:
         """A store's expiry for its chunks stored already under another one (retimed) and
