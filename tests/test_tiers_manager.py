@@ -1137,6 +1137,46 @@ def test_a_chunk_evicted_while_it_is_demoted_to_redis_stays_gone(tmp_path, redis
         assert not tm.remote.exists_many(tm.namespace.tag, [victim])[0]
 
 
+@pytest.mark.parametrize("how", ["set_ttl", "store"])
+def test_an_expiry_set_while_a_chunk_is_demoted_to_redis_reaches_its_redis_copy(tmp_path, redis_server, kv,
+                                                                               monkeypatch, how):
+    """A new expiry (set_ttl, or a store again with a ttl) for an SSD victim whose send to
+    Redis was under way was lost: the SSD tier refused to rename a victim, Redis did not
+    hold the chunk yet, and the send landed with the file's old TTL. The victim now takes
+    the new expiry along, and the copy gets it once the send has landed."""
+    first, second = tokens_for(256, 72), tokens_for(256, 73)
+    one = int(blob_size(kv) * 1.5)
+    with TierManager(ddr_bytes=one, allocator="bytes", ssd_dir=str(tmp_path), ssd_bytes=one,
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
+        tm.store(first, kv[:, :, :256], ttl=60)
+        tm.store(second, kv[:, :, 256:512])  # first is demoted to SSD
+        assert tm.flush(30) and tm.lookup(first).tiers == ["ssd"] and tm.lookup(second).tiers == ["ddr"]
+        entered, release = threading.Event(), threading.Event()
+        put, victim = tm.remote.put, tm.keys(first)[0].digest
+
+        def gated_put(ns_tag, key, *args, **kwargs):
+            if key == victim:
+                entered.set()
+                assert release.wait(30)
+            return put(ns_tag, key, *args, **kwargs)
+
+        monkeypatch.setattr(tm.remote, "put", gated_put)
+        persisting = threading.Thread(target=tm.persist, args=(second,))
+        persisting.start()  # writes second to SSD: first is the victim, sent to Redis
+        try:
+            assert entered.wait(30)
+            if how == "set_ttl":
+                assert tm.set_ttl(first, 600) == 1
+            else:
+                assert tm.store(first, kv[:, :, :256], ttl=600) == 0  # held (on SSD): only its expiry moves
+                assert tm.flush(30)
+        finally:
+            release.set()
+            persisting.join(30)
+        assert tm.lookup(first).tiers == ["remote"]
+        assert within(600, redis_pttls(tm, first, redis_server.url))
+
+
 def test_ssd_victims_of_a_smaller_reopen_are_demoted_to_redis(tmp_path, redis_server, kv):
     """A manager that reopens an SSD directory with a smaller ssd_bytes evicts at start,
     while it is being built: those victims go to Redis as any SSD victim does, without an

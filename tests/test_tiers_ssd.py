@@ -258,6 +258,25 @@ def test_a_victim_removed_while_it_is_demoted_is_gone(tmp_path, chunks, how):
     assert not leftover_temporaries(tmp_path) and t.used_bytes == len(blobs[1])
 
 
+def test_a_victim_given_an_expiry_while_it_is_demoted_takes_it_along(tmp_path, chunks):
+    """set_expiry of a chunk being demoted (on_evict still running) returned False and
+    changed nothing: its copy elsewhere kept the old expiry. The victim's entry, which
+    on_evict holds, now takes the new one (its temporary file keeps its name)."""
+    kv, keys, blobs = chunks
+    seen = []
+
+    def on_evict(key, e):
+        before = e.expires_ms
+        seen.append((t.set_expiry(key, 5_000_000_000_000), before, e.expires_ms, e.path.exists()))
+
+    t = SSDTier(tmp_path, max(len(b) for b in blobs) + 10, on_evict=on_evict)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns", start=0, ntokens=256, expires_ms=4_000_000_000_000)
+    assert t.write(keys[1].digest, blobs[1], ns_tag="ns", start=256, ntokens=256)  # evicts chunk 0
+    assert seen == [(True, 4_000_000_000_000, 5_000_000_000_000, True)]
+    assert not t.contains(keys[0].digest) and not t.set_expiry(keys[0].digest, 0)  # gone once demoted
+    assert not leftover_temporaries(tmp_path) and t.used_bytes == len(blobs[1])
+
+
 def test_restart_with_smaller_capacity_trims(tmp_path, chunks):
     kv, keys, blobs = chunks
     t = SSDTier(tmp_path, 1 << 30)

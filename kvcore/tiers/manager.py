@@ -833,13 +833,18 @@ class TierManager:
             BlobHeader.parse(data, verify=True)
         except Exception:
             return
-        ttl = _ttl_left(e.expires_ms / 1000)
-        sent = self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
+        sent_ms = e.expires_ms
+        sent = self.remote.put(e.ns_tag, key, data, ttl_s=_ttl_left(sent_ms / 1000))
         # (self.ssd is None while the SSD tier is being built: its start trims the directory)
         if sent and self.ssd is not None and not self.ssd.leaving(key, e):
             # evict(tokens), clear() or an expiry removed it during the send, and deleted
             # from Redis before the send landed: the copy just sent would bring it back.
             self.remote.delete(e.ns_tag, [key])
+        elif sent and e.expires_ms != sent_ms:
+            # set_ttl() or a store's ttl gave it another expiry during the send
+            # (SSDTier.set_expiry), while Redis did not hold it yet: the copy takes it now.
+            # One given after this look reaches the copy itself (SSD first, then Redis).
+            self.remote.set_expiry(e.ns_tag, [key], ttl_s=_ttl_left(e.expires_ms / 1000))
 
     def _job_promote(self, ck: ChunkKey, blob) -> None:
         try:

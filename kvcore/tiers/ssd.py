@@ -643,12 +643,15 @@ class SSDTier:
 
     def set_expiry(self, key: bytes, expires_ms: int) -> bool:
         """Gives key's file another expiry (0: never) by renaming it (its name carries the
-        expiry; the data is not rewritten). False when key has no file here (a victim being
-        demoted included: it leaves with the expiry it had)."""
+        expiry; the data is not rewritten). A victim being demoted takes it along instead:
+        its entry, which on_evict holds, gets it (the copy on_evict made is to take it once
+        it has landed). False when key has no file here."""
         with self._changing():
-            e = self.index.get(key)
-            if e is None or self._journal.left:
+            if self._journal.left:
                 return False
+            e = self.index.get(key)
+            if e is None:
+                return self._retime_leaving(key, expires_ms)
             if e.expires_ms == expires_ms:
                 return True
             moved = replace(self._entry(key, e.ns_tag, e.size, e.start, e.ntokens, expires_ms), parent=e.parent)
@@ -666,6 +669,15 @@ class SSDTier:
                 _fsync_dir(moved.path.parent)
             except OSError as exc:
                 self._failed(exc)
+        return True
+
+    def _retime_leaving(self, key: bytes, expires_ms: int) -> bool:
+        """(lock held) Gives key's victim being demoted the expiry expires_ms; False when
+        key is no such victim. Its file, in this owner's temporaries, keeps its name."""
+        e = self._leaving.get(key)
+        if e is None:
+            return False
+        e.expires_ms = expires_ms
         return True
 
     # ---- read ----
