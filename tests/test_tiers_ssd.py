@@ -277,6 +277,30 @@ def test_a_victim_given_an_expiry_while_it_is_demoted_takes_it_along(tmp_path, c
     assert not leftover_temporaries(tmp_path) and t.used_bytes == len(blobs[1])
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_read_finds_the_file_that_set_expiry_renamed_after_its_lookup(tmp_path, chunks, monkeypatch, direct):
+    """A read that had looked the chunk up just before set_expiry renamed its file (another
+    thread's set_ttl, or another process's) opened the old name: a miss for a chunk that was
+    there. It now looks the chunk up again once and reads the renamed file."""
+    kv, keys, blobs = chunks
+    k = keys[0]
+    t = SSDTier(tmp_path, 1 << 30, direct_io="auto" if direct else False)
+    other = SSDTier(tmp_path, 1 << 30)  # the renaming tier: another process's, or this one
+    assert t.write(k.digest, blobs[0], ns_tag="ns", start=0, ntokens=256, expires_ms=4_000_000_000_000)
+    live = t._live_entry
+
+    def renamed_after_the_lookup(key):
+        e = live(key)
+        assert other.set_expiry(key, 5_000_000_000_000)
+        return e
+
+    monkeypatch.setattr(t, "_live_entry", renamed_after_the_lookup)
+    got = t.read(k.digest)
+    assert got is not None and bytes(got) == blobs[0]
+    assert t.metrics.snapshot()["tiers"]["ssd"].get("misses", 0) == 0
+    assert t.entry(k.digest).expires_ms == 5_000_000_000_000
+
+
 def test_restart_with_smaller_capacity_trims(tmp_path, chunks):
     kv, keys, blobs = chunks
     t = SSDTier(tmp_path, 1 << 30)

@@ -691,6 +691,14 @@ class SSDTier:
             return None
         return e
 
+    def _renamed(self, key: bytes, e: SSDEntry) -> Optional[SSDEntry]:
+        """key's entry now, when it is e's file under another name (set_expiry renamed it:
+        same size, another path); else None."""
+        now = self.entry(key)
+        if now is None or now.path == e.path or now.size != e.size:
+            return None
+        return now
+
     def _touched(self, key: bytes) -> None:
         """A read hit: most recent in this tier's order and, through the journal, in the others'."""
         self.policy.touch(key)
@@ -1067,16 +1075,16 @@ class StreamRead:
         self._fd = -1
         self.direct = False
         try:
-            if direct:
-                try:
-                    self._fd = _open_to_read(self.entry.path, os.O_DIRECT)
-                    self.direct = True
-                except OSError as exc:
-                    if exc.errno != errno.EINVAL:
-                        raise
-                    tier._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
-            if self._fd < 0:
-                self._fd = _open_to_read(self.entry.path)
+            try:
+                self._open(direct)
+            except FileNotFoundError:
+                # set_expiry renamed the file after the lookup (its name carries the
+                # expiry): the chunk is there under its new name, looked up once more
+                moved = tier._renamed(key, entry)
+                if moved is None:
+                    raise
+                self.entry = moved
+                self._open(direct)
         except (OSError, CorruptFrameError) as exc:
             self._error = exc
             return
@@ -1094,6 +1102,19 @@ class StreamRead:
                     self._stop_issuing()
                     self._segment_settled(window - i)  # the window's segments never issued
                 return
+
+    def _open(self, direct: bool) -> None:
+        """Opens the entry's file: O_DIRECT when asked and the filesystem allows it."""
+        if direct:
+            try:
+                self._fd = _open_to_read(self.entry.path, os.O_DIRECT)
+                self.direct = True
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self.tier._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
+        self._fd = _open_to_read(self.entry.path)
 
     def _stop_issuing(self) -> None:
         """(cond held, after an error) Nothing more will be issued: count those as done."""
