@@ -10,7 +10,7 @@ import torch
 from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
-from kvcore.tiers.ssd import SSDTier
+from kvcore.tiers.ssd import ScratchPool, SSDTier
 from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs, with_codec, with_version  # noqa: F401
 
 CODEC = make_codec("auto")
@@ -235,6 +235,55 @@ def test_set_expiry_keeps_the_parent_link(tmp_path, chunks):
     assert t.write(keys[1].digest, blobs[1], ns_tag="ns", start=256, ntokens=256, parent=keys[0].digest)
     assert t.set_expiry(keys[1].digest, 5_000_000_000_000)
     assert t.entry(keys[1].digest).parent == keys[0].digest
+
+
+def _write_sequence(t, keys, blobs, *, streamed):
+    """Writes chunks 0..n-1 of a sequence, each with its parent, oldest first."""
+    for k, b in zip(keys, blobs):
+        parent = k.prev.digest if k.prev is not None else None
+        if streamed:
+            buf = ScratchPool().get(len(b) + 8192)
+            memoryview(buf)[:len(b)] = b
+            sw = t.begin_write(k.digest, buf, ns_tag="ns", reserve=len(b), start=k.start, ntokens=k.ntokens,
+                               parent=parent)
+            sw.add(0, len(b))
+            assert sw.commit(len(b))
+        else:
+            assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens, parent=parent)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_files_carry_their_parent_to_other_tiers_and_a_restart(tmp_path, chunks, streamed):
+    """A file's parent was known only to the tier that wrote it: another process sharing
+    the directory, or this one after a restart, ordered the files by the policy alone, so a
+    sequence's chunk 0 (its oldest file) was the first victim while the later chunks, then
+    unreachable, stayed. The parent now travels with the file (an extended attribute): the
+    others and a restart keep the prefix and evict the tail first."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    other = SSDTier(tmp_path, 1 << 30)  # another process's tier on the directory
+    _write_sequence(t, keys[:3], blobs[:3], streamed=streamed)
+    parents = [None, keys[0].digest, keys[1].digest]
+    assert [other.entry(k.digest).parent for k in keys[:3]] == parents
+    t.close()
+    other.close()
+    for age, k in enumerate(keys[:3]):  # chunk 0 the oldest file, by a second each
+        os.utime(SSDTier(tmp_path, 1 << 30).entry(k.digest).path, (1e9 + age, 1e9 + age))
+    assert [SSDTier(tmp_path, 1 << 30).entry(k.digest).parent for k in keys[:3]] == parents
+    two = sum(len(b) for b in blobs[:2]) + 10
+    small = SSDTier(tmp_path, two)  # a smaller reopen: one file must go
+    assert [small.contains(k.digest) for k in keys[:3]] == [True, True, False]
+
+
+def test_a_file_without_a_parent_attribute_is_read_as_before(tmp_path, chunks):
+    """Files of earlier versions (or on a filesystem without extended attributes) carry no
+    parent: they are indexed and read as before, ordered by the policy alone."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.write(keys[1].digest, blobs[1], ns_tag="ns", start=256, ntokens=256)
+    t.close()
+    again = SSDTier(tmp_path, 1 << 30)
+    assert again.entry(keys[1].digest).parent is None and bytes(again.read(keys[1].digest)) == blobs[1]
 
 
 @pytest.mark.parametrize("how", ["remove", "clear"])

@@ -17,8 +17,9 @@
   remove each other's writes in flight (``ssd_journal``).
 
 File layout under ``<dir>/kvcore-v1/``: ``<namespace tag>/<key hex>.<start>.<ntokens>.<expires>.kvc``
-(expires: unix time in ms, 0 = never); ``tmp/<owner>/`` (each process's temporaries),
-``owners/<owner>``, ``lock`` and ``journal`` (``kvcore/tiers/ssd_journal.py``).
+(expires: unix time in ms, 0 = never; the key of the chunk it extends, when known, in the
+file's extended attribute ``user.kvcore.parent``); ``tmp/<owner>/`` (each process's
+temporaries), ``owners/<owner>``, ``lock`` and ``journal`` (``kvcore/tiers/ssd_journal.py``).
 
 >>> import tempfile
 >>> from kvcore.tiers.ssd import SSDTier
@@ -73,6 +74,10 @@ WRITE_SEGMENT_BYTES = 2 << 20
 WRITE_THREADS = 4
 FLUSH_EVERY_BYTES = 8 << 20
 ROOM_ATTEMPTS = 4  # rounds of eviction before a write is refused (other processes take room too)
+# A chunk file's parent (the key of the chunk it extends) rides in this extended attribute:
+# not in its name, which kvcore versions before it would not parse (their start removes such
+# files), nor in its blob or the journal's fixed records. It follows the file through renames.
+PARENT_XATTR = "user.kvcore.parent"
 
 
 @dataclass
@@ -83,8 +88,8 @@ class SSDEntry:
     start: int
     ntokens: int
     expires_ms: int
-    # the key of the chunk this one extends, when this process wrote it (file names and
-    # journal records do not carry it: other processes' files and a restart's have none)
+    # the key of the chunk this one extends, when known (PARENT_XATTR: files of earlier
+    # versions, and on filesystems without user extended attributes, have none)
     parent: Optional[bytes] = None
 
     def expired(self, now_ms: Optional[int] = None) -> bool:
@@ -278,7 +283,10 @@ class SSDTier:
                         ntokens, expires_ms)
 
     def _entry_of(self, r: Record) -> SSDEntry:
-        return self._entry(r.key, r.ns_tag, r.size, r.start, r.ntokens, r.expires_ms)
+        """The entry of the file another owner's ADD record names, its parent read from it."""
+        e = self._entry(r.key, r.ns_tag, r.size, r.start, r.ntokens, r.expires_ms)
+        e.parent = _parent_of_file(e.path)
+        return e
 
     def _index_put(self, key: bytes, e: SSDEntry) -> None:
         old = self._index_pop(key)
@@ -373,7 +381,7 @@ class SSDTier:
                         _unlink(f)
                         continue
                     key, start, ntokens, expires_ms = name
-                    e = SSDEntry(f, st.st_size, nsdir.name, start, ntokens, expires_ms)
+                    e = SSDEntry(f, st.st_size, nsdir.name, start, ntokens, expires_ms, _parent_of_file(f))
                     if e.expired(now_ms):
                         _unlink(f)
                         continue
@@ -581,6 +589,7 @@ class SSDTier:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
+                _mark_parent(fd, parent)
                 pos = 0
                 while pos < size:
                     pos += os.write(fd, view[pos:])
@@ -834,6 +843,27 @@ def _open_to_read(path: Path, flags: int = 0) -> int:
     return fd
 
 
+def _mark_parent(fd: int, parent: Optional[bytes]) -> None:
+    """Records parent in the file open as fd (PARENT_XATTR); where the filesystem keeps no
+    user extended attributes, the file goes without, as files of earlier versions do."""
+    if parent is None:
+        return
+    try:
+        os.setxattr(fd, PARENT_XATTR, parent)
+    except (OSError, AttributeError):  # (AttributeError: a platform without xattr calls)
+        pass
+
+
+def _parent_of_file(path: Path) -> Optional[bytes]:
+    """The parent recorded in a chunk file (PARENT_XATTR), or None: none recorded, the file
+    is gone, or the value is no key."""
+    try:
+        parent = os.getxattr(path, PARENT_XATTR)
+    except (OSError, AttributeError):
+        return None
+    return parent if len(parent) == 16 else None
+
+
 def _file_name(key: bytes, start: int, ntokens: int, expires_ms: int) -> str:
     return f"{key.hex()}.{start}.{ntokens}.{expires_ms}.kvc"
 
@@ -922,6 +952,7 @@ class StreamWrite:
                 tier._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
         if not self.direct:
             self._fd = os.open(self.tmp, flags, 0o644)
+        _mark_parent(self._fd, parent)
 
     def add(self, first: int, end: int) -> None:
         """buffer[first:end] is final (first: where the frames start; before it the header
