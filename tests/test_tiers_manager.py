@@ -501,7 +501,7 @@ def test_close_with_dead_redis_returns_after_its_own_timeout(redis_server, kv, m
     tm = TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS, queue_chunks=2)
     # The worker's look for chunks Redis holds already would time out and open the breaker,
     # and the sends would then be skipped: here it answers "none" at once, so a send hangs.
-    monkeypatch.setattr(tm.remote, "exists_many", lambda ns_tag, keys: [False] * len(keys))
+    monkeypatch.setattr(tm.remote, "holds_whole", lambda ns_tag, chunks: [False] * len(chunks))
     redis_server.pause()  # hung server, worst case
     try:
         for i in range(3):
@@ -657,6 +657,20 @@ def test_a_chunk_that_cannot_fit_evicts_nothing(kv, allocator):
             tm.store(c, kv[:, :, 256:512])
             assert tm.flush(30)
             assert tm.lookup(b).tiers == ["ddr"] and tm.lookup(c).tokens == 0
+
+
+def test_a_chunk_whose_prefix_was_lost_takes_no_ddr_room_without_tiers_below(kv):
+    """Without SSD or Redis, a chunk whose parent could not be placed (it did not fit) went
+    into DDR all the same, where no prefix lookup could reach it: its room was lost to the
+    chunks a lookup does find. It is now skipped and counted as rejected, as its parent."""
+    toks = tokens_for(320, 71)  # a full chunk, then a 64-token one
+    half = blob_size(kv) // 2  # the short chunk fits, the full one does not
+    with TierManager(ddr_bytes=half, allocator="bytes", namespace=NS) as tm:
+        assert tm.store(toks, kv[:, :, :320]) == 2
+        assert tm.flush(30)
+        assert tm.lookup(toks).tokens == 0
+        assert len(tm.ddr) == 0 and tm.ddr.allocator.used_bytes == 0
+        assert tm.status()["tiers"]["ddr"]["rejected"] == 2
 
 
 @pytest.mark.parametrize("again", [False, True])
@@ -961,29 +975,85 @@ def test_set_ttl_reaches_the_redis_copies(redis_server, kv):
         assert tm.set_ttl(toks, None) == 2 and set(redis_pttls(tm, toks, redis_server.url)) == {-1}
 
 
-def test_chunks_another_instance_put_in_redis_are_not_stored_again(redis_server, kv, monkeypatch):
+@pytest.mark.parametrize("ddr_bytes", [0, 64 << 20])
+def test_chunks_another_instance_put_in_redis_are_not_stored_again(redis_server, kv, monkeypatch, ddr_bytes):
     """store() encoded and sent again every chunk that only Redis held (stored by another
-    instance or an earlier run). The worker now asks Redis once per store() call (one
-    pipelined EXISTS) and skips the chunks it holds; a ttl still reaches them."""
+    instance or an earlier run). The worker now asks Redis once per store() call and sends
+    none of the chunks it holds whole; a ttl still reaches them. Those that fit in DDR go
+    there, as any stored chunk does; the others are not even encoded."""
     toks = tokens_for(768, 61)
     rc = local_redis(part_bytes=1 << 19)
     with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
         a.store(toks[:512], kv[:, :, :512])
         assert a.flush(30)
-    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS) as b:
+    with TierManager(ddr_bytes=ddr_bytes, remote_url=redis_server.url, remote=rc, namespace=NS) as b:
         asked = []
-        exists_many = b.remote.exists_many
-        monkeypatch.setattr(b.remote, "exists_many", lambda ns_tag, keys: asked.append(len(keys)) or
-                            exists_many(ns_tag, keys))
+        holds_whole = b.remote.holds_whole
+        monkeypatch.setattr(b.remote, "holds_whole", lambda ns_tag, chunks: asked.append(len(chunks)) or
+                            holds_whole(ns_tag, chunks))
         assert b.store(toks, kv[:, :, :768], ttl=600) == 3
         assert b.flush(30) and asked == [3]
-        raw = kv[:, :, 512:768].nbytes
-        assert b.metrics.raw_bytes == raw  # only the chunk Redis lacked
-        assert b.status()["tiers"].get("remote", {}).get("stores", 0) == 0
         assert within(600, redis_pttls(b, toks[:512], redis_server.url))
-        assert b.lookup(toks).tiers == ["remote", "remote", "ddr"]
+        if ddr_bytes:
+            assert b.metrics.raw_bytes == kv[:, :, :768].nbytes
+            assert b.status()["tiers"].get("remote", {}).get("stores", 0) == 0
+            assert b.lookup(toks).tiers == ["ddr", "ddr", "ddr"]
+        else:
+            assert b.metrics.raw_bytes == kv[:, :, 512:768].nbytes  # only the chunk Redis lacked
+            assert b.status()["tiers"]["remote"]["stores"] == 1
+            assert b.lookup(toks).tiers == ["remote", "remote", "remote"]
         out = torch.zeros_like(kv[:, :, :768])
         assert b.retrieve(toks, out) == 768 and same(out, kv[:, :, :768])
+
+
+def damage_redis_copy(tm, toks, other, how, url):
+    """Damages the Redis value of toks' first chunk: a part deleted or cut short, another
+    chunk's value (other's) in its place, or one byte of its body changed."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    name = f"kvcore:{tm._ns_tag}:{{{tm.keys(toks)[0].hex}}}:%d"
+    if how == "a part missing":
+        assert r.delete(name % 1) == 1
+    elif how == "a part cut short":
+        r.set(name % 1, r.get(name % 1)[:-1])
+    elif how == "another chunk's value":
+        src = f"kvcore:{tm._ns_tag}:{{{tm.keys(other)[0].hex}}}:%d"
+        i = 0
+        while (value := r.get(src % i)) is not None:
+            r.set(name % i, value)
+            i += 1
+    else:  # a byte of the body
+        r.setrange(name % 1, 100, bytes([r.getrange(name % 1, 100, 100)[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("ddr_bytes", [0, 64 << 20])
+@pytest.mark.parametrize("how", ["a part missing", "a part cut short", "another chunk's value", "a byte of the body"])
+def test_a_store_repairs_a_damaged_copy_in_redis(redis_server, kv, ddr_bytes, how):
+    """A store skipped every chunk whose part 0 Redis held (one EXISTS), so a damaged copy
+    stayed what the next read found: a miss. The chunk now goes into DDR when it fits (the
+    copy below is then never read first, and its demotion writes over it), and the check
+    for a chunk that would only go below reads each value's header and part lengths: a
+    value with a part missing or short, or claiming another chunk, is sent again. A body
+    changed in place passes that check (only reading it all would tell): the read that
+    finds it corrupt deletes it, and the next store sends the chunk again."""
+    toks, other = tokens_for(512, 74), tokens_for(256, 75)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
+        a.store(toks, kv[:, :, :512])
+        a.store(other, kv[:, :, 512:768])
+        assert a.flush(30)
+        damage_redis_copy(a, toks, other, how, redis_server.url)
+    with TierManager(ddr_bytes=ddr_bytes, remote_url=redis_server.url, remote=rc, namespace=NS) as b:
+        out = torch.zeros_like(kv[:, :, :512])
+        b.store(toks, kv[:, :, :512])
+        assert b.flush(30)
+        if ddr_bytes == 0 and how == "a byte of the body":
+            assert b.retrieve(toks, out) == 0 and b.status()["tiers"]["remote"]["corrupt"] == 1
+            b.store(toks, kv[:, :, :512])
+            assert b.flush(30)
+        assert b.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+        assert b.lookup(toks).tiers == (["remote"] * 2 if ddr_bytes == 0 else ["ddr"] * 2)
 
 
 @pytest.mark.parametrize("default_ttl", [None, 900])
@@ -999,7 +1069,7 @@ def test_a_store_without_ttl_of_chunks_redis_holds_gives_them_the_default_ttl(re
         assert a.flush(30)
     with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS) as b:
         assert b.store(toks, kv[:, :, :512]) == 2
-        assert b.flush(30) and b.metrics.raw_bytes == 0  # not encoded again
+        assert b.flush(30) and b.status()["tiers"]["remote"].get("stores", 0) == 0  # not sent again
         ttls = redis_pttls(b, toks, redis_server.url)
         assert ttls and (all(t == -1 for t in ttls) if default_ttl is None else within(default_ttl, ttls))
 
@@ -1121,6 +1191,46 @@ def test_a_chunk_evicted_while_it_is_demoted_to_redis_stays_gone(tmp_path, redis
             persisting.join(30)
         assert tm.lookup(first).tiers == []
         assert not tm.remote.exists_many(tm.namespace.tag, [victim])[0]
+
+
+@pytest.mark.parametrize("how", ["set_ttl", "store"])
+def test_an_expiry_set_while_a_chunk_is_demoted_to_redis_reaches_its_redis_copy(tmp_path, redis_server, kv,
+                                                                               monkeypatch, how):
+    """A new expiry (set_ttl, or a store again with a ttl) for an SSD victim whose send to
+    Redis was under way was lost: the SSD tier refused to rename a victim, Redis did not
+    hold the chunk yet, and the send landed with the file's old TTL. The victim now takes
+    the new expiry along, and the copy gets it once the send has landed."""
+    first, second = tokens_for(256, 72), tokens_for(256, 73)
+    one = int(blob_size(kv) * 1.5)
+    with TierManager(ddr_bytes=one, allocator="bytes", ssd_dir=str(tmp_path), ssd_bytes=one,
+                     remote_url=redis_server.url, remote=local_redis(), namespace=NS, promote_on_hit=False) as tm:
+        tm.store(first, kv[:, :, :256], ttl=60)
+        tm.store(second, kv[:, :, 256:512])  # first is demoted to SSD
+        assert tm.flush(30) and tm.lookup(first).tiers == ["ssd"] and tm.lookup(second).tiers == ["ddr"]
+        entered, release = threading.Event(), threading.Event()
+        put, victim = tm.remote.put, tm.keys(first)[0].digest
+
+        def gated_put(ns_tag, key, *args, **kwargs):
+            if key == victim:
+                entered.set()
+                assert release.wait(30)
+            return put(ns_tag, key, *args, **kwargs)
+
+        monkeypatch.setattr(tm.remote, "put", gated_put)
+        persisting = threading.Thread(target=tm.persist, args=(second,))
+        persisting.start()  # writes second to SSD: first is the victim, sent to Redis
+        try:
+            assert entered.wait(30)
+            if how == "set_ttl":
+                assert tm.set_ttl(first, 600) == 1
+            else:
+                assert tm.store(first, kv[:, :, :256], ttl=600) == 0  # held (on SSD): only its expiry moves
+                assert tm.flush(30)
+        finally:
+            release.set()
+            persisting.join(30)
+        assert tm.lookup(first).tiers == ["remote"]
+        assert within(600, redis_pttls(tm, first, redis_server.url))
 
 
 def test_ssd_victims_of_a_smaller_reopen_are_demoted_to_redis(tmp_path, redis_server, kv):

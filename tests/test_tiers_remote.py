@@ -235,6 +235,7 @@ def test_cluster_mode_hash_tags(redis_cluster, chunks):
     for k, b in zip(keys, blobs):
         assert t.put("ns", k.digest, b)
     assert t.exists_many("ns", [k.digest for k in keys]) == [True] * 4
+    assert t.holds_whole("ns", [(k.digest, k.index, k.ntokens) for k in keys]) == [True] * 4
     for k, b in zip(keys, blobs):
         assert bytes(t.get("ns", k.digest)) == b
     assert t.delete("ns", [keys[0].digest]) == 1 and t.get("ns", keys[0].digest) is None
@@ -511,3 +512,39 @@ def test_a_value_of_fewer_tokens_under_a_chunks_key_is_a_corrupt_miss(redis_serv
         assert tm.retrieve(list(range(1024)), out, on_layer=None if streamed else (lambda layer: None)) == 0
         assert tm.metrics.snapshot()["tiers"]["remote"]["corrupt"] == 1
         assert tm.remote.get(tm._ns_tag, keys[0].digest) is None
+
+
+def test_holds_whole_reads_headers_and_part_lengths(redis_server, chunks):
+    """holds_whole (the store's look for chunks Redis holds) says which values are there
+    whole and claim the chunk asked about: a part missing or of another type, a value of
+    another chunk, one claiming another place or token count, are not held; a value of a
+    later blob format is (it stays for its readers). The breaker stays closed."""
+    import redis
+
+    kv, keys, blobs = chunks
+    t = _tier(redis_server, part_bytes=100_000)
+    r = redis.Redis.from_url(redis_server.url)
+    for k, b in zip(keys, blobs):
+        assert t.put("ns", k.digest, b)
+    claims = [(k.digest, k.index, k.ntokens) for k in keys]
+    assert t.holds_whole("ns", claims) == [True] * 4
+    r.delete(f"kvcore:ns:{{{keys[1].hex}}}:3")
+    r.delete(f"kvcore:ns:{{{keys[2].hex}}}:2")
+    r.rpush(f"kvcore:ns:{{{keys[2].hex}}}:2", b"a list")  # a part of another type
+    assert t.put("ns", keys[3].digest, blobs[0])  # another chunk's value under keys[3]
+    assert t.holds_whole("ns", claims) == [True, False, False, False]
+    assert t.holds_whole("ns", [(keys[0].digest, 1, 256), (keys[0].digest, 0, 255), (b"\0" * 16, 0, 256)]) == [
+        False, False, False]
+    assert t.put("ns", keys[1].digest, with_version(blobs[1], 2))
+    assert t.holds_whole("ns", claims[1:2]) == [True]
+    assert t.breaker.state == "closed"
+    t.close()
+
+
+def test_holds_whole_of_an_unreachable_server_holds_nothing(redis_server, chunks):
+    kv, keys, blobs = chunks
+    t = _tier(redis_server)
+    assert t.put("ns", keys[0].digest, blobs[0])
+    redis_server.kill()
+    assert t.holds_whole("ns", [(keys[0].digest, 0, 256)]) == [False]
+    t.close()

@@ -10,7 +10,7 @@ import torch
 from kvcore.tiers.blob import BlobHeader, decode_into, encode_chunk
 from kvcore.tiers.codecs import make_codec
 from kvcore.tiers.keys import chunk_keys
-from kvcore.tiers.ssd import SSDTier
+from kvcore.tiers.ssd import ScratchPool, SSDTier
 from tiers_support import errors_of_threads, leftover_temporaries, load_kv, small_tmpfs, with_codec, with_version  # noqa: F401
 
 CODEC = make_codec("auto")
@@ -237,6 +237,55 @@ def test_set_expiry_keeps_the_parent_link(tmp_path, chunks):
     assert t.entry(keys[1].digest).parent == keys[0].digest
 
 
+def _write_sequence(t, keys, blobs, *, streamed):
+    """Writes chunks 0..n-1 of a sequence, each with its parent, oldest first."""
+    for k, b in zip(keys, blobs):
+        parent = k.prev.digest if k.prev is not None else None
+        if streamed:
+            buf = ScratchPool().get(len(b) + 8192)
+            memoryview(buf)[:len(b)] = b
+            sw = t.begin_write(k.digest, buf, ns_tag="ns", reserve=len(b), start=k.start, ntokens=k.ntokens,
+                               parent=parent)
+            sw.add(0, len(b))
+            assert sw.commit(len(b))
+        else:
+            assert t.write(k.digest, b, ns_tag="ns", start=k.start, ntokens=k.ntokens, parent=parent)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_files_carry_their_parent_to_other_tiers_and_a_restart(tmp_path, chunks, streamed):
+    """A file's parent was known only to the tier that wrote it: another process sharing
+    the directory, or this one after a restart, ordered the files by the policy alone, so a
+    sequence's chunk 0 (its oldest file) was the first victim while the later chunks, then
+    unreachable, stayed. The parent now travels with the file (an extended attribute): the
+    others and a restart keep the prefix and evict the tail first."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    other = SSDTier(tmp_path, 1 << 30)  # another process's tier on the directory
+    _write_sequence(t, keys[:3], blobs[:3], streamed=streamed)
+    parents = [None, keys[0].digest, keys[1].digest]
+    assert [other.entry(k.digest).parent for k in keys[:3]] == parents
+    t.close()
+    other.close()
+    for age, k in enumerate(keys[:3]):  # chunk 0 the oldest file, by a second each
+        os.utime(SSDTier(tmp_path, 1 << 30).entry(k.digest).path, (1e9 + age, 1e9 + age))
+    assert [SSDTier(tmp_path, 1 << 30).entry(k.digest).parent for k in keys[:3]] == parents
+    two = sum(len(b) for b in blobs[:2]) + 10
+    small = SSDTier(tmp_path, two)  # a smaller reopen: one file must go
+    assert [small.contains(k.digest) for k in keys[:3]] == [True, True, False]
+
+
+def test_a_file_without_a_parent_attribute_is_read_as_before(tmp_path, chunks):
+    """Files of earlier versions (or on a filesystem without extended attributes) carry no
+    parent: they are indexed and read as before, ordered by the policy alone."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    assert t.write(keys[1].digest, blobs[1], ns_tag="ns", start=256, ntokens=256)
+    t.close()
+    again = SSDTier(tmp_path, 1 << 30)
+    assert again.entry(keys[1].digest).parent is None and bytes(again.read(keys[1].digest)) == blobs[1]
+
+
 @pytest.mark.parametrize("how", ["remove", "clear"])
 def test_a_victim_removed_while_it_is_demoted_is_gone(tmp_path, chunks, how):
     """remove() (and clear()) of a chunk being demoted (on_evict still running) returned
@@ -256,6 +305,49 @@ def test_a_victim_removed_while_it_is_demoted_is_gone(tmp_path, chunks, how):
     assert seen == [(1, False, None, False)]
     assert not t.contains(keys[0].digest) and t.contains(keys[1].digest)
     assert not leftover_temporaries(tmp_path) and t.used_bytes == len(blobs[1])
+
+
+def test_a_victim_given_an_expiry_while_it_is_demoted_takes_it_along(tmp_path, chunks):
+    """set_expiry of a chunk being demoted (on_evict still running) returned False and
+    changed nothing: its copy elsewhere kept the old expiry. The victim's entry, which
+    on_evict holds, now takes the new one (its temporary file keeps its name)."""
+    kv, keys, blobs = chunks
+    seen = []
+
+    def on_evict(key, e):
+        before = e.expires_ms
+        seen.append((t.set_expiry(key, 5_000_000_000_000), before, e.expires_ms, e.path.exists()))
+
+    t = SSDTier(tmp_path, max(len(b) for b in blobs) + 10, on_evict=on_evict)
+    assert t.write(keys[0].digest, blobs[0], ns_tag="ns", start=0, ntokens=256, expires_ms=4_000_000_000_000)
+    assert t.write(keys[1].digest, blobs[1], ns_tag="ns", start=256, ntokens=256)  # evicts chunk 0
+    assert seen == [(True, 4_000_000_000_000, 5_000_000_000_000, True)]
+    assert not t.contains(keys[0].digest) and not t.set_expiry(keys[0].digest, 0)  # gone once demoted
+    assert not leftover_temporaries(tmp_path) and t.used_bytes == len(blobs[1])
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_read_finds_the_file_that_set_expiry_renamed_after_its_lookup(tmp_path, chunks, monkeypatch, direct):
+    """A read that had looked the chunk up just before set_expiry renamed its file (another
+    thread's set_ttl, or another process's) opened the old name: a miss for a chunk that was
+    there. It now looks the chunk up again once and reads the renamed file."""
+    kv, keys, blobs = chunks
+    k = keys[0]
+    t = SSDTier(tmp_path, 1 << 30, direct_io="auto" if direct else False)
+    other = SSDTier(tmp_path, 1 << 30)  # the renaming tier: another process's, or this one
+    assert t.write(k.digest, blobs[0], ns_tag="ns", start=0, ntokens=256, expires_ms=4_000_000_000_000)
+    live = t._live_entry
+
+    def renamed_after_the_lookup(key):
+        e = live(key)
+        assert other.set_expiry(key, 5_000_000_000_000)
+        return e
+
+    monkeypatch.setattr(t, "_live_entry", renamed_after_the_lookup)
+    got = t.read(k.digest)
+    assert got is not None and bytes(got) == blobs[0]
+    assert t.metrics.snapshot()["tiers"]["ssd"].get("misses", 0) == 0
+    assert t.entry(k.digest).expires_ms == 5_000_000_000_000
 
 
 def test_restart_with_smaller_capacity_trims(tmp_path, chunks):

@@ -183,6 +183,15 @@ def blob_total_size(prefix) -> int:
     return end + _TRAILER.size
 
 
+def blob_identity(prefix) -> tuple[bytes, int, int, int]:
+    """(key, chunk index, token count, total size) that a blob's first bytes (header and
+    frame table) claim, without its body: what a copy whose body is not read at hand can
+    be checked against."""
+    total = blob_total_size(prefix)
+    (*_, ntokens, _heads, _dim, index, key, _nframes) = _HEAD.unpack_from(memoryview(prefix).cast("B"), 0)
+    return bytes(key), index, ntokens, total
+
+
 def check_kv(kv: torch.Tensor, *, host: bool = True) -> None:
     """Checks a [layers, 2, tokens, kv_heads, head_dim] KV tensor: on the CPU (host=True),
     or on any device that holds data (a GPU's KV cache; host=False)."""

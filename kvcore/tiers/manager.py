@@ -200,19 +200,21 @@ def _check_raw_out(data: torch.Tensor, out: torch.Tensor) -> None:
 
 
 class _RemoteProbe:
-    """Which queued chunks of one store() call Redis holds already (another instance or an
-    earlier run stored them). Asked once, by the worker's first store job of the call: one
-    pipelined EXISTS, bounded by lookup_timeout_s; a slow or unreachable server holds none
-    (the chunks are stored as usual). Used on the worker thread only."""
+    """Which queued chunks of one store() call Redis holds already, whole (another instance
+    or an earlier run stored them). Asked once, by the worker's first store job of the call:
+    RemoteTier.holds_whole (each value's header and part lengths, not its body), bounded by
+    lookup_timeout_s; a slow or unreachable server holds none (the chunks are stored as
+    usual). Used on the worker thread only."""
 
-    def __init__(self, keys: list):
-        self.keys = keys
+    def __init__(self, chunks: list[ChunkKey]):
+        self.chunks = chunks
         self._held: Optional[set] = None
-        self.found: list = []  # the chunks held() answered True for: not stored again
+        self.found: list = []  # the keys held() answered True for: not sent again
 
     def held(self, remote: RemoteTier, ns_tag: str, key: bytes) -> bool:
         if self._held is None:
-            self._held = {k for k, there in zip(self.keys, remote.exists_many(ns_tag, self.keys)) if there}
+            claims = [(ck.digest, ck.index, ck.ntokens) for ck in self.chunks]
+            self._held = {ck.digest for ck, there in zip(self.chunks, remote.holds_whole(ns_tag, claims)) if there}
         if key in self._held:
             self.found.append(key)
             return True
@@ -332,10 +334,11 @@ class TierManager:
               copy: bool = True) -> int:
         """Queues the chunks of ``tokens`` (K/V in ``kv[:, :, :len(tokens)]``) for storing.
 
-        Returns the number of chunks queued (chunks already stored are skipped; so are
-        queued chunks the worker then finds in Redis, stored by another instance or an
-        earlier run, unless pinned or write_through is set: one pipelined EXISTS per call,
-        at most lookup_timeout_s, on the worker; they get the TTL a send would have given).
+        Returns the number of chunks queued (chunks already in DDR, queued or on SSD are
+        skipped). Each queued chunk goes into DDR when it fits there, else below; one the
+        worker finds whole in Redis (stored by another instance or an earlier run; one look
+        per call, at most lookup_timeout_s, on the worker; not with write_through) is not
+        written below again, and gets the TTL a send would have given it.
         A ttl moves the expiry of chunks already stored, in every tier (their data is not
         written again; see EXPIRY_SLACK). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
@@ -366,7 +369,7 @@ class TierManager:
                     retimed.append(ck.digest)
         # write_through asks for a copy in every tier: no chunk is skipped for Redis holding it
         ask_remote = self.remote is not None and todo and not self.config.write_through
-        probe = _RemoteProbe([ck.digest for ck in todo]) if ask_remote else None
+        probe = _RemoteProbe(todo) if ask_remote else None
         queued = 0
         for ck in todo:
             part = kv[:, :, ck.start:ck.end]
@@ -512,15 +515,31 @@ class TierManager:
         try:
             if self._expired(ck.digest):  # expired while queued
                 return
-            # neither encoded nor sent again (a ttl reaches it through _job_expire); a pinned
-            # chunk is: pin() keeps it in DDR
-            if probe is not None and not self._pinned(ck.digest) and probe.held(self.remote, self._ns_tag, ck.digest):
+            if self._prefix_lost(ck):
+                self.metrics.inc("ddr", "rejected")
                 return
-            handed_off = self._stream_store(ck, part, expires, t0) or self._encode_store(ck, part, expires, t0)
+            # A chunk Redis holds whole goes into DDR as any stored chunk does, but is not
+            # written below again; one that would only go below is not even encoded. (A ttl
+            # reaches its Redis copy through _job_expire.)
+            held = probe is not None and probe.held(self.remote, self._ns_tag, ck.digest)
+            if held and self._expected_below(part):
+                return
+            handed_off = (self._stream_store(ck, part, expires, t0)
+                          or self._encode_store(ck, part, expires, t0, below=not held))
         finally:
             if not handed_off:
                 with self._lock:
                     self._pending.pop(ck.digest, None)
+
+    def _prefix_lost(self, ck: ChunkKey) -> bool:
+        """Whether ck could only go into DDR (no tier below) while its parent is in neither
+        DDR nor the store queue (it did not fit, or expired while queued): a prefix lookup
+        stops at the parent, so ck would hold DDR room that no lookup reaches. (The queue
+        is FIFO: a parent queued before ck has been placed or dropped by now.)"""
+        if self.ssd is not None or self.remote is not None or ck.parent is None:
+            return False
+        with self._lock:
+            return ck.parent not in self.ddr and ck.parent not in self._pending
 
     def _job_expire(self, retimed: list, probe: Optional["_RemoteProbe"], expires: float) -> None:
         """A store's expiry for its chunks stored already under another one (retimed) and
@@ -555,9 +574,15 @@ class TierManager:
         if raw:
             self._bw["encode"] = raw / max(1e-9, time.perf_counter() - t0)
 
-    def _encode_store(self, ck: ChunkKey, part: torch.Tensor, expires: float, t0: float) -> bool:
-        """Encodes into DDR (or a staging buffer when it does not fit there). True when
-        the blob was handed to the writer thread."""
+    def _expected_below(self, part: torch.Tensor) -> bool:
+        """Whether a chunk of part's size is not expected to fit in DDR (at the compression
+        ratio seen so far): it would go below."""
+        return self.ddr.capacity_bytes < part.numel() * part.element_size() * self._ratio_seen
+
+    def _encode_store(self, ck: ChunkKey, part: torch.Tensor, expires: float, t0: float, *,
+                      below: bool = True) -> bool:
+        """Encodes into DDR (or a staging buffer when it does not fit there, then written
+        below unless below is False). True when the blob was handed to the writer thread."""
         holder: dict = {}
         try:
             view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
@@ -569,6 +594,9 @@ class TierManager:
             raise
         self._note_encoded(ck, part.numel() * part.element_size(), view.nbytes, t0)
         block = holder.get("block")
+        if block is None and not below:
+            self._scratch.put(view.obj)
+            return False
         with self._lock:
             if block is not None:
                 self.ddr.insert(ck.digest, block, view.nbytes)
@@ -599,7 +627,7 @@ class TierManager:
         if self.ssd is None or self.config.write_through or not hasattr(self.codec, "encode_into"):
             return False
         raw = part.numel() * part.element_size()
-        if self.ddr.capacity_bytes >= raw * self._ratio_seen:
+        if not self._expected_below(part):
             return False
         bound = blob_bound(part, self.codec, self.config.frame_bytes)
         if self._ratio_seen < 1.0:  # expected size, with a margin; commit() settles the rest
@@ -820,13 +848,18 @@ class TierManager:
             BlobHeader.parse(data, verify=True)
         except Exception:
             return
-        ttl = _ttl_left(e.expires_ms / 1000)
-        sent = self.remote.put(e.ns_tag, key, data, ttl_s=ttl)
+        sent_ms = e.expires_ms
+        sent = self.remote.put(e.ns_tag, key, data, ttl_s=_ttl_left(sent_ms / 1000))
         # (self.ssd is None while the SSD tier is being built: its start trims the directory)
         if sent and self.ssd is not None and not self.ssd.leaving(key, e):
             # evict(tokens), clear() or an expiry removed it during the send, and deleted
             # from Redis before the send landed: the copy just sent would bring it back.
             self.remote.delete(e.ns_tag, [key])
+        elif sent and e.expires_ms != sent_ms:
+            # set_ttl() or a store's ttl gave it another expiry during the send
+            # (SSDTier.set_expiry), while Redis did not hold it yet: the copy takes it now.
+            # One given after this look reaches the copy itself (SSD first, then Redis).
+            self.remote.set_expiry(e.ns_tag, [key], ttl_s=_ttl_left(e.expires_ms / 1000))
 
     def _job_promote(self, ck: ChunkKey, blob) -> None:
         try:

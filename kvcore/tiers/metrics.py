@@ -33,7 +33,7 @@ COUNTER_HELP = {
     "errors": "failed operations (I/O errors, timeouts, full disk)",
     "skipped": "operations skipped because the tier is unavailable (circuit open)",
     "corrupt": "corrupt or partial entries found and removed",
-    "rejected": "chunks that did not fit (capacity, pinned data)",
+    "rejected": "chunks that did not fit (capacity, pinned data) or whose prefix did not",
 }
 
 

@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from .._args import int_arg, optional_seconds_arg, seconds_arg, wait_seconds
 from ..errors import BackendError, CorruptFrameError, InvalidArgumentError, UnsupportedError
-from .blob import BlobHeader, NewerBlobError, StreamingChecksum, blob_total_size, body_size
+from .blob import BlobHeader, NewerBlobError, StreamingChecksum, blob_identity, blob_total_size, body_size
 from .codecs import can_decode
 from .metrics import Metrics
 from .resp import RawGetter, RespError
@@ -140,6 +140,9 @@ class CircuitBreaker:
 
 # Bytes of a value's part 0 read to learn its size (blob_total_size): its header and frame table.
 HEAD_PEEK_BYTES = 1 << 16
+# The same for holds_whole, which reads many at once: the header and a table of up to 1021
+# frames (a blob with more is not held: sent again, which is correct, only slower).
+CLAIM_PEEK_BYTES = 16 << 10
 
 
 class _Skipped(Exception):
@@ -286,6 +289,70 @@ class RemoteTier:
         except self._errors:
             pass
         return [False] * len(keys)
+
+    def holds_whole(self, ns_tag: str, chunks: Sequence[tuple[bytes, int, int]]) -> list[bool]:
+        """Which chunks, given as (key, chunk index, token count), are stored whole: every part
+        of the value there at the length its header gives, and that header claiming this very
+        chunk (blob_identity); a value of a later blob format counts as held (it is kept for
+        its readers, not replaced). All False when the server does not answer within
+        lookup_timeout_s. Two pipelined round trips, each part 0's header, then the length of
+        every other part: the bodies are not read (a value whose bytes changed in place
+        passes, and the read that finds it corrupt deletes it)."""
+        if not chunks:
+            return []
+        pb = self.config.part_bytes
+
+        def op():
+            pipe = self.client.pipeline(transaction=False)
+            for key, _, _ in chunks:
+                pipe.getrange(self._key(ns_tag, key, 0), 0, CLAIM_PEEK_BYTES - 1)
+                pipe.strlen(self._key(ns_tag, key, 0))
+            replies = self._answers(pipe)
+            totals = [self._whole_size(chunk, first, first_len)
+                      for chunk, first, first_len in zip(chunks, replies[::2], replies[1::2])]
+            pipe = self.client.pipeline(transaction=False)
+            asked = []  # (chunk's place, the length its part must have)
+            for j, ((key, _, _), total) in enumerate(zip(chunks, totals)):
+                for i in range(1, -(-total // pb) if total else 0):
+                    pipe.strlen(self._key(ns_tag, key, i))
+                    asked.append((j, min(pb, total - i * pb)))
+            held = [total is not None for total in totals]
+            for (j, length), got in zip(asked, self._answers(pipe) if asked else []):
+                held[j] = held[j] and got == length
+            return held
+
+        try:
+            return self._run(op, self.config.lookup_timeout_s)
+        except _Skipped:
+            self.metrics.inc(self.name, "skipped")
+        except self._errors:
+            pass
+        return [False] * len(chunks)
+
+    def _answers(self, pipe) -> list:
+        """A pipeline's replies; a key of another type answers WRONGTYPE (not one of ours,
+        like a missing one: None), any other error is raised."""
+        replies = pipe.execute(raise_on_error=False)
+        for r in replies:
+            if isinstance(r, Exception) and not self._holds_other_type(r):
+                raise r
+        return [None if isinstance(r, Exception) else r for r in replies]
+
+    def _whole_size(self, chunk: tuple[bytes, int, int], first, first_len) -> Optional[int]:
+        """The total size of the value whose part 0 begins with first and is first_len bytes
+        long, when its header claims chunk and part 0 has the length it gives; 0 for a value
+        of a later blob format (held: see holds_whole); None when it is no such value."""
+        if not first:
+            return None
+        try:
+            key, index, ntokens, total = blob_identity(first)
+        except NewerBlobError:
+            return 0
+        except CorruptFrameError:
+            return None
+        if (key, index, ntokens) != tuple(chunk) or -(-total // self.config.part_bytes) > self.config.max_parts:
+            return None
+        return total if first_len == min(self.config.part_bytes, total) else None
 
     def get(self, ns_tag: str, key: bytes, *, scratch=None) -> Optional[memoryview]:
         """The verified blob or None (miss, server down, corrupt: the corrupt entry is deleted).

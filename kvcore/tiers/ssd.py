@@ -17,8 +17,9 @@
   remove each other's writes in flight (``ssd_journal``).
 
 File layout under ``<dir>/kvcore-v1/``: ``<namespace tag>/<key hex>.<start>.<ntokens>.<expires>.kvc``
-(expires: unix time in ms, 0 = never); ``tmp/<owner>/`` (each process's temporaries),
-``owners/<owner>``, ``lock`` and ``journal`` (``kvcore/tiers/ssd_journal.py``).
+(expires: unix time in ms, 0 = never; the key of the chunk it extends, when known, in the
+file's extended attribute ``user.kvcore.parent``); ``tmp/<owner>/`` (each process's
+temporaries), ``owners/<owner>``, ``lock`` and ``journal`` (``kvcore/tiers/ssd_journal.py``).
 
 >>> import tempfile
 >>> from kvcore.tiers.ssd import SSDTier
@@ -73,6 +74,10 @@ WRITE_SEGMENT_BYTES = 2 << 20
 WRITE_THREADS = 4
 FLUSH_EVERY_BYTES = 8 << 20
 ROOM_ATTEMPTS = 4  # rounds of eviction before a write is refused (other processes take room too)
+# A chunk file's parent (the key of the chunk it extends) rides in this extended attribute:
+# not in its name, which kvcore versions before it would not parse (their start removes such
+# files), nor in its blob or the journal's fixed records. It follows the file through renames.
+PARENT_XATTR = "user.kvcore.parent"
 
 
 @dataclass
@@ -83,8 +88,8 @@ class SSDEntry:
     start: int
     ntokens: int
     expires_ms: int
-    # the key of the chunk this one extends, when this process wrote it (file names and
-    # journal records do not carry it: other processes' files and a restart's have none)
+    # the key of the chunk this one extends, when known (PARENT_XATTR: files of earlier
+    # versions, and on filesystems without user extended attributes, have none)
     parent: Optional[bytes] = None
 
     def expired(self, now_ms: Optional[int] = None) -> bool:
@@ -278,7 +283,10 @@ class SSDTier:
                         ntokens, expires_ms)
 
     def _entry_of(self, r: Record) -> SSDEntry:
-        return self._entry(r.key, r.ns_tag, r.size, r.start, r.ntokens, r.expires_ms)
+        """The entry of the file another owner's ADD record names, its parent read from it."""
+        e = self._entry(r.key, r.ns_tag, r.size, r.start, r.ntokens, r.expires_ms)
+        e.parent = _parent_of_file(e.path)
+        return e
 
     def _index_put(self, key: bytes, e: SSDEntry) -> None:
         old = self._index_pop(key)
@@ -373,7 +381,7 @@ class SSDTier:
                         _unlink(f)
                         continue
                     key, start, ntokens, expires_ms = name
-                    e = SSDEntry(f, st.st_size, nsdir.name, start, ntokens, expires_ms)
+                    e = SSDEntry(f, st.st_size, nsdir.name, start, ntokens, expires_ms, _parent_of_file(f))
                     if e.expired(now_ms):
                         _unlink(f)
                         continue
@@ -581,6 +589,7 @@ class SSDTier:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
+                _mark_parent(fd, parent)
                 pos = 0
                 while pos < size:
                     pos += os.write(fd, view[pos:])
@@ -643,12 +652,15 @@ class SSDTier:
 
     def set_expiry(self, key: bytes, expires_ms: int) -> bool:
         """Gives key's file another expiry (0: never) by renaming it (its name carries the
-        expiry; the data is not rewritten). False when key has no file here (a victim being
-        demoted included: it leaves with the expiry it had)."""
+        expiry; the data is not rewritten). A victim being demoted takes it along instead:
+        its entry, which on_evict holds, gets it (the copy on_evict made is to take it once
+        it has landed). False when key has no file here."""
         with self._changing():
-            e = self.index.get(key)
-            if e is None or self._journal.left:
+            if self._journal.left:
                 return False
+            e = self.index.get(key)
+            if e is None:
+                return self._retime_leaving(key, expires_ms)
             if e.expires_ms == expires_ms:
                 return True
             moved = replace(self._entry(key, e.ns_tag, e.size, e.start, e.ntokens, expires_ms), parent=e.parent)
@@ -668,6 +680,15 @@ class SSDTier:
                 self._failed(exc)
         return True
 
+    def _retime_leaving(self, key: bytes, expires_ms: int) -> bool:
+        """(lock held) Gives key's victim being demoted the expiry expires_ms; False when
+        key is no such victim. Its file, in this owner's temporaries, keeps its name."""
+        e = self._leaving.get(key)
+        if e is None:
+            return False
+        e.expires_ms = expires_ms
+        return True
+
     # ---- read ----
     def _live_entry(self, key: bytes):
         """key's index entry, or None (a miss, counted; an expired entry is removed)."""
@@ -678,6 +699,14 @@ class SSDTier:
             self.metrics.inc(self.name, "misses")
             return None
         return e
+
+    def _renamed(self, key: bytes, e: SSDEntry) -> Optional[SSDEntry]:
+        """key's entry now, when it is e's file under another name (set_expiry renamed it:
+        same size, another path); else None."""
+        now = self.entry(key)
+        if now is None or now.path == e.path or now.size != e.size:
+            return None
+        return now
 
     def _touched(self, key: bytes) -> None:
         """A read hit: most recent in this tier's order and, through the journal, in the others'."""
@@ -814,6 +843,27 @@ def _open_to_read(path: Path, flags: int = 0) -> int:
     return fd
 
 
+def _mark_parent(fd: int, parent: Optional[bytes]) -> None:
+    """Records parent in the file open as fd (PARENT_XATTR); where the filesystem keeps no
+    user extended attributes, the file goes without, as files of earlier versions do."""
+    if parent is None:
+        return
+    try:
+        os.setxattr(fd, PARENT_XATTR, parent)
+    except (OSError, AttributeError):  # (AttributeError: a platform without xattr calls)
+        pass
+
+
+def _parent_of_file(path: Path) -> Optional[bytes]:
+    """The parent recorded in a chunk file (PARENT_XATTR), or None: none recorded, the file
+    is gone, or the value is no key."""
+    try:
+        parent = os.getxattr(path, PARENT_XATTR)
+    except (OSError, AttributeError):
+        return None
+    return parent if len(parent) == 16 else None
+
+
 def _file_name(key: bytes, start: int, ntokens: int, expires_ms: int) -> str:
     return f"{key.hex()}.{start}.{ntokens}.{expires_ms}.kvc"
 
@@ -902,6 +952,7 @@ class StreamWrite:
                 tier._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
         if not self.direct:
             self._fd = os.open(self.tmp, flags, 0o644)
+        _mark_parent(self._fd, parent)
 
     def add(self, first: int, end: int) -> None:
         """buffer[first:end] is final (first: where the frames start; before it the header
@@ -1055,16 +1106,16 @@ class StreamRead:
         self._fd = -1
         self.direct = False
         try:
-            if direct:
-                try:
-                    self._fd = _open_to_read(self.entry.path, os.O_DIRECT)
-                    self.direct = True
-                except OSError as exc:
-                    if exc.errno != errno.EINVAL:
-                        raise
-                    tier._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
-            if self._fd < 0:
-                self._fd = _open_to_read(self.entry.path)
+            try:
+                self._open(direct)
+            except FileNotFoundError:
+                # set_expiry renamed the file after the lookup (its name carries the
+                # expiry): the chunk is there under its new name, looked up once more
+                moved = tier._renamed(key, entry)
+                if moved is None:
+                    raise
+                self.entry = moved
+                self._open(direct)
         except (OSError, CorruptFrameError) as exc:
             self._error = exc
             return
@@ -1082,6 +1133,19 @@ class StreamRead:
                     self._stop_issuing()
                     self._segment_settled(window - i)  # the window's segments never issued
                 return
+
+    def _open(self, direct: bool) -> None:
+        """Opens the entry's file: O_DIRECT when asked and the filesystem allows it."""
+        if direct:
+            try:
+                self._fd = _open_to_read(self.entry.path, os.O_DIRECT)
+                self.direct = True
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self.tier._direct_ok = False  # filesystem without O_DIRECT (tmpfs)
+        self._fd = _open_to_read(self.entry.path)
 
     def _stop_issuing(self) -> None:
         """(cond held, after an error) Nothing more will be issued: count those as done."""
