@@ -619,6 +619,21 @@ def test_copy_many_and_gather_of_arrays_numpy_exports_no_buffer_for():
     assert np.array_equal(kvcore.gather(blocks, [3, 1]).result(), blocks[[3, 1]])
 
 
+def test_array_subclasses_numpy_exports_no_buffer_for_are_copied_as_arrays():
+    """region() took only exact ndarrays as arrays: a subclass (masked array, memmap) went
+    through memoryview(), which numpy refuses for datetime64, and the copy was refused as a
+    buffer that "gives no memory" (gather, through its own path, copied it)."""
+    dates = np.arange(512).astype("datetime64[s]")
+    masked = np.ma.MaskedArray(np.zeros_like(dates))
+    assert kvcore.copy_async(masked, dates).result() is masked and np.array_equal(masked.data, dates)
+    out = np.zeros_like(dates)
+    kvcore.copy_many([(out, masked[::-1].copy())]).result()
+    assert np.array_equal(out, dates[::-1])
+    with pytest.raises(kvcore.InvalidArgumentError, match="C-contiguous"):
+        kvcore.copy_async(out, masked[::2])
+
+
+
 def test_more_threads_than_32_bits_hold_means_all_threads():
     """threads >= 2**32 is a valid int that passed the checks, then failed with pybind11's
     TypeError (the native count is 32-bit)."""
