@@ -633,6 +633,25 @@ def test_array_subclasses_numpy_exports_no_buffer_for_are_copied_as_arrays():
         kvcore.copy_async(out, masked[::2])
 
 
+def test_a_structured_buffer_with_an_o_in_a_field_name_is_plain_bytes():
+    """A buffer's format names the fields of a structured array ("T{l:Offset:d:b:}"): an 'O'
+    in a name was taken for Python objects, and a memoryview of such an array was refused as
+    "an array of Python objects". A field that holds objects is still refused."""
+    rec = np.zeros(64, dtype=[("Offset", np.int64), ("b", np.float64)])
+    view = memoryview(rec)
+    src = rand_bytes(rec.nbytes, 5)
+    assert kvcore.copy_async(view, src).result() is view
+    assert rec.tobytes() == src.tobytes()
+    back = np.zeros(rec.nbytes, np.uint8)
+    kvcore.copy_many([(back, view)]).result()
+    assert np.array_equal(back, src)
+    assert np.array_equal(kvcore.gather([view, view], [1]).result().ravel(), src)
+    kvcore.scatter(np.zeros(rec.nbytes, np.uint8), [view], [0]).result()
+    assert not rec.tobytes().strip(b"\0")
+    objects = np.zeros(4, dtype=[("Offset", object)])
+    with pytest.raises(kvcore.InvalidArgumentError, match="Python objects"):
+        kvcore.copy_async(memoryview(objects), np.zeros(64, np.uint8))
+
 
 def test_more_threads_than_32_bits_hold_means_all_threads():
     """threads >= 2**32 is a valid int that passed the checks, then failed with pybind11's
