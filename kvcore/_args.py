@@ -5,6 +5,8 @@ import numbers
 import threading
 from typing import Any, Optional
 
+import numpy as np
+
 from .errors import InvalidArgumentError
 
 
@@ -78,11 +80,25 @@ def check_plain_buffer(buf: Any, what: str) -> None:
     """Refuses a buffer of Python object pointers (a numpy object array, or a memoryview
     of one): writing bytes over them corrupts the objects, and the array's cleanup then
     crashes the process. A refused memoryview is released."""
-    dtype = getattr(buf, "dtype", None)
-    if dtype.hasobject if dtype is not None else "O" in buf.format:
+    if _holds_objects(buf):
         if isinstance(buf, memoryview):
             buf.release()
         raise InvalidArgumentError(f"{what}: an array of Python objects is not a byte buffer")
+
+
+def _holds_objects(buf: Any) -> bool:
+    """Whether a numpy array or memoryview holds Python object pointers. A format also names
+    a structured array's fields ("T{l:Offset:d:b:}"), where an 'O' is no object: a memoryview
+    with an 'O' in its format, of a numpy array, is judged by the array's dtype. Of other
+    exporters the format is all there is, and a name may hold any character (':' too, so
+    names cannot be told from items): an 'O' anywhere counts."""
+    dtype = getattr(buf, "dtype", None)
+    if dtype is not None:
+        return dtype.hasobject
+    if "O" not in buf.format:
+        return False
+    exporter = buf.obj if isinstance(buf, memoryview) else None
+    return exporter.dtype.hasobject if isinstance(exporter, np.ndarray) else True
 
 
 def check_tensor_memory(t: Any, what: str) -> None:

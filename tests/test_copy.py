@@ -619,6 +619,40 @@ def test_copy_many_and_gather_of_arrays_numpy_exports_no_buffer_for():
     assert np.array_equal(kvcore.gather(blocks, [3, 1]).result(), blocks[[3, 1]])
 
 
+def test_array_subclasses_numpy_exports_no_buffer_for_are_copied_as_arrays():
+    """region() took only exact ndarrays as arrays: a subclass (masked array, memmap) went
+    through memoryview(), which numpy refuses for datetime64, and the copy was refused as a
+    buffer that "gives no memory" (gather, through its own path, copied it)."""
+    dates = np.arange(512).astype("datetime64[s]")
+    masked = np.ma.MaskedArray(np.zeros_like(dates))
+    assert kvcore.copy_async(masked, dates).result() is masked and np.array_equal(masked.data, dates)
+    out = np.zeros_like(dates)
+    kvcore.copy_many([(out, masked[::-1].copy())]).result()
+    assert np.array_equal(out, dates[::-1])
+    with pytest.raises(kvcore.InvalidArgumentError, match="C-contiguous"):
+        kvcore.copy_async(out, masked[::2])
+
+
+def test_a_structured_buffer_with_an_o_in_a_field_name_is_plain_bytes():
+    """A buffer's format names the fields of a structured array ("T{l:Offset:d:b:}"): an 'O'
+    in a name was taken for Python objects, and a memoryview of such an array was refused as
+    "an array of Python objects". A field that holds objects is still refused."""
+    rec = np.zeros(64, dtype=[("Offset", np.int64), ("b", np.float64)])
+    view = memoryview(rec)
+    src = rand_bytes(rec.nbytes, 5)
+    assert kvcore.copy_async(view, src).result() is view
+    assert rec.tobytes() == src.tobytes()
+    back = np.zeros(rec.nbytes, np.uint8)
+    kvcore.copy_many([(back, view)]).result()
+    assert np.array_equal(back, src)
+    assert np.array_equal(kvcore.gather([view, view], [1]).result().ravel(), src)
+    kvcore.scatter(np.zeros(rec.nbytes, np.uint8), [view], [0]).result()
+    assert not rec.tobytes().strip(b"\0")
+    objects = np.zeros(4, dtype=[("Offset", object)])
+    with pytest.raises(kvcore.InvalidArgumentError, match="Python objects"):
+        kvcore.copy_async(memoryview(objects), np.zeros(64, np.uint8))
+
+
 def test_more_threads_than_32_bits_hold_means_all_threads():
     """threads >= 2**32 is a valid int that passed the checks, then failed with pybind11's
     TypeError (the native count is 32-bit)."""

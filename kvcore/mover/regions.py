@@ -88,7 +88,9 @@ def region(obj: Any, *, writable: bool, what: str) -> Region:
 
 
 def _region_of(obj: Any, *, writable: bool, what: str) -> Region:
-    if type(obj) is np.ndarray:  # fast path for the most common host buffer
+    # Subclasses too (masked arrays, memmaps): numpy exports no buffer for some dtypes
+    # (datetime64), which buffer_address then reads from the array interface.
+    if isinstance(obj, np.ndarray):
         check_plain_buffer(obj, what)
         if not obj.flags.c_contiguous:
             raise InvalidArgumentError(f"{what}: array must be C-contiguous")
