@@ -673,6 +673,26 @@ def test_a_chunk_whose_prefix_was_lost_takes_no_ddr_room_without_tiers_below(kv)
         assert tm.status()["tiers"]["ddr"]["rejected"] == 2
 
 
+def test_a_chunk_whose_parent_is_rejected_on_a_busy_writer_thread_takes_no_ddr_room(kv):
+    """Without SSD or Redis, a parent that did not fit in DDR was handed to the writer thread
+    (to be written below: nowhere) and stayed queued until it got there; its child, placed
+    meanwhile, took it for placed and went into DDR, where no lookup reaches it. The parent
+    is now rejected on the worker, before its child is placed."""
+    toks = tokens_for(320, 72)  # a full chunk, then a 64-token one
+    with TierManager(ddr_bytes=blob_size(kv) // 2, allocator="bytes", namespace=NS) as tm:
+        busy = threading.Event()
+        tm._writer.submit(busy.wait, 30)  # the writer thread is busy (e.g. a flush's drain)
+        try:
+            assert tm.store(toks, kv[:, :, :320]) == 2
+            wait_until(lambda: tm._queue.unfinished_tasks == 0)  # both placed (or not) by the worker
+        finally:
+            busy.set()
+        assert tm.flush(30)
+        assert tm.lookup(toks).tokens == 0
+        assert len(tm.ddr) == 0 and tm.ddr.allocator.used_bytes == 0
+        assert tm.status()["tiers"]["ddr"]["rejected"] == 2
+
+
 @pytest.mark.parametrize("again", [False, True])
 def test_a_sequence_loses_its_tail_first(kv, again):
     """A store added (or, stored again, touched) its chunks from chunk 0 on, so under LRU

@@ -582,7 +582,8 @@ class TierManager:
     def _encode_store(self, ck: ChunkKey, part: torch.Tensor, expires: float, t0: float, *,
                       below: bool = True) -> bool:
         """Encodes into DDR (or a staging buffer when it does not fit there, then written
-        below unless below is False). True when the blob was handed to the writer thread."""
+        below unless below is False; rejected when there is no tier below). True when the
+        blob was handed to the writer thread."""
         holder: dict = {}
         try:
             view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
@@ -594,7 +595,13 @@ class TierManager:
             raise
         self._note_encoded(ck, part.numel() * part.element_size(), view.nbytes, t0)
         block = holder.get("block")
-        if block is None and not below:
+        if block is None and not below:  # Redis holds it whole
+            self._scratch.put(view.obj)
+            return False
+        if block is None and self.ssd is None and self.remote is None:
+            # Nowhere to go: rejected here, not on the writer thread, where it would stay
+            # queued meanwhile and its child's _prefix_lost would take it for placed.
+            self.metrics.inc("ddr", "rejected")
             self._scratch.put(view.obj)
             return False
         with self._lock:
