@@ -1026,6 +1026,31 @@ def test_chunks_another_instance_put_in_redis_are_not_stored_again(redis_server,
         assert b.retrieve(toks, out) == 768 and same(out, kv[:, :, :768])
 
 
+def test_a_long_store_asks_redis_about_its_chunks_a_few_at_a_time(redis_server, kv, monkeypatch):
+    """The worker asked Redis about all of a store() call's chunks in one look, which grows
+    with the call (up to 16 KiB of each value) while its bound, lookup_timeout_s, does not:
+    a long store ran past it and opened the breaker. It now asks PROBE_CHUNKS at a time,
+    each look from the first chunk not yet asked about, and still finds them all."""
+    from kvcore.tiers import manager
+
+    monkeypatch.setattr(manager, "PROBE_CHUNKS", 5, raising=False)
+    toks = tokens_for(1024, 76)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS, chunk_tokens=64) as a:
+        assert a.store(toks, kv) == 16
+        assert a.flush(30)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS,
+                     chunk_tokens=64) as b:
+        asked = []
+        holds_whole = b.remote.holds_whole
+        monkeypatch.setattr(b.remote, "holds_whole", lambda ns_tag, chunks: asked.append(len(chunks)) or
+                            holds_whole(ns_tag, chunks))
+        assert b.store(toks, kv) == 16
+        assert b.flush(30) and asked == [5, 5, 5, 1]
+        assert b.status()["tiers"]["remote"].get("stores", 0) == 0  # none sent again
+        assert b.lookup(toks).tiers == ["ddr"] * 16
+
+
 def damage_redis_copy(tm, toks, other, how, url):
     """Damages the Redis value of toks' first chunk: a part deleted or cut short, another
     chunk's value (other's) in its place, or one byte of its body changed."""

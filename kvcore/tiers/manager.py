@@ -199,22 +199,37 @@ def _check_raw_out(data: torch.Tensor, out: torch.Tensor) -> None:
         raise InvalidArgumentError(f"out dtype {out.dtype} differs from the stored {data.dtype}")
 
 
+# Chunks of one store() call the worker asks Redis about at once (RemoteTier.holds_whole reads
+# up to 16 KiB of each, and the length of each part): a look bounded in size, each within
+# lookup_timeout_s. One look for all of a long store's chunks ran past that bound (1,024 held
+# chunks took about 0.4 s on a local server, docs/TIERS.md) and so opened the breaker.
+PROBE_CHUNKS = 64
+
+
 class _RemoteProbe:
     """Which queued chunks of one store() call Redis holds already, whole (another instance
-    or an earlier run stored them). Asked once, by the worker's first store job of the call:
-    RemoteTier.holds_whole (each value's header and part lengths, not its body), bounded by
-    lookup_timeout_s; a slow or unreachable server holds none (the chunks are stored as
-    usual). Used on the worker thread only."""
+    or an earlier run stored them). Asked by the worker's store jobs, PROBE_CHUNKS chunks at
+    a time from the first one not yet asked about: RemoteTier.holds_whole (each value's
+    header and part lengths, not its body), bounded by lookup_timeout_s; a slow or
+    unreachable server holds none (the chunks are stored as usual). Used on the worker
+    thread only."""
 
     def __init__(self, chunks: list[ChunkKey]):
         self.chunks = chunks
-        self._held: Optional[set] = None
+        self._place = {ck.digest: i for i, ck in enumerate(chunks)}
+        self._asked = 0  # chunks[:_asked] have been asked about
+        self._held: set = set()
         self.found: list = []  # the keys held() answered True for: not sent again
 
     def held(self, remote: RemoteTier, ns_tag: str, key: bytes) -> bool:
-        if self._held is None:
-            claims = [(ck.digest, ck.index, ck.ntokens) for ck in self.chunks]
-            self._held = {ck.digest for ck, there in zip(self.chunks, remote.holds_whole(ns_tag, claims)) if there}
+        i = self._place.get(key)
+        if i is None:
+            return False
+        if i >= self._asked:  # (the jobs come in the call's order)
+            batch = self.chunks[i:i + PROBE_CHUNKS]
+            claims = [(ck.digest, ck.index, ck.ntokens) for ck in batch]
+            self._held.update(ck.digest for ck, there in zip(batch, remote.holds_whole(ns_tag, claims)) if there)
+            self._asked = i + len(batch)
         if key in self._held:
             self.found.append(key)
             return True
@@ -337,7 +352,8 @@ class TierManager:
         Returns the number of chunks queued (chunks already in DDR, queued or on SSD are
         skipped). Each queued chunk goes into DDR when it fits there, else below; one the
         worker finds whole in Redis (stored by another instance or an earlier run; one look
-        per call, at most lookup_timeout_s, on the worker; not with write_through) is not
+        per PROBE_CHUNKS chunks, each at most lookup_timeout_s, on the worker; not with
+        write_through) is not
         written below again, and gets the TTL a send would have given it.
         A ttl moves the expiry of chunks already stored, in every tier (their data is not
         written again; see EXPIRY_SLACK). Returns
