@@ -1278,6 +1278,68 @@ def test_an_expiry_set_while_a_chunk_is_demoted_to_redis_reaches_its_redis_copy(
         assert within(600, redis_pttls(tm, first, redis_server.url))
 
 
+@pytest.mark.parametrize("below", ["ssd", "remote"])
+@pytest.mark.parametrize("how", ["set_ttl", "evict"])
+def test_a_ddr_victim_being_demoted_takes_a_set_ttl_or_an_evict_made_meanwhile(tmp_path, redis_server, kv,
+                                                                                 monkeypatch, below, how):
+    """A DDR victim's write below (the worker, making room for another thread's store) read
+    the chunk's expiry before it began: a set_ttl() whose flush had run before that store was
+    queued gave the chunk its new expiry while the copy below did not exist yet (an SSD file
+    not yet renamed, a Redis value not yet there), and the copy landed with the old one; an
+    evict(tokens) then deleted the copies below before it landed, and the copy brought the
+    chunk back. The demotion now gives the landed copy the new expiry, or deletes it."""
+    first, second = tokens_for(256, 77), tokens_for(256, 78)
+    one = int(blob_size(kv) * 1.5)
+    tiers = (dict(ssd_dir=str(tmp_path), ssd_bytes=1 << 30) if below == "ssd"
+             else dict(remote_url=redis_server.url, remote=local_redis()))
+    with TierManager(ddr_bytes=one, allocator="bytes", namespace=NS, promote_on_hit=False, **tiers) as tm:
+        tm.store(first, kv[:, :, :256], ttl=60)
+        assert tm.flush(30) and tm.lookup(first).tiers == ["ddr"]
+        victim = tm.keys(first)[0].digest
+        entered, release, flushed, go = (threading.Event() for _ in range(4))
+
+        def gated(write):
+            def write_gated(*args, **kwargs):
+                if args[1 if below == "remote" else 0] == victim:
+                    entered.set()
+                    assert release.wait(30)
+                return write(*args, **kwargs)
+            return write_gated
+
+        tier = tm.ssd if below == "ssd" else tm.remote
+        monkeypatch.setattr(tier, "write" if below == "ssd" else "put", gated(tier.write if below == "ssd" else tier.put))
+        flush_open = tm._flush_open
+
+        def flush_then_wait():  # the caller's flush has run: the store below is queued after it
+            flush_open()
+            flushed.set()
+            assert go.wait(30)
+
+        monkeypatch.setattr(tm, "_flush_open", flush_then_wait)
+        caller = threading.Thread(target=tm.set_ttl if how == "set_ttl" else tm.evict,
+                                  args=(first, 600) if how == "set_ttl" else (first,))
+        caller.start()
+        try:
+            assert flushed.wait(30)
+            tm.store(second, kv[:, :, 256:512])  # first is DDR's victim: written below
+            assert entered.wait(30)
+            go.set()
+            caller.join(30)
+        finally:
+            go.set()
+            release.set()
+        assert not caller.is_alive() and tm.flush(30)
+        if how == "evict":
+            assert tm.lookup(first).tokens == 0
+            assert not (tm.ssd.contains(victim) if below == "ssd" else tm.remote.exists_many(tm._ns_tag, [victim])[0])
+        elif below == "ssd":
+            assert tm.lookup(first).tiers == ["ssd"]
+            assert 590_000 < tm.ssd.entry(victim).expires_ms - time.time() * 1000 <= 600_000
+        else:
+            assert tm.lookup(first).tiers == ["remote"]
+            assert within(600, redis_pttls(tm, first, redis_server.url))
+
+
 def test_ssd_victims_of_a_smaller_reopen_are_demoted_to_redis(tmp_path, redis_server, kv):
     """A manager that reopens an SSD directory with a smaller ssd_bytes evicts at start,
     while it is being built: those victims go to Redis as any SSD victim does, without an

@@ -838,7 +838,26 @@ class TierManager:
         h = BlobHeader.parse(entry.view)
         ck = ChunkKey(key, h.index, h.index * self.chunk_tokens, h.ntokens, self.ddr_policy.parent_of(key))
         m = self._meta.get(key)
-        self._write_below(ck, entry.view, m.expires if m else 0.0)
+        sent = m.expires if m else 0.0
+        self._write_below(ck, entry.view, sent)
+        self._settle_demoted(key, entry, sent)
+
+    def _settle_demoted(self, key: bytes, entry, sent: float) -> None:
+        """After a DDR victim's copy below has landed (written with the expiry sent): a
+        caller that removed the chunk meanwhile (evict(tokens), clear(), an expiry) deleted
+        its copies below before this one landed, and one that gave it another expiry
+        (set_ttl) found no copy to give it to: the copy is deleted, or takes that expiry.
+        One such change made after this look reaches the copy itself."""
+        with self._lock:
+            removed = self.ddr.get(key) is not entry
+            m = self._meta.get(key)
+        if removed:
+            if self.ssd is not None:
+                self.ssd.remove(key)
+            if self.remote is not None:
+                self.remote.delete(self._ns_tag, [key])
+        elif (m.expires if m else 0.0) != sent:
+            self._set_expiry_below([key], m.expires if m else 0.0)
 
     def _write_below(self, ck: ChunkKey, view, expires: float, *, both: bool = False) -> tuple[bool, bool]:
         """Writes a blob to SSD (else remote; both when asked). Returns (it landed somewhere,
