@@ -693,6 +693,25 @@ def test_a_chunk_whose_parent_is_rejected_on_a_busy_writer_thread_takes_no_ddr_r
         assert tm.status()["tiers"]["ddr"]["rejected"] == 2
 
 
+@pytest.mark.parametrize("ddr_bytes", [0, "one short chunk"])
+def test_a_chunk_whose_parent_fits_in_no_tier_is_not_placed_with_ssd(tmp_path, kv, ddr_bytes):
+    """With SSD (or Redis) configured, a chunk whose parent's store ended placed nowhere (it
+    fit in no tier) was still placed, in DDR or on SSD, where no prefix lookup reaches it.
+    The worker and the writer thread now skip it (rejected), as they do without tiers below."""
+    toks = tokens_for(320, 79)  # a full chunk, then a 64-token one: only the short one fits
+    small = blob_size(kv) // 2
+    with TierManager(ddr_bytes=0 if ddr_bytes == 0 else small, allocator="bytes", ssd_dir=str(tmp_path),
+                     ssd_bytes=small, namespace=NS) as tm:
+        busy = threading.Event()
+        tm._writer.submit(busy.wait, 30)  # the parent's write comes after the child is encoded
+        threading.Timer(0.3, busy.set).start()
+        assert tm.store(toks, kv[:, :, :320]) == 2
+        assert tm.flush(30)
+        assert tm.lookup(toks).tokens == 0
+        assert len(tm.ddr) == 0 and len(tm.ssd) == 0
+        assert tm.status()["tiers"]["ddr"]["rejected"] == 2
+
+
 @pytest.mark.parametrize("again", [False, True])
 def test_a_sequence_loses_its_tail_first(kv, again):
     """A store added (or, stored again, touched) its chunks from chunk 0 on, so under LRU

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+from collections import OrderedDict
 import queue
 import threading
 import time
@@ -166,6 +167,10 @@ def _ttl_left(expires: float) -> Optional[float]:
 EXPIRY_SLACK = 0.01
 
 
+# Keys of chunks whose store ended placed in no tier, remembered (the latest ones) so that
+# a chunk that extends one is not placed either (TierManager._prefix_lost).
+UNPLACED_KEPT = 4096
+
 # Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
 # _prune_meta looks for ones to drop.
 META_SLACK = 1024
@@ -262,6 +267,7 @@ class TierManager:
         self._lock = threading.RLock()
         self._meta: dict[bytes, _Meta] = {}
         self._pending: dict[bytes, tuple] = {}  # key -> (ChunkKey, raw tensor)
+        self._unplaced: OrderedDict[bytes, None] = OrderedDict()  # see UNPLACED_KEPT
         self._bw = dict(_DEFAULT_BW)
         if config.codec == "raw" or self.codec.code == 0:
             self._bw["decode"] = 5e9
@@ -396,6 +402,7 @@ class TierManager:
                     continue
                 self._store_ttl(ck.digest, expires)  # again with _pending: _prune_meta may have run meanwhile
                 self._pending[ck.digest] = (ck, part)
+                self._unplaced.pop(ck.digest, None)  # its fate is to be decided again
             self._put(("store", ck, part, expires, probe))
             queued += 1
         if retimed or probe is not None:  # after the stores: their writes land first
@@ -530,9 +537,10 @@ class TierManager:
         handed_off = False
         try:
             if self._expired(ck.digest):  # expired while queued
+                self._note_unplaced(ck.digest)
                 return
             if self._prefix_lost(ck):
-                self.metrics.inc("ddr", "rejected")
+                self._rejected(ck.digest)
                 return
             # A chunk Redis holds whole goes into DDR as any stored chunk does, but is not
             # written below again; one that would only go below is not even encoded. (A ttl
@@ -548,14 +556,40 @@ class TierManager:
                     self._pending.pop(ck.digest, None)
 
     def _prefix_lost(self, ck: ChunkKey) -> bool:
-        """Whether ck could only go into DDR (no tier below) while its parent is in neither
-        DDR nor the store queue (it did not fit, or expired while queued): a prefix lookup
-        stops at the parent, so ck would hold DDR room that no lookup reaches. (The queue
-        is FIFO: a parent queued before ck has been placed or dropped by now.)"""
-        if self.ssd is not None or self.remote is not None or ck.parent is None:
+        """Whether ck's parent is in no tier, so that a prefix lookup, which stops at the
+        parent, would never reach ck: ck would hold room for nothing. The parent is in
+        neither DDR, the store queue nor SSD, and either there is no tier below or its own
+        store ended placed nowhere (it did not fit, or expired while queued: _unplaced).
+        Asked by the worker before ck is placed (the queue is FIFO: a parent queued before
+        ck has been placed, handed to the writer thread or dropped by now), and by the
+        writer thread before ck is written below (its parent's write is done by then)."""
+        if ck.parent is None:
             return False
         with self._lock:
-            return ck.parent not in self.ddr and ck.parent not in self._pending
+            if ck.parent in self.ddr or ck.parent in self._pending:
+                return False
+            if self.ssd is None and self.remote is None:
+                return True
+            return ck.parent in self._unplaced and not (self.ssd is not None and ck.parent in self.ssd.index)
+
+    def _parent_being_written(self, ck: ChunkKey) -> bool:
+        """Whether ck's parent is still queued when ck's own job runs: the worker has handed
+        it to the writer thread (the queue is FIFO), where its write below may yet fail."""
+        with self._lock:
+            return ck.parent is not None and ck.parent in self._pending
+
+    def _note_unplaced(self, key: bytes) -> None:
+        """key's store ended placed in no tier (see UNPLACED_KEPT)."""
+        with self._lock:
+            self._unplaced[key] = None
+            self._unplaced.move_to_end(key)
+            if len(self._unplaced) > UNPLACED_KEPT:
+                self._unplaced.popitem(last=False)
+
+    def _rejected(self, key: bytes) -> None:
+        """A queued chunk placed nowhere: it did not fit, or its prefix is in no tier."""
+        self.metrics.inc("ddr", "rejected")
+        self._note_unplaced(key)
 
     def _job_expire(self, retimed: list, probe: Optional["_RemoteProbe"], expires: float) -> None:
         """A store's expiry for its chunks stored already under another one (retimed) and
@@ -611,13 +645,19 @@ class TierManager:
             raise
         self._note_encoded(ck, part.numel() * part.element_size(), view.nbytes, t0)
         block = holder.get("block")
+        if block is not None and self._parent_being_written(ck):
+            self._drain_writer()  # the parent's write below lands, or fails, first
+            if self._prefix_lost(ck):
+                block.free()
+                self._rejected(ck.digest)
+                return False
         if block is None and not below:  # Redis holds it whole
             self._scratch.put(view.obj)
             return False
         if block is None and self.ssd is None and self.remote is None:
             # Nowhere to go: rejected here, not on the writer thread, where it would stay
             # queued meanwhile and its child's _prefix_lost would take it for placed.
-            self.metrics.inc("ddr", "rejected")
+            self._rejected(ck.digest)
             self._scratch.put(view.obj)
             return False
         with self._lock:
@@ -685,13 +725,17 @@ class TierManager:
         """Writer thread: makes a streamed SSD write durable (else sends the blob to remote)."""
         lent = False
         try:
-            placed = sw.commit(total)
-            if not placed and self.remote is not None:
-                ttl = _ttl_left(expires)
-                lent = True  # (a remote send that timed out may still read it)
-                placed = self.remote.put(self._ns_tag, ck.digest, memoryview(buf)[:total], ttl_s=ttl)
+            if self._prefix_lost(ck):
+                sw.abort()
+                placed = False
+            else:
+                placed = sw.commit(total)
+                if not placed and self.remote is not None:
+                    ttl = _ttl_left(expires)
+                    lent = True  # (a remote send that timed out may still read it)
+                    placed = self.remote.put(self._ns_tag, ck.digest, memoryview(buf)[:total], ttl_s=ttl)
             if not placed:
-                self.metrics.inc("ddr", "rejected")
+                self._rejected(ck.digest)
         except Exception:
             log.exception("kvcore tier writer failed")
             self.metrics.inc("manager", "errors")
@@ -720,9 +764,13 @@ class TierManager:
     def _write_job(self, ck: ChunkKey, view, expires: float, staged: bool, entry) -> None:
         still_read = True
         try:
+            if staged and self._prefix_lost(ck):
+                self._rejected(ck.digest)
+                still_read = False
+                return
             placed, still_read = self._write_below(ck, view, expires, both=self.config.write_through)
             if staged and not placed:
-                self.metrics.inc("ddr", "rejected")
+                self._rejected(ck.digest)
         except Exception:
             log.exception("kvcore tier writer failed")
             self.metrics.inc("manager", "errors")
