@@ -1325,8 +1325,8 @@ def test_a_ddr_victim_being_demoted_takes_a_set_ttl_or_an_evict_made_meanwhile(t
                 return write(*args, **kwargs)
             return write_gated
 
-        tier = tm.ssd if below == "ssd" else tm.remote
-        monkeypatch.setattr(tier, "write" if below == "ssd" else "put", gated(tier.write if below == "ssd" else tier.put))
+        tier, name = (tm.ssd, "write") if below == "ssd" else (tm.remote, "put")
+        monkeypatch.setattr(tier, name, gated(getattr(tier, name)))
         flush_open = tm._flush_open
 
         def flush_then_wait():  # the caller's flush has run: the store below is queued after it

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-from collections import OrderedDict
 import queue
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
@@ -359,8 +359,8 @@ class TierManager:
         skipped). Each queued chunk goes into DDR when it fits there, else below; one the
         worker finds whole in Redis (stored by another instance or an earlier run; one look
         per PROBE_CHUNKS chunks, each at most lookup_timeout_s, on the worker; not with
-        write_through) is not
-        written below again, and gets the TTL a send would have given it.
+        write_through) is not written below again, and gets the TTL a send would have
+        given it. A chunk whose parent is in no tier is not placed (counted as rejected).
         A ttl moves the expiry of chunks already stored, in every tier (their data is not
         written again; see EXPIRY_SLACK). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
