@@ -1070,6 +1070,26 @@ def test_a_long_store_asks_redis_about_its_chunks_a_few_at_a_time(redis_server, 
         assert b.lookup(toks).tiers == ["ddr"] * 16
 
 
+def test_a_pinned_chunk_redis_holds_is_kept_on_ssd_when_ddr_cannot_hold_it(tmp_path, redis_server, kv):
+    """A pinned chunk is kept here: in DDR, else on SSD, where a pin keeps it from eviction.
+    One that Redis held and that would not fit in DDR was skipped (the store's look for
+    chunks Redis holds), so it stayed only in Redis, which may evict it and is slower to
+    read. It is written to SSD again, as before that look skipped pinned chunks too."""
+    toks = tokens_for(512, 80)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
+        a.store(toks, kv[:, :, :512])
+        assert a.flush(30)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, remote_url=redis_server.url,
+                     remote=rc, namespace=NS) as b:
+        b.pin(toks[:256])
+        assert b.store(toks, kv[:, :, :512]) == 2
+        assert b.flush(30)
+        assert b.lookup(toks).tiers == ["ssd", "remote"]  # the unpinned chunk stays in Redis only
+        out = torch.zeros_like(kv[:, :, :512])
+        assert b.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+
+
 def damage_redis_copy(tm, toks, other, how, url):
     """Damages the Redis value of toks' first chunk: a part deleted or cut short, another
     chunk's value (other's) in its place, or one byte of its body changed."""

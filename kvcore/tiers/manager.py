@@ -359,8 +359,9 @@ class TierManager:
         skipped). Each queued chunk goes into DDR when it fits there, else below; one the
         worker finds whole in Redis (stored by another instance or an earlier run; one look
         per PROBE_CHUNKS chunks, each at most lookup_timeout_s, on the worker; not with
-        write_through) is not written below again, and gets the TTL a send would have
-        given it. A chunk whose parent is in no tier is not placed (counted as rejected).
+        write_through) is not written below again (a pinned one is, to SSD, when DDR cannot
+        hold it), and gets the TTL a send would have given it. A chunk whose parent is in
+        no tier is not placed (counted as rejected).
         A ttl moves the expiry of chunks already stored, in every tier (their data is not
         written again; see EXPIRY_SLACK). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
@@ -544,12 +545,14 @@ class TierManager:
                 return
             # A chunk Redis holds whole goes into DDR as any stored chunk does, but is not
             # written below again; one that would only go below is not even encoded. (A ttl
-            # reaches its Redis copy through _job_expire.)
+            # reaches its Redis copy through _job_expire.) A pinned one is kept here: on SSD
+            # when DDR cannot hold it, where the pin keeps it (_ssd_evictable).
             held = probe is not None and probe.held(self.remote, self._ns_tag, ck.digest)
-            if held and self._expected_below(part):
+            remote_only = held and not (self.ssd is not None and self._pinned(ck.digest))
+            if remote_only and self._expected_below(part):
                 return
             handed_off = (self._stream_store(ck, part, expires, t0)
-                          or self._encode_store(ck, part, expires, t0, below=not held))
+                          or self._encode_store(ck, part, expires, t0, below=not remote_only))
         finally:
             if not handed_off:
                 with self._lock:
