@@ -673,6 +673,45 @@ def test_a_chunk_whose_prefix_was_lost_takes_no_ddr_room_without_tiers_below(kv)
         assert tm.status()["tiers"]["ddr"]["rejected"] == 2
 
 
+def test_a_chunk_whose_parent_is_rejected_on_a_busy_writer_thread_takes_no_ddr_room(kv):
+    """Without SSD or Redis, a parent that did not fit in DDR was handed to the writer thread
+    (to be written below: nowhere) and stayed queued until it got there; its child, placed
+    meanwhile, took it for placed and went into DDR, where no lookup reaches it. The parent
+    is now rejected on the worker, before its child is placed."""
+    toks = tokens_for(320, 72)  # a full chunk, then a 64-token one
+    with TierManager(ddr_bytes=blob_size(kv) // 2, allocator="bytes", namespace=NS) as tm:
+        busy = threading.Event()
+        tm._writer.submit(busy.wait, 30)  # the writer thread is busy (e.g. a flush's drain)
+        try:
+            assert tm.store(toks, kv[:, :, :320]) == 2
+            wait_until(lambda: tm._queue.unfinished_tasks == 0)  # both placed (or not) by the worker
+        finally:
+            busy.set()
+        assert tm.flush(30)
+        assert tm.lookup(toks).tokens == 0
+        assert len(tm.ddr) == 0 and tm.ddr.allocator.used_bytes == 0
+        assert tm.status()["tiers"]["ddr"]["rejected"] == 2
+
+
+@pytest.mark.parametrize("ddr_bytes", [0, "one short chunk"])
+def test_a_chunk_whose_parent_fits_in_no_tier_is_not_placed_with_ssd(tmp_path, kv, ddr_bytes):
+    """With SSD (or Redis) configured, a chunk whose parent's store ended placed nowhere (it
+    fit in no tier) was still placed, in DDR or on SSD, where no prefix lookup reaches it.
+    The worker and the writer thread now skip it (rejected), as they do without tiers below."""
+    toks = tokens_for(320, 79)  # a full chunk, then a 64-token one: only the short one fits
+    small = blob_size(kv) // 2
+    with TierManager(ddr_bytes=0 if ddr_bytes == 0 else small, allocator="bytes", ssd_dir=str(tmp_path),
+                     ssd_bytes=small, namespace=NS) as tm:
+        busy = threading.Event()
+        tm._writer.submit(busy.wait, 30)  # the parent's write comes after the child is encoded
+        threading.Timer(0.3, busy.set).start()
+        assert tm.store(toks, kv[:, :, :320]) == 2
+        assert tm.flush(30)
+        assert tm.lookup(toks).tokens == 0
+        assert len(tm.ddr) == 0 and len(tm.ssd) == 0
+        assert tm.status()["tiers"]["ddr"]["rejected"] == 2
+
+
 @pytest.mark.parametrize("again", [False, True])
 def test_a_sequence_loses_its_tail_first(kv, again):
     """A store added (or, stored again, touched) its chunks from chunk 0 on, so under LRU
@@ -1006,6 +1045,51 @@ def test_chunks_another_instance_put_in_redis_are_not_stored_again(redis_server,
         assert b.retrieve(toks, out) == 768 and same(out, kv[:, :, :768])
 
 
+def test_a_long_store_asks_redis_about_its_chunks_a_few_at_a_time(redis_server, kv, monkeypatch):
+    """The worker asked Redis about all of a store() call's chunks in one look, which grows
+    with the call (up to 16 KiB of each value) while its bound, lookup_timeout_s, does not:
+    a long store ran past it and opened the breaker. It now asks PROBE_CHUNKS at a time,
+    each look from the first chunk not yet asked about, and still finds them all."""
+    from kvcore.tiers import manager
+
+    monkeypatch.setattr(manager, "PROBE_CHUNKS", 5, raising=False)
+    toks = tokens_for(1024, 76)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS, chunk_tokens=64) as a:
+        assert a.store(toks, kv) == 16
+        assert a.flush(30)
+    with TierManager(ddr_bytes=64 << 20, remote_url=redis_server.url, remote=rc, namespace=NS,
+                     chunk_tokens=64) as b:
+        asked = []
+        holds_whole = b.remote.holds_whole
+        monkeypatch.setattr(b.remote, "holds_whole", lambda ns_tag, chunks: asked.append(len(chunks)) or
+                            holds_whole(ns_tag, chunks))
+        assert b.store(toks, kv) == 16
+        assert b.flush(30) and asked == [5, 5, 5, 1]
+        assert b.status()["tiers"]["remote"].get("stores", 0) == 0  # none sent again
+        assert b.lookup(toks).tiers == ["ddr"] * 16
+
+
+def test_a_pinned_chunk_redis_holds_is_kept_on_ssd_when_ddr_cannot_hold_it(tmp_path, redis_server, kv):
+    """A pinned chunk is kept here: in DDR, else on SSD, where a pin keeps it from eviction.
+    One that Redis held and that would not fit in DDR was skipped (the store's look for
+    chunks Redis holds), so it stayed only in Redis, which may evict it and is slower to
+    read. It is written to SSD again, as before that look skipped pinned chunks too."""
+    toks = tokens_for(512, 80)
+    rc = local_redis(part_bytes=1 << 19)
+    with TierManager(ddr_bytes=0, remote_url=redis_server.url, remote=rc, namespace=NS) as a:
+        a.store(toks, kv[:, :, :512])
+        assert a.flush(30)
+    with TierManager(ddr_bytes=0, ssd_dir=str(tmp_path), ssd_bytes=1 << 30, remote_url=redis_server.url,
+                     remote=rc, namespace=NS) as b:
+        b.pin(toks[:256])
+        assert b.store(toks, kv[:, :, :512]) == 2
+        assert b.flush(30)
+        assert b.lookup(toks).tiers == ["ssd", "remote"]  # the unpinned chunk stays in Redis only
+        out = torch.zeros_like(kv[:, :, :512])
+        assert b.retrieve(toks, out) == 512 and same(out, kv[:, :, :512])
+
+
 def damage_redis_copy(tm, toks, other, how, url):
     """Damages the Redis value of toks' first chunk: a part deleted or cut short, another
     chunk's value (other's) in its place, or one byte of its body changed."""
@@ -1231,6 +1315,68 @@ def test_an_expiry_set_while_a_chunk_is_demoted_to_redis_reaches_its_redis_copy(
             persisting.join(30)
         assert tm.lookup(first).tiers == ["remote"]
         assert within(600, redis_pttls(tm, first, redis_server.url))
+
+
+@pytest.mark.parametrize("below", ["ssd", "remote"])
+@pytest.mark.parametrize("how", ["set_ttl", "evict"])
+def test_a_ddr_victim_being_demoted_takes_a_set_ttl_or_an_evict_made_meanwhile(tmp_path, redis_server, kv,
+                                                                                 monkeypatch, below, how):
+    """A DDR victim's write below (the worker, making room for another thread's store) read
+    the chunk's expiry before it began: a set_ttl() whose flush had run before that store was
+    queued gave the chunk its new expiry while the copy below did not exist yet (an SSD file
+    not yet renamed, a Redis value not yet there), and the copy landed with the old one; an
+    evict(tokens) then deleted the copies below before it landed, and the copy brought the
+    chunk back. The demotion now gives the landed copy the new expiry, or deletes it."""
+    first, second = tokens_for(256, 77), tokens_for(256, 78)
+    one = int(blob_size(kv) * 1.5)
+    tiers = (dict(ssd_dir=str(tmp_path), ssd_bytes=1 << 30) if below == "ssd"
+             else dict(remote_url=redis_server.url, remote=local_redis()))
+    with TierManager(ddr_bytes=one, allocator="bytes", namespace=NS, promote_on_hit=False, **tiers) as tm:
+        tm.store(first, kv[:, :, :256], ttl=60)
+        assert tm.flush(30) and tm.lookup(first).tiers == ["ddr"]
+        victim = tm.keys(first)[0].digest
+        entered, release, flushed, go = (threading.Event() for _ in range(4))
+
+        def gated(write):
+            def write_gated(*args, **kwargs):
+                if args[1 if below == "remote" else 0] == victim:
+                    entered.set()
+                    assert release.wait(30)
+                return write(*args, **kwargs)
+            return write_gated
+
+        tier, name = (tm.ssd, "write") if below == "ssd" else (tm.remote, "put")
+        monkeypatch.setattr(tier, name, gated(getattr(tier, name)))
+        flush_open = tm._flush_open
+
+        def flush_then_wait():  # the caller's flush has run: the store below is queued after it
+            flush_open()
+            flushed.set()
+            assert go.wait(30)
+
+        monkeypatch.setattr(tm, "_flush_open", flush_then_wait)
+        caller = threading.Thread(target=tm.set_ttl if how == "set_ttl" else tm.evict,
+                                  args=(first, 600) if how == "set_ttl" else (first,))
+        caller.start()
+        try:
+            assert flushed.wait(30)
+            tm.store(second, kv[:, :, 256:512])  # first is DDR's victim: written below
+            assert entered.wait(30)
+            go.set()
+            caller.join(30)
+        finally:
+            go.set()
+            release.set()
+        assert not caller.is_alive() and tm.flush(30)
+        if how == "evict":
+            assert tm.lookup(first).tokens == 0
+            assert not (tm.ssd.contains(victim) if below == "ssd" else tm.remote.exists_many(tm._ns_tag, [victim])[0])
+        elif below == "ssd":
+            assert tm.lookup(first).tiers == ["ssd"]
+            assert 590_000 < tm.ssd.entry(victim).expires_ms - time.time() * 1000 <= 600_000
+        else:
+            assert tm.lookup(first).tiers == ["remote"]
+            assert within(600, redis_pttls(tm, first, redis_server.url))
 
 
 def test_ssd_victims_of_a_smaller_reopen_are_demoted_to_redis(tmp_path, redis_server, kv):

@@ -286,6 +286,23 @@ def test_a_file_without_a_parent_attribute_is_read_as_before(tmp_path, chunks):
     assert again.entry(keys[1].digest).parent is None and bytes(again.read(keys[1].digest)) == blobs[1]
 
 
+@pytest.mark.parametrize("claim", ["itself", "its child"])
+def test_a_parent_attribute_that_makes_a_loop_is_ignored(tmp_path, chunks, claim):
+    """A file's parent attribute was trusted as it was read: one naming the file's own key
+    (or a chunk that extends it, a loop of two) made it a chunk that a held chunk extends,
+    so it was never a victim (nor its prefix): a file the tier could not evict, however
+    full. A parent that is the chunk itself, or starts no earlier, is now ignored."""
+    kv, keys, blobs = chunks
+    t = SSDTier(tmp_path, 1 << 30)
+    _write_sequence(t, keys[:2], blobs[:2], streamed=False)
+    paths = [t.entry(k.digest).path for k in keys[:2]]
+    t.close()
+    # damaged attributes: chunk 1 claims itself as its parent, or chunk 0 claims chunk 1
+    os.setxattr(paths[1 if claim == "itself" else 0], "user.kvcore.parent", keys[1].digest)
+    small = SSDTier(tmp_path, 10)  # a reopen with room for no file: every one must go
+    assert small.used_bytes == 0 and not any(small.contains(k.digest) for k in keys[:2])
+
+
 @pytest.mark.parametrize("how", ["remove", "clear"])
 def test_a_victim_removed_while_it_is_demoted_is_gone(tmp_path, chunks, how):
     """remove() (and clear()) of a chunk being demoted (on_evict still running) returned

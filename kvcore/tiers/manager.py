@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
@@ -166,6 +167,10 @@ def _ttl_left(expires: float) -> Optional[float]:
 EXPIRY_SLACK = 0.01
 
 
+# Keys of chunks whose store ended placed in no tier, remembered (the latest ones) so that
+# a chunk that extends one is not placed either (TierManager._prefix_lost).
+UNPLACED_KEPT = 4096
+
 # Settings entries (TTL, pin, priority) kept beyond twice the chunks held before
 # _prune_meta looks for ones to drop.
 META_SLACK = 1024
@@ -199,22 +204,37 @@ def _check_raw_out(data: torch.Tensor, out: torch.Tensor) -> None:
         raise InvalidArgumentError(f"out dtype {out.dtype} differs from the stored {data.dtype}")
 
 
+# Chunks of one store() call the worker asks Redis about at once (RemoteTier.holds_whole reads
+# up to 16 KiB of each, and the length of each part): a look bounded in size, each within
+# lookup_timeout_s. One look for all of a long store's chunks ran past that bound (1,024 held
+# chunks took about 0.4 s on a local server, docs/TIERS.md) and so opened the breaker.
+PROBE_CHUNKS = 64
+
+
 class _RemoteProbe:
     """Which queued chunks of one store() call Redis holds already, whole (another instance
-    or an earlier run stored them). Asked once, by the worker's first store job of the call:
-    RemoteTier.holds_whole (each value's header and part lengths, not its body), bounded by
-    lookup_timeout_s; a slow or unreachable server holds none (the chunks are stored as
-    usual). Used on the worker thread only."""
+    or an earlier run stored them). Asked by the worker's store jobs, PROBE_CHUNKS chunks at
+    a time from the first one not yet asked about: RemoteTier.holds_whole (each value's
+    header and part lengths, not its body), bounded by lookup_timeout_s; a slow or
+    unreachable server holds none (the chunks are stored as usual). Used on the worker
+    thread only."""
 
     def __init__(self, chunks: list[ChunkKey]):
         self.chunks = chunks
-        self._held: Optional[set] = None
+        self._place = {ck.digest: i for i, ck in enumerate(chunks)}
+        self._asked = 0  # chunks[:_asked] have been asked about
+        self._held: set = set()
         self.found: list = []  # the keys held() answered True for: not sent again
 
     def held(self, remote: RemoteTier, ns_tag: str, key: bytes) -> bool:
-        if self._held is None:
-            claims = [(ck.digest, ck.index, ck.ntokens) for ck in self.chunks]
-            self._held = {ck.digest for ck, there in zip(self.chunks, remote.holds_whole(ns_tag, claims)) if there}
+        i = self._place.get(key)
+        if i is None:
+            return False
+        if i >= self._asked:  # (the jobs come in the call's order)
+            batch = self.chunks[i:i + PROBE_CHUNKS]
+            claims = [(ck.digest, ck.index, ck.ntokens) for ck in batch]
+            self._held.update(ck.digest for ck, there in zip(batch, remote.holds_whole(ns_tag, claims)) if there)
+            self._asked = i + len(batch)
         if key in self._held:
             self.found.append(key)
             return True
@@ -247,6 +267,7 @@ class TierManager:
         self._lock = threading.RLock()
         self._meta: dict[bytes, _Meta] = {}
         self._pending: dict[bytes, tuple] = {}  # key -> (ChunkKey, raw tensor)
+        self._unplaced: OrderedDict[bytes, None] = OrderedDict()  # see UNPLACED_KEPT
         self._bw = dict(_DEFAULT_BW)
         if config.codec == "raw" or self.codec.code == 0:
             self._bw["decode"] = 5e9
@@ -337,8 +358,10 @@ class TierManager:
         Returns the number of chunks queued (chunks already in DDR, queued or on SSD are
         skipped). Each queued chunk goes into DDR when it fits there, else below; one the
         worker finds whole in Redis (stored by another instance or an earlier run; one look
-        per call, at most lookup_timeout_s, on the worker; not with write_through) is not
-        written below again, and gets the TTL a send would have given it.
+        per PROBE_CHUNKS chunks, each at most lookup_timeout_s, on the worker; not with
+        write_through) is not written below again (a pinned one is, to SSD, when DDR cannot
+        hold it), and gets the TTL a send would have given it. A chunk whose parent is in
+        no tier is not placed (counted as rejected).
         A ttl moves the expiry of chunks already stored, in every tier (their data is not
         written again; see EXPIRY_SLACK). Returns
         as soon as they are queued; blocks only while the bounded queue is full. With
@@ -380,6 +403,7 @@ class TierManager:
                     continue
                 self._store_ttl(ck.digest, expires)  # again with _pending: _prune_meta may have run meanwhile
                 self._pending[ck.digest] = (ck, part)
+                self._unplaced.pop(ck.digest, None)  # its fate is to be decided again
             self._put(("store", ck, part, expires, probe))
             queued += 1
         if retimed or probe is not None:  # after the stores: their writes land first
@@ -514,32 +538,61 @@ class TierManager:
         handed_off = False
         try:
             if self._expired(ck.digest):  # expired while queued
+                self._note_unplaced(ck.digest)
                 return
             if self._prefix_lost(ck):
-                self.metrics.inc("ddr", "rejected")
+                self._rejected(ck.digest)
                 return
             # A chunk Redis holds whole goes into DDR as any stored chunk does, but is not
             # written below again; one that would only go below is not even encoded. (A ttl
-            # reaches its Redis copy through _job_expire.)
+            # reaches its Redis copy through _job_expire.) A pinned one is kept here: on SSD
+            # when DDR cannot hold it, where the pin keeps it (_ssd_evictable).
             held = probe is not None and probe.held(self.remote, self._ns_tag, ck.digest)
-            if held and self._expected_below(part):
+            remote_only = held and not (self.ssd is not None and self._pinned(ck.digest))
+            if remote_only and self._expected_below(part):
                 return
             handed_off = (self._stream_store(ck, part, expires, t0)
-                          or self._encode_store(ck, part, expires, t0, below=not held))
+                          or self._encode_store(ck, part, expires, t0, below=not remote_only))
         finally:
             if not handed_off:
                 with self._lock:
                     self._pending.pop(ck.digest, None)
 
     def _prefix_lost(self, ck: ChunkKey) -> bool:
-        """Whether ck could only go into DDR (no tier below) while its parent is in neither
-        DDR nor the store queue (it did not fit, or expired while queued): a prefix lookup
-        stops at the parent, so ck would hold DDR room that no lookup reaches. (The queue
-        is FIFO: a parent queued before ck has been placed or dropped by now.)"""
-        if self.ssd is not None or self.remote is not None or ck.parent is None:
+        """Whether ck's parent is in no tier, so that a prefix lookup, which stops at the
+        parent, would never reach ck: ck would hold room for nothing. The parent is in
+        neither DDR, the store queue nor SSD, and either there is no tier below or its own
+        store ended placed nowhere (it did not fit, or expired while queued: _unplaced).
+        Asked by the worker before ck is placed (the queue is FIFO: a parent queued before
+        ck has been placed, handed to the writer thread or dropped by now), and by the
+        writer thread before ck is written below (its parent's write is done by then)."""
+        if ck.parent is None:
             return False
         with self._lock:
-            return ck.parent not in self.ddr and ck.parent not in self._pending
+            if ck.parent in self.ddr or ck.parent in self._pending:
+                return False
+            if self.ssd is None and self.remote is None:
+                return True
+            return ck.parent in self._unplaced and not (self.ssd is not None and ck.parent in self.ssd.index)
+
+    def _parent_being_written(self, ck: ChunkKey) -> bool:
+        """Whether ck's parent is still queued when ck's own job runs: the worker has handed
+        it to the writer thread (the queue is FIFO), where its write below may yet fail."""
+        with self._lock:
+            return ck.parent is not None and ck.parent in self._pending
+
+    def _note_unplaced(self, key: bytes) -> None:
+        """key's store ended placed in no tier (see UNPLACED_KEPT)."""
+        with self._lock:
+            self._unplaced[key] = None
+            self._unplaced.move_to_end(key)
+            if len(self._unplaced) > UNPLACED_KEPT:
+                self._unplaced.popitem(last=False)
+
+    def _rejected(self, key: bytes) -> None:
+        """A queued chunk placed nowhere: it did not fit, or its prefix is in no tier."""
+        self.metrics.inc("ddr", "rejected")
+        self._note_unplaced(key)
 
     def _job_expire(self, retimed: list, probe: Optional["_RemoteProbe"], expires: float) -> None:
         """A store's expiry for its chunks stored already under another one (retimed) and
@@ -582,7 +635,8 @@ class TierManager:
     def _encode_store(self, ck: ChunkKey, part: torch.Tensor, expires: float, t0: float, *,
                       below: bool = True) -> bool:
         """Encodes into DDR (or a staging buffer when it does not fit there, then written
-        below unless below is False). True when the blob was handed to the writer thread."""
+        below unless below is False; rejected when there is no tier below). True when the
+        blob was handed to the writer thread."""
         holder: dict = {}
         try:
             view = encode_chunk(part, self.codec, key=ck.digest, index=ck.index,
@@ -594,7 +648,19 @@ class TierManager:
             raise
         self._note_encoded(ck, part.numel() * part.element_size(), view.nbytes, t0)
         block = holder.get("block")
-        if block is None and not below:
+        if block is not None and self._parent_being_written(ck):
+            self._drain_writer()  # the parent's write below lands, or fails, first
+            if self._prefix_lost(ck):
+                block.free()
+                self._rejected(ck.digest)
+                return False
+        if block is None and not below:  # Redis holds it whole
+            self._scratch.put(view.obj)
+            return False
+        if block is None and self.ssd is None and self.remote is None:
+            # Nowhere to go: rejected here, not on the writer thread, where it would stay
+            # queued meanwhile and its child's _prefix_lost would take it for placed.
+            self._rejected(ck.digest)
             self._scratch.put(view.obj)
             return False
         with self._lock:
@@ -662,13 +728,17 @@ class TierManager:
         """Writer thread: makes a streamed SSD write durable (else sends the blob to remote)."""
         lent = False
         try:
-            placed = sw.commit(total)
-            if not placed and self.remote is not None:
-                ttl = _ttl_left(expires)
-                lent = True  # (a remote send that timed out may still read it)
-                placed = self.remote.put(self._ns_tag, ck.digest, memoryview(buf)[:total], ttl_s=ttl)
+            if self._prefix_lost(ck):
+                sw.abort()
+                placed = False
+            else:
+                placed = sw.commit(total)
+                if not placed and self.remote is not None:
+                    ttl = _ttl_left(expires)
+                    lent = True  # (a remote send that timed out may still read it)
+                    placed = self.remote.put(self._ns_tag, ck.digest, memoryview(buf)[:total], ttl_s=ttl)
             if not placed:
-                self.metrics.inc("ddr", "rejected")
+                self._rejected(ck.digest)
         except Exception:
             log.exception("kvcore tier writer failed")
             self.metrics.inc("manager", "errors")
@@ -697,9 +767,13 @@ class TierManager:
     def _write_job(self, ck: ChunkKey, view, expires: float, staged: bool, entry) -> None:
         still_read = True
         try:
+            if staged and self._prefix_lost(ck):
+                self._rejected(ck.digest)
+                still_read = False
+                return
             placed, still_read = self._write_below(ck, view, expires, both=self.config.write_through)
             if staged and not placed:
-                self.metrics.inc("ddr", "rejected")
+                self._rejected(ck.digest)
         except Exception:
             log.exception("kvcore tier writer failed")
             self.metrics.inc("manager", "errors")
@@ -815,7 +889,26 @@ class TierManager:
         h = BlobHeader.parse(entry.view)
         ck = ChunkKey(key, h.index, h.index * self.chunk_tokens, h.ntokens, self.ddr_policy.parent_of(key))
         m = self._meta.get(key)
-        self._write_below(ck, entry.view, m.expires if m else 0.0)
+        sent = m.expires if m else 0.0
+        self._write_below(ck, entry.view, sent)
+        self._settle_demoted(key, entry, sent)
+
+    def _settle_demoted(self, key: bytes, entry, sent: float) -> None:
+        """After a DDR victim's copy below has landed (written with the expiry sent): a
+        caller that removed the chunk meanwhile (evict(tokens), clear(), an expiry) deleted
+        its copies below before this one landed, and one that gave it another expiry
+        (set_ttl) found no copy to give it to: the copy is deleted, or takes that expiry.
+        One such change made after this look reaches the copy itself."""
+        with self._lock:
+            removed = self.ddr.get(key) is not entry
+            m = self._meta.get(key)
+        if removed:
+            if self.ssd is not None:
+                self.ssd.remove(key)
+            if self.remote is not None:
+                self.remote.delete(self._ns_tag, [key])
+        elif (m.expires if m else 0.0) != sent:
+            self._set_expiry_below([key], m.expires if m else 0.0)
 
     def _write_below(self, ck: ChunkKey, view, expires: float, *, both: bool = False) -> tuple[bool, bool]:
         """Writes a blob to SSD (else remote; both when asked). Returns (it landed somewhere,

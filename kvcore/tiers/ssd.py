@@ -285,7 +285,7 @@ class SSDTier:
     def _entry_of(self, r: Record) -> SSDEntry:
         """The entry of the file another owner's ADD record names, its parent read from it."""
         e = self._entry(r.key, r.ns_tag, r.size, r.start, r.ntokens, r.expires_ms)
-        e.parent = _parent_of_file(e.path)
+        e.parent = _parent_of_file(e.path, r.key, r.start)
         return e
 
     def _index_put(self, key: bytes, e: SSDEntry) -> None:
@@ -381,7 +381,7 @@ class SSDTier:
                         _unlink(f)
                         continue
                     key, start, ntokens, expires_ms = name
-                    e = SSDEntry(f, st.st_size, nsdir.name, start, ntokens, expires_ms, _parent_of_file(f))
+                    e = SSDEntry(f, st.st_size, nsdir.name, start, ntokens, expires_ms, _parent_of_file(f, key, start))
                     if e.expired(now_ms):
                         _unlink(f)
                         continue
@@ -854,14 +854,16 @@ def _mark_parent(fd: int, parent: Optional[bytes]) -> None:
         pass
 
 
-def _parent_of_file(path: Path) -> Optional[bytes]:
-    """The parent recorded in a chunk file (PARENT_XATTR), or None: none recorded, the file
-    is gone, or the value is no key."""
+def _parent_of_file(path: Path, key: bytes, start: int) -> Optional[bytes]:
+    """The parent recorded in key's chunk file (PARENT_XATTR), which starts at token start,
+    or None: none recorded, the file is gone, or the value can be no parent of it (no key;
+    key itself, or a parent of chunk 0: a damaged value that would make a loop of chunks
+    that each extend another, none of them ever a victim)."""
     try:
         parent = os.getxattr(path, PARENT_XATTR)
     except (OSError, AttributeError):
         return None
-    return parent if len(parent) == 16 else None
+    return parent if len(parent) == 16 and parent != key and start > 0 else None
 
 
 def _file_name(key: bytes, start: int, ntokens: int, expires_ms: int) -> str:
