@@ -2022,3 +2022,26 @@ def test_a_close_that_runs_out_of_time_releases_a_queued_write(tmp_path, kv):
     assert not tm._pending and tm.ddr.get(key).readers == 0
     assert tm._writes.acquire(blocking=False) and tm._writes.acquire(blocking=False)
     assert not list((tmp_path / "kvcore-v1" / "owners").iterdir())
+
+
+def test_write_through_chunks_do_not_wait_for_their_parents_write_below(tmp_path, kv):
+    """With write_through every chunk is placed in DDR and handed to the writer thread, so
+    each is still queued when the next one's job runs; a chunk whose parent is in DDR is
+    placed whatever the parent's write below does, and must not wait for the writer (that
+    would serialise encoding and writing, the pipeline write_through relies on)."""
+    toks = tokens_for(1024, 81)
+    with TierManager(ddr_bytes=64 << 20, allocator="bytes", ssd_dir=str(tmp_path), ssd_bytes=64 << 20,
+                     write_through=True, namespace=NS) as tm:
+        drains = []
+        drain = tm._drain_writer
+        tm._drain_writer = lambda *a, **k: (drains.append(threading.current_thread().name), drain(*a, **k))[1]
+        busy = threading.Event()
+        tm._writer.submit(busy.wait, 30)  # every write below waits: the parents stay queued
+        try:
+            assert tm.store(toks, kv[:, :, :1024]) == 4
+            wait_until(lambda: len(tm.ddr) == 4)  # all four placed while no write below ran
+            assert drains == []
+        finally:
+            busy.set()
+        assert tm.flush(30)
+        assert tm.lookup(toks).tokens == 1024 and len(tm.ssd) == 4

@@ -576,10 +576,12 @@ class TierManager:
             return ck.parent in self._unplaced and not (self.ssd is not None and ck.parent in self.ssd.index)
 
     def _parent_being_written(self, ck: ChunkKey) -> bool:
-        """Whether ck's parent is still queued when ck's own job runs: the worker has handed
-        it to the writer thread (the queue is FIFO), where its write below may yet fail."""
+        """Whether ck's parent, not in DDR, is still queued when ck's own job runs: the worker
+        has handed it to the writer thread (the queue is FIFO), where its write below may yet
+        fail. (A write-through parent is in DDR too: placed, whatever its write below does,
+        so its child does not wait for the writer.)"""
         with self._lock:
-            return ck.parent is not None and ck.parent in self._pending
+            return ck.parent is not None and ck.parent in self._pending and ck.parent not in self.ddr
 
     def _note_unplaced(self, key: bytes) -> None:
         """key's store ended placed in no tier (see UNPLACED_KEPT)."""
