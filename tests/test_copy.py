@@ -124,6 +124,21 @@ def test_pinned_buffer_cannot_be_freed_while_a_copy_uses_it():
     buf.free()
 
 
+@pytest.mark.parametrize("call", ["copy_async", "copy_many"])
+def test_a_pinned_buffer_is_free_once_done_says_the_copy_finished(call):
+    """done() answered True while the Future still held its buffers' exports until wait(),
+    result() or kvcore's notifier let go of them: a free() right after it was refused."""
+    pool = make_pool(64 * MiB, huge_pages=False)
+    src = np.ones(8 * MiB, np.uint8)
+    for _ in range(20):
+        buf = pool.alloc(src.nbytes)
+        fut = kvcore.copy_async(buf, src) if call == "copy_async" else kvcore.copy_many([(buf, src)])
+        while not fut.done():
+            pass
+        buf.free()  # refused before: an export still held
+        fut.result()
+
+
 def test_a_freed_pinned_buffer_is_an_invalid_argument_everywhere():
     """Each operation raised Python's BufferError (from memoryview()) for a freed PinnedBuffer."""
     pool = make_pool(MiB, huge_pages=False)

@@ -391,7 +391,12 @@ class Future:
         forked child, when it will not run any more (result() raises ForkedOperationError)."""
         if self._left_in_parent():
             return True
-        return all(p.done() for p in self._parts)
+        if not all(p.done() for p in self._parts):
+            return False
+        # Its buffers are free to use once it says so (a PinnedBuffer to free), not only
+        # after wait() or kvcore's notifier let go of them (held for good after a timeout).
+        self._release_buffers()
+        return True
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Blocks up to ``timeout`` seconds (None: until done); True if it finished.
