@@ -282,13 +282,7 @@ class RemoteTier:
                 pipe.exists(self._key(ns_tag, k, 0))
             return [bool(x) for x in pipe.execute()]
 
-        try:
-            return self._run(op, self.config.lookup_timeout_s)
-        except _Skipped:
-            self.metrics.inc(self.name, "skipped")
-        except self._errors:
-            pass
-        return [False] * len(keys)
+        return self._look(op, len(keys))
 
     def holds_whole(self, ns_tag: str, chunks: Sequence[tuple[bytes, int, int]]) -> list[bool]:
         """Which chunks, given as (key, chunk index, token count), are stored whole: every part
@@ -321,13 +315,18 @@ class RemoteTier:
                 held[j] = held[j] and got == length
             return held
 
+        return self._look(op, len(chunks))
+
+    def _look(self, op: Callable[[], list[bool]], n: int) -> list[bool]:
+        """op's answers for n values, within lookup_timeout_s; all False when the server
+        does not give them (unreachable, slow, the breaker open)."""
         try:
             return self._run(op, self.config.lookup_timeout_s)
         except _Skipped:
             self.metrics.inc(self.name, "skipped")
         except self._errors:
             pass
-        return [False] * len(chunks)
+        return [False] * n
 
     def _answers(self, pipe) -> list:
         """A pipeline's replies; a key of another type answers WRONGTYPE (not one of ours,
