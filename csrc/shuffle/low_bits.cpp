@@ -72,6 +72,13 @@ inline void expand_group(uint8_t* plane, const uint8_t* packed, unsigned shift, 
 template <unsigned K, bool kHigh>
 void split_k(const uint8_t* src, size_t n, uint8_t* high, uint8_t* packed, unsigned from) {
     size_t i = 0;
+#if KVCORE_X86
+    if (cpu::active_isa() & cpu::kIsaAvx512) {
+        i = n / kGroup * kGroup;
+        detail::split_low_bits_groups_avx512(src, n / kGroup, K, from, kHigh ? high : nullptr, packed);
+        packed += 8 * K * (n / kGroup);
+    }
+#endif  // KVCORE_X86
     for (; i + kGroup <= n; i += kGroup, packed += 8 * K)
         split_group<K, kHigh>(src + i, kHigh ? high + i : nullptr, packed, from);
     if (i < n) {  // the last group, padded with zero bytes

@@ -43,6 +43,10 @@ bool join_low_bits(uint8_t* plane, size_t n, unsigned k, const uint8_t* packed);
 bool expand_low_bits(const uint8_t* packed, size_t n, unsigned k, unsigned shift, uint8_t base, uint8_t* plane);
 
 namespace detail {
+// The AVX-512 split (high may be null: pack_bits) of whole groups of 64 elements;
+// the same contract as split_low_bits / pack_bits for n = 64 * groups.
+void split_low_bits_groups_avx512(const uint8_t* src, size_t groups, unsigned k, unsigned from, uint8_t* high,
+                                  uint8_t* packed);
 // The AVX-512 join (low_bits_avx512.cpp) of whole groups of 64 elements; the
 // same contract as join_low_bits for n = 64 * groups.
 bool join_low_bits_groups_avx512(uint8_t* plane, size_t groups, unsigned k, const uint8_t* packed);

@@ -1,8 +1,10 @@
-// Low-bit join (low_bits.h), AVX-512 (F, BW): one 64-element group per
-// register. 64-bit lane p of the group holds elements 8p..8p+7; its low bits
+// Low-bit split and join (low_bits.h), AVX-512 (F, BW): one 64-element group
+// per register. 64-bit lane p of the group holds elements 8p..8p+7; its low bits
 // sit in packed word K p / 8 at bit K p % 8 (and spill into the next word), so
 // a lane's bits are two qword permutes of the group's K words, each shifted by
-// the lane's own count and masked per byte.
+// the lane's own count and masked per byte. The split runs the other way: each
+// lane's bits shifted into place, then gathered into the K words by permutes
+// (the lanes that share a word hold disjoint bits of it, so OR joins them).
 #include "common/arch.h"
 #if KVCORE_X86
 #include "common/avx512_target.h"
@@ -82,7 +84,80 @@ KV_AVX512 void expand_groups(uint8_t* plane, size_t groups, const uint8_t* packe
         _mm512_storeu_si512(plane + 64 * g, _mm512_or_si512(fill, _mm512_sll_epi16(low(packed, g), count)));
 }
 
+// Per-lane constants of the split for K: where lane p's low bits go. Its part in
+// word K p / 8 is (low << shift) & mask, its spill into the next word (low >>
+// spill_shift) & spill_mask (mask 0: none). Round r of the gather moves, into
+// word j, the r-th lane whose part goes there (from[r][j], where bit j of
+// take[r] is set); the spill round the one lane that spills into j.
+template <unsigned K>
+struct SplitLanes {
+    static constexpr unsigned kRounds = (8 + K - 1) / K + 1;  // lanes sharing a word, at most
+    uint64_t shift[8], mask[8], spill_shift[8], spill_mask[8];
+    uint64_t from[kRounds][8], spill_from[8];
+    uint8_t take[kRounds], spill_take;
+    unsigned rounds;
+    constexpr SplitLanes()
+        : shift(), mask(), spill_shift(), spill_mask(), from(), spill_from(), take(), spill_take(), rounds() {
+        unsigned count[8] = {};  // lanes given to each word so far
+        for (unsigned p = 0; p < 8; ++p) {
+            const unsigned j = K * p / 8, s = K * p % 8;
+            shift[p] = s;
+            mask[p] = bytes_of(0xFFu << s);
+            const unsigned r = count[j]++;
+            from[r][j] = p;
+            take[r] = uint8_t(take[r] | 1u << j);
+            if (r + 1 > rounds) rounds = r + 1;
+            if (s + K > 8) {
+                spill_shift[p] = 8 - s;
+                spill_mask[p] = bytes_of((1u << (s + K - 8)) - 1);
+                spill_from[j + 1] = p;
+                spill_take = uint8_t(spill_take | 1u << (j + 1));
+            }
+        }
+    }
+};
+
+// Whole groups: packed gets each group's K words; high (unless null) each byte >> K.
+// from: the lowest bit packed of each byte (0 for the split).
+template <unsigned K>
+KV_AVX512 void split_groups(const uint8_t* src, size_t groups, unsigned from, uint8_t* high, uint8_t* packed) {
+    static constexpr SplitLanes<K> L{};
+    const __m512i shift = load_lanes(L.shift), mask = load_lanes(L.mask);
+    const __m512i spill_shift = load_lanes(L.spill_shift), spill_mask = load_lanes(L.spill_mask);
+    const __m512i spill_from = load_lanes(L.spill_from);
+    __m512i round_from[SplitLanes<K>::kRounds];
+    for (unsigned r = 0; r < L.rounds; ++r) round_from[r] = load_lanes(L.from[r]);
+    const __m512i low_mask = _mm512_set1_epi8(char((1u << K) - 1));
+    const __m512i high_mask = _mm512_set1_epi8(char(0xFFu >> K));
+    const __m128i from_count = _mm_cvtsi32_si128(int(from));
+    const uint8_t words = uint8_t((1u << K) - 1);
+    for (size_t g = 0; g < groups; ++g) {
+        const __m512i x = _mm512_loadu_si512(src + 64 * g);
+        const __m512i low = _mm512_and_si512(_mm512_srl_epi64(x, from_count), low_mask);
+        const __m512i part = _mm512_and_si512(_mm512_sllv_epi64(low, shift), mask);
+        const __m512i spill = _mm512_and_si512(_mm512_srlv_epi64(low, spill_shift), spill_mask);
+        __m512i w = _mm512_maskz_permutexvar_epi64(L.spill_take, spill_from, spill);
+        for (unsigned r = 0; r < L.rounds; ++r)
+            w = _mm512_or_si512(w, _mm512_maskz_permutexvar_epi64(L.take[r], round_from[r], part));
+        _mm512_mask_storeu_epi64(packed + 8 * K * g, words, w);
+        if (high) _mm512_storeu_si512(high + 64 * g, _mm512_and_si512(_mm512_srli_epi64(x, K), high_mask));
+    }
+}
+
 }  // namespace
+
+void split_low_bits_groups_avx512(const uint8_t* src, size_t groups, unsigned k, unsigned from, uint8_t* high,
+                                  uint8_t* packed) {
+    switch (k) {
+        case 1: return split_groups<1>(src, groups, from, high, packed);
+        case 2: return split_groups<2>(src, groups, from, high, packed);
+        case 3: return split_groups<3>(src, groups, from, high, packed);
+        case 4: return split_groups<4>(src, groups, from, high, packed);
+        case 5: return split_groups<5>(src, groups, from, high, packed);
+        case 6: return split_groups<6>(src, groups, from, high, packed);
+        default: return split_groups<7>(src, groups, from, high, packed);
+    }
+}
 
 bool join_low_bits_groups_avx512(uint8_t* plane, size_t groups, unsigned k, const uint8_t* packed) {
     switch (k) {

@@ -221,3 +221,10 @@ static inline void _mm512_mask_cvtepi64_storeu_epi32(void* p, uint8_t mask, __m5
     narrowed_store<uint32_t>(p, mask, a);
 }
 #endif
+
+#ifndef _mm512_mask_storeu_epi64
+// (SIMDe lacks this masked store too.)
+static inline void _mm512_mask_storeu_epi64(void* p, uint8_t mask, __m512i a) {
+    narrowed_store<uint64_t>(p, mask, a);
+}
+#endif

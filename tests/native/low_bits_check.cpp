@@ -5,7 +5,7 @@
 // packed method's decoder, method 10) puts the same bits at any shift over any
 // base and refuses nonzero padding too. Every variant: the portable
 // one and the widest the CPU has (under ASan + UBSan, tests/test_low_bits.py), or
-// the AVX-512 join and expand compiled against emulated intrinsics (KVCORE_EMULATE_AVX512,
+// the AVX-512 split, pack, join and expand compiled against emulated intrinsics (KVCORE_EMULATE_AVX512,
 // test_shuffle_avx512_emulated.py). Usage: low_bits_check <seed>
 #include <cstdio>
 #include <cstdlib>
@@ -41,8 +41,26 @@ bool expand_avx512_direct(const uint8_t* packed, size_t n, unsigned k, unsigned 
     kvcore::cpu::set_disabled_isa(0);
     return tail;
 }
+// The split under test: the dispatcher, or the AVX-512 groups called directly (the last
+// partial group through the portable split); pack_bits likewise.
+void (*split_low_bits)(const uint8_t*, size_t, unsigned, uint8_t*, uint8_t*) = kvcore::shuffle::split_low_bits;
+void (*pack_bits)(const uint8_t*, size_t, unsigned, unsigned, uint8_t*) = kvcore::shuffle::pack_bits;
+
+void split_avx512_direct(const uint8_t* src, size_t n, unsigned k, uint8_t* high, uint8_t* packed) {
+    const size_t groups = n / 64;
+    kvcore::shuffle::detail::split_low_bits_groups_avx512(src, groups, k, 0, high, packed);
+    kvcore::cpu::set_disabled_isa(kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512);
+    kvcore::shuffle::split_low_bits(src + 64 * groups, n - 64 * groups, k, high + 64 * groups, packed + 8 * k * groups);
+    kvcore::cpu::set_disabled_isa(0);
+}
+void pack_avx512_direct(const uint8_t* src, size_t n, unsigned k, unsigned from, uint8_t* packed) {
+    const size_t groups = n / 64;
+    kvcore::shuffle::detail::split_low_bits_groups_avx512(src, groups, k, from, nullptr, packed);
+    kvcore::cpu::set_disabled_isa(kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512);
+    kvcore::shuffle::pack_bits(src + 64 * groups, n - 64 * groups, k, from, packed + 8 * k * groups);
+    kvcore::cpu::set_disabled_isa(0);
+}
 using kvcore::shuffle::low_bits_packed_size;
-using kvcore::shuffle::split_low_bits;
 
 int failures = 0;
 
@@ -78,6 +96,8 @@ int main(int argc, char** argv) {
 #ifdef KVCORE_EMULATE_AVX512
     join_low_bits = join_avx512_direct;
     expand_low_bits = expand_avx512_direct;
+    split_low_bits = split_avx512_direct;
+    pack_bits = pack_avx512_direct;
     const uint32_t masks[] = {0};
 #else
     const uint32_t masks[] = {kvcore::cpu::kIsaAvx2 | kvcore::cpu::kIsaAvx512, 0};  // portable, widest
@@ -121,7 +141,7 @@ int main(int argc, char** argv) {
                 {
                     std::vector<uint8_t> moved(n), alone(low_bits_packed_size(n, k) + 1, 0x5A);
                     for (size_t i = 0; i < n; ++i) moved[i] = static_cast<uint8_t>(src[i] >> to);
-                    kvcore::shuffle::pack_bits(src.data(), n, k, to, alone.data());
+                    pack_bits(src.data(), n, k, to, alone.data());
                     const std::vector<uint8_t> spec = spec_pack(moved, k);
                     bool packed_same = alone.back() == 0x5A;
                     for (size_t j = 0; j < spec.size(); ++j) packed_same = packed_same && alone[j] == spec[j];
