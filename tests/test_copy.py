@@ -216,6 +216,28 @@ class _TimedOutCopy:
         return self.timed_out
 
 
+def check_a_failed_copy_keeps_its_buffers_only_after_a_timeout(monkeypatch, timed_out, native, src, **kwargs):
+    """Runs copy_async(PinnedBuffer, src, **kwargs) with the native call `native` failing
+    (DeviceTimeoutError when timed_out, else BackendError), and checks that the Future
+    keeps both buffers after it exactly when the device timed out."""
+    from kvcore.mover import copy as mover_copy
+
+    pool = make_pool(MiB, huge_pages=False)
+    buf = pool.alloc(src.nbytes)
+    src_alive = weakref.ref(src)
+    monkeypatch.setattr(mover_copy._native, native, lambda *args: _TimedOutCopy(timed_out))
+    fut = kvcore.copy_async(buf, src, **kwargs)
+    del src
+    fut._part_finished()  # as kvcore's notifier does when the operation ends
+    with pytest.raises(kvcore.DeviceTimeoutError if timed_out else kvcore.BackendError):
+        fut.result()
+    del fut
+    gc.collect()
+    assert (buf.exports > 0, src_alive() is not None) == (timed_out, timed_out)
+    if not timed_out:
+        buf.free()
+
+
 @pytest.mark.parametrize("timed_out", [True, False])
 def test_a_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_out):
     """A DSA descriptor that timed out may still be run by the device, which then writes the
@@ -223,46 +245,16 @@ def test_a_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_ou
     other, so a PinnedBuffer could be freed and handed out again, and an array freed, while
     the device could still write it. A DeviceTimeoutError now keeps them for good; any
     other failure still lets them go."""
-    from kvcore.mover import copy as mover_copy
-
-    pool = make_pool(MiB, huge_pages=False)
-    buf = pool.alloc(512 * 1024)
-    src = torch.ones(512 * 1024, dtype=torch.uint8)
-    src_alive = weakref.ref(src)
-    monkeypatch.setattr(mover_copy._native, "mover_copy", lambda *args: _TimedOutCopy(timed_out))
-    fut = kvcore.copy_async(buf, src, engine="dsa")
-    del src
-    fut._part_finished()  # as kvcore's notifier does when the operation ends
-    with pytest.raises(kvcore.DeviceTimeoutError if timed_out else kvcore.BackendError):
-        fut.result()
-    del fut
-    gc.collect()
-    assert (buf.exports > 0, src_alive() is not None) == (timed_out, timed_out)
-    if not timed_out:
-        buf.free()
+    check_a_failed_copy_keeps_its_buffers_only_after_a_timeout(
+        monkeypatch, timed_out, "mover_copy", torch.ones(512 * 1024, dtype=torch.uint8), engine="dsa")
 
 
 @pytest.mark.parametrize("timed_out", [True, False])
 def test_a_started_fast_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch, timed_out):
     """The same for a copy copy_async's fast path started (engine="auto" may give it to DSA):
     a DeviceTimeoutError keeps its exports of both buffers for good."""
-    from kvcore.mover import copy as mover_copy
-
-    pool = make_pool(MiB, huge_pages=False)
-    buf = pool.alloc(512 * 1024)
-    src = np.ones(512 * 1024, np.uint8)
-    src_alive = weakref.ref(src)
-    monkeypatch.setattr(mover_copy._native, "mover_submit_pair", lambda *args: _TimedOutCopy(timed_out))
-    fut = kvcore.copy_async(buf, src)
-    del src
-    fut._part_finished()  # as kvcore's notifier does when the operation ends
-    with pytest.raises(kvcore.DeviceTimeoutError if timed_out else kvcore.BackendError):
-        fut.result()
-    del fut
-    gc.collect()
-    assert (buf.exports > 0, src_alive() is not None) == (timed_out, timed_out)
-    if not timed_out:
-        buf.free()
+    check_a_failed_copy_keeps_its_buffers_only_after_a_timeout(
+        monkeypatch, timed_out, "mover_submit_pair", np.ones(512 * 1024, np.uint8))
 
 
 def test_an_inline_copy_the_device_may_still_run_keeps_its_buffers(monkeypatch):
