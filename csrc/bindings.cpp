@@ -357,6 +357,10 @@ Status run_segments(Engine engine, const std::vector<kvcore::copy::Segment>& seg
 }
 
 // Runs the copies now (GIL released) or hands them to the mover's threads.
+// The largest host copy a caller waiting for it may run itself: about a millisecond of
+// memcpy, so a wait() with no time limit is not held much longer than the copy.
+constexpr size_t kHelpedCopyBytes = 8u << 20;
+
 py::object run_or_submit(Engine engine, std::vector<kvcore::copy::Segment> segs,
                          const kvcore::copy::CopyOptions& options, bool async) {
     if (!async) {
@@ -368,9 +372,14 @@ py::object run_or_submit(Engine engine, std::vector<kvcore::copy::Segment> segs,
         check(st);
         return py::none();
     }
+    size_t bytes = 0;
+    for (const auto& seg : segs) bytes += seg.size;
+    // A waiter may run a short CPU copy itself (Completion::run_here): DSA and CUDA
+    // work keeps to its dispatch thread, and a long copy to the mover's threads.
+    const bool helpable = engine == Engine::kCpu && bytes <= kHelpedCopyBytes;
     auto c = kvcore::mover::submit([engine, segs = std::move(segs), options](kvcore::mover::Completion&) {
         return run_segments(engine, segs, options);
-    });
+    }, helpable);
     return py::cast(c);
 }
 
@@ -1365,7 +1374,11 @@ PYBIND11_MODULE(_native, m) {
 
         py::class_<km::Completion, std::shared_ptr<km::Completion>>(m, "NativeFuture")
             .def("done", &km::Completion::done)
-            .def("wait", [](const km::Completion& c, double timeout_s) {
+            .def("wait", [](km::Completion& c, double timeout_s) {
+                if (timeout_s < 0) {  // no time limit: a short copy not yet taken runs here
+                    py::gil_scoped_release release;
+                    c.run_here();
+                }
                 Status st = wait_in_slices(timeout_s, [&](int64_t slice_ms) {
                     return c.wait(slice_ms) ? Status::ok() : make_status(Code::kTimeout, "");
                 });

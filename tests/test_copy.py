@@ -1098,3 +1098,21 @@ def test_features_report_copy_engines():
     f = kvcore.features()
     assert f["copy_engines"][0] == "cpu"
     assert isinstance(f["dsa"]["available"], bool) and "reason" in f["dsa"]
+
+
+def test_a_waiter_runs_a_short_host_copy_the_dispatch_threads_have_not_taken():
+    """A started host copy waited on its turn behind every operation queued before it on the
+    mover's dispatch threads (and for a thread's wake-up), while its caller sat in result().
+    A caller that waits with no time limit now runs a short CPU copy itself when no
+    dispatch thread has taken it yet; operations queued before it keep running."""
+    x = torch.randn(8 << 20).to(torch.bfloat16)  # 16 MiB: each compression keeps a dispatch thread busy
+    busy = [kvcore.compress_async(x, threads=1) for _ in range(4 * _native.mover_dispatch_threads())]
+    src = rand_bytes(1 * MiB, 3)
+    dst = np.zeros_like(src)
+    kvcore.copy_async(dst, src, threads=1).result()
+    still_queued = sum(not f.done() for f in busy)
+    for f in busy:
+        f.result()
+    assert np.array_equal(dst, src)
+    # Behind them it would have run once all but the last few had finished.
+    assert still_queued > _native.mover_dispatch_threads()

@@ -107,20 +107,44 @@ void Completion::notify_with(uint64_t token) {
     if (now) push_token(token);
 }
 
-std::shared_ptr<Completion> submit(Task task) {
-    auto completion = std::make_shared<Completion>();
-    dispatcher().submit([completion, task = std::move(task)] {
+// A queued operation: run once, by a dispatch thread or by a waiter (run_here),
+// whichever claims it first.
+struct QueuedTask {
+    Task task;
+    std::atomic<bool> claimed{false};
+
+    void run(Completion& completion) {
+        if (claimed.exchange(true, std::memory_order_acq_rel)) return;
         Status st;
         try {
-            st = task(*completion);
+            st = task(completion);
         } catch (const std::bad_alloc&) {
             st = make_status(Code::kOutOfMemory, "out of memory in an asynchronous operation");
         } catch (const std::exception& e) {
             st = make_status(Code::kBackendError, std::string("asynchronous operation failed: ") + e.what());
         }
-        completion->finish(std::move(st));
-    });
+        task = nullptr;  // what it holds goes now, not when the last reference does
+        completion.finish(std::move(st));
+    }
+};
+
+std::shared_ptr<Completion> submit_task(std::shared_ptr<QueuedTask> queued, bool helpable) {
+    auto completion = std::make_shared<Completion>();
+    if (helpable) completion->help_ = queued;
+    dispatcher().submit([completion, queued] { queued->run(*completion); });
     return completion;
+}
+
+std::shared_ptr<Completion> submit(Task task, bool helpable) {
+    auto queued = std::make_shared<QueuedTask>();
+    queued->task = std::move(task);
+    return submit_task(std::move(queued), helpable);
+}
+
+bool Completion::run_here() {
+    if (!help_ || done() || help_->claimed.load(std::memory_order_acquire)) return false;
+    help_->run(*this);
+    return done();
 }
 
 std::vector<uint64_t> poll_notifications(int64_t timeout_ms) {

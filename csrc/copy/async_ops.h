@@ -21,9 +21,16 @@
 
 namespace kvcore::mover {
 
+struct QueuedTask;
+
 class Completion {
 public:
     void finish(Status status);
+    // Runs the operation on the calling thread when it was submitted to be helped
+    // (submit's helpable) and no dispatch thread has taken it yet; true when it did.
+    // A caller about to wait for it saves the dispatch thread's wake-up (tens of
+    // microseconds on a busy host: more than a small copy takes).
+    bool run_here();
     bool done() const;
     // Waits up to timeout_ms (< 0: no limit); true if the operation finished.
     bool wait(int64_t timeout_ms) const;
@@ -53,12 +60,16 @@ private:
     Status status_;
     std::vector<uint8_t> payload_;
     uint64_t result_size_ = 0;  // written by the task before finish() takes the mutex
+    std::shared_ptr<QueuedTask> help_;  // set by submit for a helpable task
+    friend std::shared_ptr<Completion> submit_task(std::shared_ptr<QueuedTask>, bool);
 };
 
 using Task = std::function<Status(Completion&)>;
 
-// Queues a task on the dispatch threads.
-std::shared_ptr<Completion> submit(Task task);
+// Queues a task on the dispatch threads. helpable: a waiter may run it itself
+// (Completion::run_here): only for short work with no order to keep against
+// other operations (a host copy of a few MiB on the CPU).
+std::shared_ptr<Completion> submit(Task task, bool helpable = false);
 
 // Blocks up to timeout_ms for finished tokens; returns them (maybe none).
 std::vector<uint64_t> poll_notifications(int64_t timeout_ms);

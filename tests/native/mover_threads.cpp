@@ -1,7 +1,9 @@
 // Thread-sanitizer harness for the mover's asynchronous operations: several
 // threads submit copies, gathers and failing tasks at once (each task spreads
 // its copy over the shared pool), ask for a notification token before or after
-// the operation finishes, and wait with and without timeouts, while one thread
+// the operation finishes, and wait with and without timeouts (half of them
+// submitted as helpable, and waiters racing the dispatch threads to run those
+// themselves, Completion::run_here), while one thread
 // collects tokens with poll_notifications and another wakes it now and then.
 // Every copy must arrive intact, every status be the task's, every token come
 // back exactly once; ThreadSanitizer reports any race.
@@ -50,6 +52,7 @@ void submit(Op& op, std::mt19937_64& rng) {
     cp::CopyOptions options;
     options.slice_bytes = 32 << 10;  // many slices: the pool's workers take part
     Op* o = &op;
+    const bool helpable = rng() % 2;  // a waiter may run it (Completion::run_here)
     op.done = mv::submit([o, options](mv::Completion& c) -> kvcore::Status {
         switch (o->kind) {
             case 0:
@@ -65,7 +68,7 @@ void submit(Op& op, std::mt19937_64& rng) {
             case 2: return kvcore::make_status(kvcore::Code::kInvalidArgument, "refused");
             default: throw std::runtime_error("boom");
         }
-    });
+    }, helpable);
 }
 
 void check(const Op& op) {
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
                     } else if (rng() % 2) {
                         op.done->wait(int64_t(rng() % 3));  // may time out
                     }
+                    if (rng() % 2) op.done->run_here();  // races the dispatch threads for it
                     if (!op.done->wait(-1) || !op.done->done()) fail("wait", op.token);
                     if (!early[i]) op.done->notify_with(op.token);  // after the end: queued at once
                     check(op);
