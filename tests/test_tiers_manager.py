@@ -1,6 +1,7 @@
 """TierManager end to end on real KV data: every tier, capacity under threads, restart,
 redis killed mid-run, full disk, the hot/cold API, metrics."""
 
+import contextlib
 import random
 import threading
 import time
@@ -1243,6 +1244,31 @@ def test_an_ssd_victim_is_found_while_it_is_demoted_to_redis(tmp_path, redis_ser
         assert not leftover_temporaries(tmp_path) and tm.ssd.used_bytes == tm.ssd.entry(tm.keys(second)[0].digest).size
 
 
+@contextlib.contextmanager
+def ssd_victim_held_in_its_send_to_redis(tm, monkeypatch, first, second):
+    """With first on SSD and second in DDR: persists second on another thread, which makes
+    first the SSD victim sent to Redis, and holds that send until the block ends. Yields
+    first's key while the send is under way."""
+    entered, release = threading.Event(), threading.Event()
+    put, victim = tm.remote.put, tm.keys(first)[0].digest
+
+    def gated_put(ns_tag, key, *args, **kwargs):
+        if key == victim:
+            entered.set()
+            assert release.wait(30)
+        return put(ns_tag, key, *args, **kwargs)
+
+    monkeypatch.setattr(tm.remote, "put", gated_put)
+    persisting = threading.Thread(target=tm.persist, args=(second,))
+    persisting.start()
+    try:
+        assert entered.wait(30)
+        yield victim
+    finally:
+        release.set()
+        persisting.join(30)
+
+
 def test_a_chunk_evicted_while_it_is_demoted_to_redis_stays_gone(tmp_path, redis_server, kv, monkeypatch):
     """evict(tokens) of an SSD victim whose send to Redis was under way removed nothing
     (SSDTier.remove missed a victim being demoted) and deleted from Redis before the send
@@ -1255,24 +1281,8 @@ def test_a_chunk_evicted_while_it_is_demoted_to_redis_stays_gone(tmp_path, redis
         tm.store(first, kv[:, :, :256])
         tm.store(second, kv[:, :, 256:512])  # first is demoted to SSD
         assert tm.flush(30) and tm.lookup(first).tiers == ["ssd"] and tm.lookup(second).tiers == ["ddr"]
-        entered, release = threading.Event(), threading.Event()
-        put, victim = tm.remote.put, tm.keys(first)[0].digest
-
-        def gated_put(ns_tag, key, *args, **kwargs):
-            if key == victim:
-                entered.set()
-                assert release.wait(30)
-            return put(ns_tag, key, *args, **kwargs)
-
-        monkeypatch.setattr(tm.remote, "put", gated_put)
-        persisting = threading.Thread(target=tm.persist, args=(second,))
-        persisting.start()  # writes second to SSD: first is the victim, sent to Redis
-        try:
-            assert entered.wait(30)
+        with ssd_victim_held_in_its_send_to_redis(tm, monkeypatch, first, second) as victim:
             assert tm.evict(first) == 1
-        finally:
-            release.set()
-            persisting.join(30)
         assert tm.lookup(first).tiers == []
         assert not tm.remote.exists_many(tm.namespace.tag, [victim])[0]
 
@@ -1291,28 +1301,12 @@ def test_an_expiry_set_while_a_chunk_is_demoted_to_redis_reaches_its_redis_copy(
         tm.store(first, kv[:, :, :256], ttl=60)
         tm.store(second, kv[:, :, 256:512])  # first is demoted to SSD
         assert tm.flush(30) and tm.lookup(first).tiers == ["ssd"] and tm.lookup(second).tiers == ["ddr"]
-        entered, release = threading.Event(), threading.Event()
-        put, victim = tm.remote.put, tm.keys(first)[0].digest
-
-        def gated_put(ns_tag, key, *args, **kwargs):
-            if key == victim:
-                entered.set()
-                assert release.wait(30)
-            return put(ns_tag, key, *args, **kwargs)
-
-        monkeypatch.setattr(tm.remote, "put", gated_put)
-        persisting = threading.Thread(target=tm.persist, args=(second,))
-        persisting.start()  # writes second to SSD: first is the victim, sent to Redis
-        try:
-            assert entered.wait(30)
+        with ssd_victim_held_in_its_send_to_redis(tm, monkeypatch, first, second):
             if how == "set_ttl":
                 assert tm.set_ttl(first, 600) == 1
             else:
                 assert tm.store(first, kv[:, :, :256], ttl=600) == 0  # held (on SSD): only its expiry moves
                 assert tm.flush(30)
-        finally:
-            release.set()
-            persisting.join(30)
         assert tm.lookup(first).tiers == ["remote"]
         assert within(600, redis_pttls(tm, first, redis_server.url))
 

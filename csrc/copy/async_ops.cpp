@@ -128,17 +128,12 @@ struct QueuedTask {
     }
 };
 
-std::shared_ptr<Completion> submit_task(std::shared_ptr<QueuedTask> queued, bool helpable) {
-    auto completion = std::make_shared<Completion>();
-    if (helpable) completion->help_ = queued;
-    dispatcher().submit([completion, queued] { queued->run(*completion); });
-    return completion;
-}
-
 std::shared_ptr<Completion> submit(Task task, bool helpable) {
     auto queued = std::make_shared<QueuedTask>();
     queued->task = std::move(task);
-    return submit_task(std::move(queued), helpable);
+    auto completion = std::make_shared<Completion>(helpable ? queued : nullptr);
+    dispatcher().submit([completion, queued] { queued->run(*completion); });
+    return completion;
 }
 
 bool Completion::run_here() {

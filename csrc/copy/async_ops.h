@@ -25,6 +25,10 @@ struct QueuedTask;
 
 class Completion {
 public:
+    Completion() = default;
+    // help: the queued task a waiter may run itself (run_here); null for none.
+    explicit Completion(std::shared_ptr<QueuedTask> help) : help_(std::move(help)) {}
+
     void finish(Status status);
     // Runs the operation on the calling thread when it was submitted to be helped
     // (submit's helpable) and no dispatch thread has taken it yet; true when it did.
@@ -60,8 +64,7 @@ private:
     Status status_;
     std::vector<uint8_t> payload_;
     uint64_t result_size_ = 0;  // written by the task before finish() takes the mutex
-    std::shared_ptr<QueuedTask> help_;  // set by submit for a helpable task
-    friend std::shared_ptr<Completion> submit_task(std::shared_ptr<QueuedTask>, bool);
+    const std::shared_ptr<QueuedTask> help_;  // a helpable task's (see submit)
 };
 
 using Task = std::function<Status(Completion&)>;
